@@ -1,0 +1,136 @@
+"""bundle: export images into a verified bundle, and inspect bundles. Thin over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from bundle.export import export_images
+from importer import __version__
+from importer.cli import render_error
+from importer.errors import BundleError
+from importer.inspection import inspect_bundle
+from importer.progress import human_bytes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bundle", description="Carry container images across an air gap.")
+    p.add_argument("--version", action="version", version=f"bundle {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    e = sub.add_parser("export", help="export images from a Docker engine into a bundle folder")
+    e.add_argument("images", nargs="+", metavar="IMAGE", help="image references (name:tag or ID)")
+    e.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle folder to create")
+    e.add_argument("--schema", type=int, default=3, choices=[3], help="bundle schema major (default 3)")
+    e.add_argument("--compression", choices=["zstd", "gzip"], default="zstd")
+    e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
+    e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
+    e.add_argument("--force", action="store_true", help="replace an existing output folder")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
+    e.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    e.set_defaults(handler=cmd_export)
+
+    i = sub.add_parser("inspect", help="show what a bundle holds (reads bundle.json only)")
+    i.add_argument("bundle", metavar="BUNDLE")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(handler=cmd_inspect)
+    return p
+
+
+class _RichProgress:
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+            TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
+        )
+
+    def factory(self, label: str, total: int) -> Callable[[int], None]:
+        task = self.progress.add_task(label, total=total or None)
+        return lambda n: self.progress.advance(task, n)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    show = not args.quiet and err.is_terminal
+    rp = _RichProgress(err) if show else None
+    if rp is not None:
+        rp.progress.start()
+    try:
+        result = export_images(args.images, args.output, docker_host=args.docker_host,
+                               compression=args.compression, level=args.level, schema=args.schema,
+                               force=args.force, progress=rp.factory if rp else None)
+    finally:
+        if rp is not None:
+            rp.progress.stop()
+    m = result.manifest
+    summary: Dict[str, Any] = {
+        "bundle": result.path,
+        "schemaVersion": m.schema_version,
+        "images": [{"refs": list(i.refs), "configDigest": str(i.config.digest),
+                    "manifestDigest": str(i.manifest.digest), "layers": len(i.layers)} for i in m.images],
+        "bytes": m.compressed_bytes(),
+        "uncompressedBytes": m.uncompressed_bytes(),
+        "seconds": round(result.seconds, 3),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        ratio = m.compressed_bytes() / m.uncompressed_bytes() if m.uncompressed_bytes() else 1.0
+        print(f"wrote {result.path}: {len(m.images)} image(s), {len(m.unique_layers())} layer(s), "
+              f"{human_bytes(m.compressed_bytes())} ({ratio:.0%} of {human_bytes(m.uncompressed_bytes())}) "
+              f"in {result.seconds:.1f}s")
+        print(f"import on the far side: python3 {result.path}/bundle-import.pyz {result.path} --verify")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    info = inspect_bundle(args.bundle)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(f"[bold]{info['bundle']}[/bold]  schema {info['schemaVersion']}  created {info['created']}"
+                  f"  by sneakernet {info['toolVersion']}  signed: {'yes' if info['signed'] else 'no'}")
+    table = Table("IMAGE", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
+    for image in info["images"]:
+        shared = sum(1 for layer in image["layers"] if layer["sharedWith"])
+        table.add_row(", ".join(image["refs"]) or "(untagged)", image["configDigest"][:19],
+                      str(len(image["layers"])), human_bytes(image["compressedSize"]),
+                      human_bytes(image["uncompressedSize"]), str(shared))
+    console.print(table)
+    totals = info["totals"]
+    console.print(f"{totals['files']} files, {human_bytes(totals['bytes'])} on disk; "
+                  f"{totals['uniqueLayers']} unique layers, {human_bytes(totals['uncompressedBytes'])} uncompressed")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rc: int = args.handler(args)
+        return rc
+    except BundleError as e:
+        if args.debug:
+            raise
+        render_error(e)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("error[interrupted]: stopped by the user", file=sys.stderr)
+        return 130
+
+

@@ -1,0 +1,39 @@
+"""Build ``bundle-import.pyz``: the stdlib importer as a reproducible zipapp."""
+
+from __future__ import annotations
+
+import io
+import os
+import zipfile
+
+import importer
+
+_MAIN = b"import sys\n\nfrom importer.cli import main\n\nsys.exit(main())\n"
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def build_pyz() -> bytes:
+    """The zipapp bytes: same importer sources give the same bytes (and digest)."""
+    pkg_dir = os.path.dirname(os.path.abspath(importer.__file__))
+    files = []
+    for dirpath, dirnames, filenames in os.walk(pkg_dir):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, os.path.dirname(pkg_dir)).replace(os.sep, "/")
+                files.append((rel, full))
+    buf = io.BytesIO()
+    buf.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        def add(name: str, data: bytes) -> None:
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, data)
+
+        add("__main__.py", _MAIN)
+        for rel, full in sorted(files):
+            with open(full, "rb") as f:
+                add(rel, f.read())
+    return buf.getvalue()

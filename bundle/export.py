@@ -1,0 +1,77 @@
+"""export_images(): read images from a source into a new bundle folder.
+
+The bundle is built in ``<DIR>.partial-<random>`` beside the target and renamed into place
+only when complete, so a bundle folder under its final name is always whole."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from bundle.blobstore import BlobStore
+from bundle.sources.docker_daemon import DockerDaemonSource
+from bundle.writer import write_bundle
+from importer.errors import UsageError
+from importer.manifest import BundleManifest
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass
+class ExportResult:
+    path: str
+    manifest: BundleManifest
+    seconds: float
+
+
+def export_images(
+    refs: Sequence[str],
+    out_dir: str,
+    *,
+    docker_host: Optional[str] = None,
+    compression: str = "zstd",
+    level: Optional[int] = None,
+    schema: int = 3,
+    force: bool = False,
+    progress: Optional[ProgressFactory] = None,
+) -> ExportResult:
+    if schema != 3:
+        raise UsageError(f"exporting: expected --schema 3, found {schema}",
+                         hint="this version writes schema 3 bundles only")
+    if compression not in ("zstd", "gzip"):
+        raise UsageError(f"exporting: expected --compression zstd or gzip, found {compression!r}")
+    if not refs:
+        raise UsageError("exporting: expected at least one image, found none")
+    started = time.monotonic()
+    out_dir = os.path.abspath(out_dir)
+    if os.path.lexists(out_dir) and not (os.path.isdir(out_dir) and not os.listdir(out_dir)) and not force:
+        raise UsageError(f"exporting to {out_dir}: expected a new or empty folder, found an existing one",
+                         hint="choose another -o, or pass --force to replace it")
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    source = DockerDaemonSource(docker_host)
+    source_info = source.info()
+    total = source.check_refs(refs)
+    staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
+    try:
+        store = BlobStore(staging)
+        on_bytes = progress("export", total) if progress else None
+        images = source.export(refs, store, compression=compression, level=level, on_bytes=on_bytes)
+        manifest = write_bundle(staging, store, images, {"kind": source_info.kind, **source_info.details})
+        os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
+        if os.path.lexists(out_dir):
+            if os.path.isdir(out_dir) and not os.path.islink(out_dir):
+                shutil.rmtree(out_dir)
+            else:
+                os.unlink(out_dir)
+        os.replace(staging, out_dir)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+        raise
+    return ExportResult(out_dir, manifest, time.monotonic() - started)

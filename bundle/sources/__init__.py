@@ -1,0 +1,40 @@
+"""Image sources: where the exporter reads images from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
+
+from importer.manifest import LayerRecord
+
+
+@dataclass(frozen=True)
+class SourceImage:
+    """One image read from a source: exact config bytes and its stored layers, in order."""
+
+    refs: Tuple[str, ...]
+    raw_config: bytes
+    layers: Tuple[LayerRecord, ...]
+    platform: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    kind: str
+    details: Dict[str, Any]
+
+
+def platform_of(config: Any) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    if isinstance(config, dict):
+        for key in ("os", "architecture", "variant"):
+            if isinstance(config.get(key), str) and config[key]:
+                out[key] = config[key]
+    return out
+
+
+def order_refs(refs: List[str]) -> Tuple[str, ...]:
+    seen: Dict[str, None] = {}
+    for r in refs:
+        seen.setdefault(r, None)
+    return tuple(seen)

@@ -1,0 +1,201 @@
+"""``docker-daemon:`` source: one streamed ``docker save`` of all requested images.
+
+Both layouts are parsed from the same sequential read: the classic one (``<id>/layer.tar``,
+``<config-hex>.json``, ``manifest.json``; Docker < 25) and the Docker 25+ one (an OCI layout
+whose ``blobs/sha256/<hex>`` hold uncompressed layers and JSON, plus the legacy
+``manifest.json`` pointing into ``blobs/``). Members arrive in lexical order, so layers come
+before the manifest that names them: each layer is compressed into the blob store as it passes,
+and the mapping is made at the end. Nothing uncompressed is written to disk; no layer is held
+in memory."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import posixpath
+import tarfile
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
+
+from bundle.blobstore import BlobStore
+from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
+from importer.digest import Digest
+from importer.engines import command_stdout, run
+from importer.errors import CommandFailed, ImageNotFound, SourceError
+from importer.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
+from importer.manifest import LayerRecord
+from importer.sinks.docker import DockerSink
+
+ProgressFn = Callable[[int], None]
+
+
+class _Prefixed:
+    """A reader that first returns ``prefix``, then the rest of ``raw``."""
+
+    def __init__(self, prefix: bytes, raw: Any) -> None:
+        self._prefix = prefix
+        self._raw = raw
+
+    def read(self, n: int = -1) -> bytes:
+        if self._prefix:
+            if n is None or n < 0 or n >= len(self._prefix):
+                out, self._prefix = self._prefix, b""
+                more: bytes = self._raw.read(-1 if n is None or n < 0 else n - len(out))
+                return out + more
+            out, self._prefix = self._prefix[:n], self._prefix[n:]
+            return out
+        return bytes(self._raw.read(n))
+
+
+def _looks_like_tar(head: bytes) -> bool:
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return True
+    return len(head) >= 512 and head[:512] == b"\0" * 512  # an empty layer
+
+
+def _norm(name: str) -> str:
+    name = posixpath.normpath(name.lstrip("/"))
+    return name[2:] if name.startswith("./") else name
+
+
+class DockerDaemonSource:
+    kind = "docker-daemon"
+
+    def __init__(self, host: Optional[str] = None) -> None:
+        self.docker = DockerSink(host)
+
+    def info(self) -> SourceInfo:
+        engine = self.docker.probe()
+        return SourceInfo("docker-daemon", {
+            "engine": "docker",
+            "engineVersion": engine.version,
+            "storageDriver": engine.storage_driver,
+            "imageStore": engine.image_store,
+        })
+
+    def check_refs(self, refs: Sequence[str]) -> int:
+        """Fail early, naming the image, if one is missing; return their total size."""
+        total = 0
+        for ref in refs:
+            res = run(self.docker.argv("image", "inspect", "--format", "{{.Size}}", ref),
+                      what=f"looking up {ref}", check=False, timeout=120)
+            if res.returncode != 0:
+                raise ImageNotFound(
+                    f"exporting {ref}: expected the image in Docker at {self.docker.host or 'the default socket'}, "
+                    "found none",
+                    context=res.stderr.strip() or None,
+                    hint="check the name with `docker image ls`, or pass --docker-host",
+                )
+            with contextlib.suppress(ValueError):
+                total += int(res.stdout.decode().strip() or 0)
+        return total
+
+    def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
+               on_bytes: Optional[ProgressFn] = None) -> List[SourceImage]:
+        argv = self.docker.argv("save", *refs)
+        try:
+            with command_stdout(argv, what=f"streaming `docker save` of {', '.join(refs)}") as stream:
+                images = read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes)
+                while stream.read(1024 * 1024):  # drain trailing padding so docker exits 0
+                    pass
+        except CommandFailed as e:
+            raise SourceError(
+                f"exporting {', '.join(refs)}: `docker save` failed with status {e.returncode}",
+                context=e.stderr_tail.strip() or None,
+                hint="check that the engine is healthy and the images exist",
+            ) from e
+        return images
+
+
+def read_docker_save(
+    stream: BinaryIO,
+    store: BlobStore,
+    *,
+    compression: str = "zstd",
+    level: Optional[int] = None,
+    on_bytes: Optional[ProgressFn] = None,
+) -> List[SourceImage]:
+    """Parse a ``docker save`` tar stream (classic or Docker 25+ layout) in one pass."""
+    layers: Dict[str, LayerRecord] = {}  # member name -> stored layer
+    docs: Dict[str, bytes] = {}  # member name -> small JSON bytes
+    links: Dict[str, str] = {}  # member name -> target member name
+    try:
+        tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115
+    except tarfile.TarError as e:
+        raise SourceError(f"reading the `docker save` stream: expected a tar archive, found invalid data ({e})") from e
+    with tar:
+        for member in tar:
+            name = _norm(member.name)
+            if member.issym():
+                links[name] = _norm(posixpath.join(posixpath.dirname(name), member.linkname))
+                continue
+            if member.islnk():
+                links[name] = _norm(member.linkname)
+                continue
+            if not member.isfile():
+                continue
+            f = tar.extractfile(member)
+            if f is None:
+                continue
+            top_json = "/" not in name and name.endswith(".json")
+            if name.endswith("/layer.tar"):
+                layers[name] = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
+            elif name.startswith("blobs/sha256/"):
+                head = f.read(512)
+                if _looks_like_tar(head) or not head.lstrip().startswith(b"{"):
+                    layers[name] = store.write_layer(_Prefixed(head, f), compression=compression,
+                                                     level=level, on_bytes=on_bytes)
+                else:
+                    docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)  # type: ignore[arg-type]
+            elif top_json:
+                docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)  # type: ignore[arg-type]
+    if "manifest.json" not in docs:
+        raise SourceError("reading the `docker save` stream: expected manifest.json, found none",
+                          hint="the engine returned an incomplete archive; retry, or check `docker save` by hand")
+    entries = parse_json(docs["manifest.json"], "manifest.json of docker save")
+    if not isinstance(entries, list):
+        raise SourceError("reading manifest.json of docker save: expected a list, found something else")
+    return [_image_from_entry(e, layers, docs, links, store, compression, level) for e in entries]
+
+
+def _resolve(name: str, links: Dict[str, str]) -> str:
+    seen = 0
+    while name in links and seen < 16:
+        name = links[name]
+        seen += 1
+    return name
+
+
+def _image_from_entry(entry: Any, layers: Dict[str, LayerRecord], docs: Dict[str, bytes],
+                      links: Dict[str, str], store: BlobStore, compression: str,
+                      level: Optional[int]) -> SourceImage:
+    if not isinstance(entry, dict) or not isinstance(entry.get("Config"), str):
+        raise SourceError("reading manifest.json of docker save: expected entries with Config, found otherwise")
+    config_name = _resolve(_norm(entry["Config"]), links)
+    raw_config = docs.get(config_name)
+    if raw_config is None or len(raw_config) > MAX_CONFIG:
+        raise SourceError(f"reading docker save: expected the config {config_name}, found none")
+    want_hex = posixpath.basename(config_name).removesuffix(".json")
+    digest = Digest.of_bytes(raw_config)
+    if digest.hex != want_hex:
+        raise SourceError(f"reading docker save: config {config_name} hashes to {digest}, not its name")
+    records: List[LayerRecord] = []
+    for layer_name in entry.get("Layers") or []:
+        key = _resolve(_norm(str(layer_name)), links)
+        record = layers.get(key)
+        if record is None and key in docs:  # a tiny layer sniffed as JSON: store it now
+            record = store.write_layer(io.BytesIO(docs[key]), compression=compression, level=level)
+            layers[key] = record
+        if record is None:
+            raise SourceError(f"reading docker save: expected layer {layer_name}, found none in the stream")
+        records.append(record)
+    config = parse_json(raw_config, config_name)
+    diff_ids = ((config.get("rootfs") or {}).get("diff_ids") or []) if isinstance(config, dict) else []
+    got = [str(r.diff_id) for r in records]
+    if diff_ids != got:
+        raise SourceError(
+            f"reading docker save of {entry.get('RepoTags')}: the layers' diff_ids differ from the config's",
+            context=f"config: {diff_ids}\nstream: {got}",
+            hint="the engine returned an inconsistent archive; retry the export",
+        )
+    refs: Tuple[str, ...] = order_refs([str(t) for t in (entry.get("RepoTags") or [])])
+    return SourceImage(refs=refs, raw_config=raw_config, layers=tuple(records), platform=platform_of(config))

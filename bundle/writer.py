@@ -1,0 +1,110 @@
+"""Assemble a schema-3 bundle folder around the blob store: OCI image manifests, index.json,
+oci-layout, the importer zipapp, bundle.json (pinning every file) and SHA256SUMS."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Any, Dict, List, Sequence
+
+from bundle.blobstore import BlobStore, WrittenBlob
+from bundle.embed import build_pyz
+from bundle.sources import SourceImage
+from importer import SCHEMA_MAJOR, __version__
+from importer.digest import Digest
+from importer.fsutil import atomic_write_bytes, fsync_dir
+from importer.manifest import (
+    BUNDLE_JSON,
+    IMPORTER_PYZ,
+    SUMS_FILE,
+    BlobRef,
+    BundleManifest,
+    FileRecord,
+    ImageRecord,
+)
+from importer.mediatypes import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, REF_NAME_ANNOTATION
+from importer.sums import format_sums
+
+
+def _json_bytes(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def oci_manifest(config: WrittenBlob, image: SourceImage) -> bytes:
+    return _json_bytes({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": str(config.digest), "size": config.size},
+        "layers": [
+            {"mediaType": layer.media_type, "digest": str(layer.digest), "size": layer.size}
+            for layer in image.layers
+        ],
+    })
+
+
+def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], source: Dict[str, Any],
+                 *, created: str | None = None) -> BundleManifest:
+    """Write everything but the blobs already in ``store``; return the bundle manifest."""
+    files: Dict[str, FileRecord] = {}
+
+    def record(path: str, digest: Digest, size: int) -> None:
+        files[path] = FileRecord(path, digest, size)
+
+    records: List[ImageRecord] = []
+    index_entries: List[Dict[str, Any]] = []
+    for image in images:
+        config = store.write_bytes(image.raw_config)
+        raw_manifest = oci_manifest(config, image)
+        manifest = store.write_bytes(raw_manifest)
+        records.append(ImageRecord(
+            refs=image.refs,
+            manifest=BlobRef(OCI_MANIFEST, manifest.digest, manifest.size),
+            config=BlobRef(OCI_CONFIG, config.digest, config.size),
+            layers=image.layers,
+            platform=dict(image.platform),
+        ))
+        base: Dict[str, Any] = {"mediaType": OCI_MANIFEST, "digest": str(manifest.digest), "size": manifest.size}
+        if image.platform.get("os") and image.platform.get("architecture"):
+            base["platform"] = dict(image.platform)
+        if image.refs:
+            for ref in image.refs:
+                index_entries.append({**base, "annotations": {REF_NAME_ANNOTATION: ref}})
+        else:
+            index_entries.append(base)
+    for path, blob in store.written.items():
+        record(path, blob.digest, blob.size)
+
+    small = {
+        "oci-layout": _json_bytes({"imageLayoutVersion": "1.0.0"}),
+        "index.json": _json_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": index_entries}),
+        IMPORTER_PYZ: build_pyz(),
+    }
+    for path, data in small.items():
+        atomic_write_bytes(os.path.join(root, path), data, mode=0o755 if path == IMPORTER_PYZ else 0o644)
+        record(path, Digest.of_bytes(data), len(data))
+
+    manifest_model = BundleManifest(
+        schema_version=f"{SCHEMA_MAJOR}.0",
+        created=created or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        tool_version=__version__,
+        source=source,
+        importer=files[IMPORTER_PYZ],
+        images=tuple(records),
+        files=tuple(sorted(files.values(), key=lambda f: f.path)),
+    )
+    raw_bj = (json.dumps(manifest_model.to_dict(), indent=2) + "\n").encode("utf-8")
+    atomic_write_bytes(os.path.join(root, BUNDLE_JSON), raw_bj)
+    write_sums(root, manifest_model, raw_bj)
+    fsync_dir(store.dir)
+    fsync_dir(root)
+    return manifest_model
+
+
+def write_sums(root: str, manifest: BundleManifest, raw_bundle_json: bytes,
+               extra: Dict[str, Digest] | None = None) -> None:
+    """SHA256SUMS over every file but itself; plain `sha256sum -c SHA256SUMS` accepts it."""
+    entries = [(f.path, f.digest) for f in manifest.files]
+    entries.append((BUNDLE_JSON, Digest.of_bytes(raw_bundle_json)))
+    entries += list((extra or {}).items())
+    atomic_write_bytes(os.path.join(root, SUMS_FILE), format_sums(entries))

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Private Debian docker-registry (distribution 2.x) on 127.0.0.1:PORT.
+#
+#   registry.sh start  NAME PORT   prints the registry address (127.0.0.1:PORT)
+#   registry.sh stop   NAME        stop by pid (TERM, KILL after 20 s)
+#   registry.sh status NAME        exit 0 running+answering, 1 not answering, 3 stopped
+#   registry.sh purge  NAME        stop, then rm -rf DIR
+#
+# State in DIR=${SNEAKERNET_RUN:-/tmp/sneakernet-run}/registry-NAME:
+#   config.yml  data/  registry.pid  registry.log
+# Plain HTTP on loopback only; blob/manifest deletion enabled.
+set -euo pipefail
+
+die() { echo "registry.sh: $*" >&2; exit 1; }
+usage() { echo "usage: $0 start NAME PORT | stop|status|purge NAME" >&2; exit 2; }
+
+[ $# -ge 2 ] || usage
+cmd=$1 name=$2
+shift 2
+[[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "bad NAME '$name' (use [A-Za-z0-9._-])"
+
+RUN=${SNEAKERNET_RUN:-/tmp/sneakernet-run}
+case $RUN in /*) ;; *) RUN=$PWD/$RUN ;; esac
+DIR=$RUN/registry-$name
+PIDFILE=$DIR/registry.pid
+LOG=$DIR/registry.log
+CONFIG=$DIR/config.yml
+REGISTRY_BIN=${SNEAKERNET_REGISTRY_BIN:-/usr/bin/docker-registry}
+START_TIMEOUT=30
+STOP_TIMEOUT=20
+
+pid_alive() {
+    local pid=$1 state
+    [ -n "$pid" ] && [ -e "/proc/$pid" ] || return 1
+    state=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
+# Running registry pid, checked against its command line (pid reuse guard).
+registry_pid() {
+    local pid args
+    [ -s "$PIDFILE" ] || return 1
+    pid=$(tr -dc '0-9' <"$PIDFILE")
+    pid_alive "$pid" || return 1
+    args=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    grep -qxF -- "$CONFIG" <<<"$args" || return 1
+    echo "$pid"
+}
+
+configured_port() {
+    sed -n 's/^  addr: 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' "$CONFIG" 2>/dev/null
+}
+
+# answering PORT: GET /v2/ returns 200.
+answering() {
+    local port=$1 code
+    if command -v curl >/dev/null; then
+        code=$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$port/v2/") || return 1
+    else
+        code=$(python3 - "$port" <<'EOF'
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2/", timeout=5) as r:
+        print(r.status)
+except Exception:
+    print(0)
+EOF
+)
+    fi
+    [ "$code" = 200 ]
+}
+
+port_in_use() {
+    local port=$1
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+}
+
+do_start() {
+    [ $# -eq 1 ] || usage
+    local port=$1 pid i
+    [[ $port =~ ^[0-9]+$ ]] && [ "$port" -ge 1 ] && [ "$port" -le 65535 ] || die "bad PORT '$port'"
+
+    if pid=$(registry_pid); then
+        [ "$(configured_port)" = "$port" ] ||
+            die "registry '$name' (pid $pid) already runs on port $(configured_port); stop it first"
+        for ((i = 0; i < START_TIMEOUT * 4; i++)); do
+            if answering "$port"; then echo "127.0.0.1:$port"; return 0; fi
+            sleep 0.25
+        done
+        die "registry '$name' (pid $pid) runs but does not answer on 127.0.0.1:$port; see $LOG"
+    fi
+    [ -x "$REGISTRY_BIN" ] || die "$REGISTRY_BIN not found (apt-get install docker-registry)"
+    port_in_use "$port" && die "127.0.0.1:$port is already in use by something else"
+
+    mkdir -p "$DIR/data"
+    rm -f "$PIDFILE"
+    cat >"$CONFIG" <<EOF
+version: 0.1
+log:
+  level: info
+  formatter: text
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $DIR/data
+  delete:
+    enabled: true
+  maintenance:
+    uploadpurging:
+      enabled: false
+  redirect:
+    disable: true
+http:
+  addr: 127.0.0.1:$port
+EOF
+    echo "=== $(date -Is) registry.sh start $name $port" >>"$LOG"
+    local launcher=()
+    command -v setsid >/dev/null && launcher=(setsid)
+    # REGISTRY_* variables in the environment would override the config file.
+    env $(env | sed -n 's/^\(REGISTRY_[A-Za-z0-9_]*\)=.*/-u \1/p') \
+        "${launcher[@]}" "$REGISTRY_BIN" serve "$CONFIG" </dev/null >>"$LOG" 2>&1 &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
+    for ((i = 0; i < START_TIMEOUT * 4; i++)); do
+        if answering "$port"; then echo "127.0.0.1:$port"; return 0; fi
+        if ! pid_alive "$pid"; then
+            echo "registry.sh: registry '$name' exited during startup; last log lines:" >&2
+            tail -n 20 "$LOG" >&2 || true
+            rm -f "$PIDFILE"
+            exit 1
+        fi
+        sleep 0.25
+    done
+    echo "registry.sh: registry '$name' did not answer within ${START_TIMEOUT}s:" >&2
+    tail -n 20 "$LOG" >&2 || true
+    do_stop
+    exit 1
+}
+
+do_stop() {
+    local pid i
+    if pid=$(registry_pid); then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
+            pid_alive "$pid" || break
+            sleep 0.1
+        done
+        if pid_alive "$pid"; then
+            echo "registry.sh: registry '$name' (pid $pid) ignored TERM; sending KILL" >&2
+            kill -KILL "$pid" 2>/dev/null || true
+            for ((i = 0; i < 100; i++)); do
+                pid_alive "$pid" || break
+                sleep 0.1
+            done
+            pid_alive "$pid" && die "registry '$name' (pid $pid) did not exit after KILL"
+        fi
+        echo "=== $(date -Is) registry.sh stopped $name (pid $pid)" >>"$LOG"
+    fi
+    rm -f "$PIDFILE"
+}
+
+do_status() {
+    local pid port
+    if pid=$(registry_pid); then
+        port=$(configured_port)
+        if answering "$port"; then
+            echo "running pid=$pid 127.0.0.1:$port"
+            return 0
+        fi
+        echo "running pid=$pid but not answering on 127.0.0.1:$port"
+        return 1
+    fi
+    echo "stopped"
+    return 3
+}
+
+case $cmd in
+start) do_start "$@" ;;
+stop) [ $# -eq 0 ] || usage; do_stop ;;
+status) [ $# -eq 0 ] || usage; do_status ;;
+purge) [ $# -eq 0 ] || usage; do_stop; rm -rf "$DIR" ;;
+*) usage ;;
+esac

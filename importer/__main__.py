@@ -1,0 +1,7 @@
+"""``python -m importer`` and the zipapp entry point."""
+
+import sys
+
+from importer.cli import main
+
+sys.exit(main())

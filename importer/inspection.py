@@ -1,0 +1,55 @@
+"""inspect_bundle(): what a bundle holds, from bundle.json alone (reads no blob)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List
+
+from importer.digest import Digest
+from importer.limits import MAX_BUNDLE_JSON, read_file_limited
+from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest
+
+
+def inspect_bundle(root: str) -> Dict[str, Any]:
+    raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+    manifest = load_bundle_manifest(raw)
+    users: Dict[Digest, List[str]] = {}
+    for image in manifest.images:
+        for layer in image.layers:
+            names = users.setdefault(layer.digest, [])
+            if image.name not in names:
+                names.append(image.name)
+    images: List[Dict[str, Any]] = []
+    for image in manifest.images:
+        images.append({
+            "refs": list(image.refs),
+            "platform": image.platform,
+            "manifestDigest": str(image.manifest.digest),
+            "configDigest": str(image.config.digest),
+            "compressedSize": sum(x.size for x in image.layers),
+            "uncompressedSize": sum(x.uncompressed_size for x in image.layers),
+            "layers": [
+                {**layer.to_dict(), "sharedWith": [n for n in users[layer.digest] if n != image.name]}
+                for layer in image.layers
+            ],
+        })
+    shared = [
+        {"digest": str(d), "images": names} for d, names in users.items() if len(names) > 1
+    ]
+    return {
+        "bundle": os.path.abspath(root),
+        "bundleDigest": str(Digest.of_bytes(raw)),
+        "schemaVersion": manifest.schema_version,
+        "created": manifest.created,
+        "toolVersion": manifest.tool_version,
+        "source": manifest.source,
+        "signed": os.path.exists(os.path.join(root, SIGNATURE_FILE)),
+        "images": images,
+        "sharedLayers": shared,
+        "totals": {
+            "files": len(manifest.files),
+            "bytes": manifest.compressed_bytes(),
+            "uniqueLayers": len(manifest.unique_layers()),
+            "uncompressedBytes": manifest.uncompressed_bytes(),
+        },
+    }

@@ -1,0 +1,43 @@
+"""Size limits on everything read into memory, and the bounded readers that enforce them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, BinaryIO
+
+from importer.errors import LimitExceeded, ManifestError
+
+MAX_BUNDLE_JSON = 64 * 1024 * 1024
+MAX_INDEX = 4 * 1024 * 1024
+MAX_MANIFEST = 4 * 1024 * 1024
+MAX_CONFIG = 16 * 1024 * 1024
+MAX_SUMS = 64 * 1024 * 1024
+MAX_DOCKER_SAVE_JSON = 64 * 1024 * 1024
+MAX_SIGNATURE = 64 * 1024
+MAX_ENGINE_JSON = 256 * 1024 * 1024
+
+
+def read_limited(stream: BinaryIO, limit: int, what: str) -> bytes:
+    """Read a whole stream, refusing more than ``limit`` bytes (reads at most limit+1)."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise LimitExceeded(
+            f"reading {what}: expected at most {limit} bytes, found more",
+            hint="the file is not what the bundle describes; re-copy the bundle",
+        )
+    return data
+
+
+def read_file_limited(path: str, limit: int, what: str) -> bytes:
+    with open(path, "rb") as f:
+        return read_limited(f, limit, what)
+
+
+def parse_json(raw: bytes, what: str) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ManifestError(
+            f"parsing {what}: expected JSON, found invalid data ({e})",
+            hint="the file was modified or truncated; re-copy the bundle",
+        ) from e

@@ -1,0 +1,291 @@
+"""verify_bundle(): check every byte of a bundle folder before anything touches an engine.
+
+Order: SHA256SUMS and bundle.json agree on every file; no file is missing or unlisted; every
+file's size and digest match (in parallel across cores); every layer decompresses within its
+recorded size to its diff_id (``deep``); index.json, manifests and configs agree with bundle.json.
+Every problem is collected; nothing stops at the first one.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Set
+
+from importer import limits
+from importer.digest import Digest, hash_file
+from importer.errors import BundleError, IntegrityError, ManifestError
+from importer.layers import check_layer
+from importer.limits import parse_json, read_file_limited
+from importer.manifest import (
+    BUNDLE_JSON,
+    SIGNATURE_FILE,
+    SUMS_FILE,
+    BundleManifest,
+    ImageRecord,
+    LayerRecord,
+    load_bundle_manifest,
+)
+from importer.mediatypes import REF_NAME_ANNOTATION
+from importer.sums import parse_sums
+
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a bundle: a stable id, the file or blob, and what was found."""
+
+    id: str
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.id}] {self.path}: {self.message}"
+
+    def to_dict(self) -> Dict[str, str]:
+        return {"id": self.id, "path": self.path, "message": self.message}
+
+
+@dataclass
+class VerifyReport:
+    root: str
+    manifest: Optional[BundleManifest] = None
+    problems: List[Problem] = field(default_factory=list)
+    files_checked: int = 0
+    bytes_checked: int = 0
+    layers_checked: int = 0
+    seconds: float = 0.0
+    signature: Optional[Dict[str, Any]] = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "filesChecked": self.files_checked,
+            "bytesChecked": self.bytes_checked,
+            "layersChecked": self.layers_checked,
+            "seconds": round(self.seconds, 3),
+            "problems": [p.to_dict() for p in self.problems],
+            "signature": self.signature,
+        }
+
+
+def _walk_files(root: str) -> Dict[str, os.stat_result]:
+    """Every entry below root (relative POSIX path -> lstat), never following links."""
+    found: Dict[str, os.stat_result] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
+            found[rel] = os.lstat(os.path.join(dirpath, name))
+    return found
+
+
+def _problem_of(err: BundleError, path: str) -> Problem:
+    return Problem(err.reference, path, err.message)
+
+
+def verify_bundle(
+    root: str,
+    *,
+    deep: bool = True,
+    workers: Optional[int] = None,
+    on_bytes: Optional[ProgressFn] = None,
+) -> VerifyReport:
+    """Verify the bundle folder ``root``; returns a report listing every problem.
+
+    Raises only for a bundle.json that cannot be used at all (ManifestError and subclasses,
+    including an unsupported schema version)."""
+    started = time.monotonic()
+    report = VerifyReport(root=root)
+    add = report.problems.append
+
+    # === SHA256SUMS
+    sums: Dict[str, Digest] = {}
+    sums_path = os.path.join(root, SUMS_FILE)
+    if not os.path.isfile(sums_path):
+        add(Problem("missing-file", SUMS_FILE, "expected the checksum list, found no file"))
+    else:
+        raw_sums = read_file_limited(sums_path, limits.MAX_SUMS, SUMS_FILE)
+        sums, sum_problems = parse_sums(raw_sums)
+        for text in sum_problems:
+            add(Problem("sums-invalid", SUMS_FILE, text))
+
+    # === bundle.json (bounded read, then schema rules)
+    bj_path = os.path.join(root, BUNDLE_JSON)
+    if not os.path.isfile(bj_path):
+        raise ManifestError(
+            f"reading {bj_path}: expected a sneakernet bundle manifest, found no file",
+            hint="point the importer at the bundle folder (the one holding bundle.json)",
+        )
+    raw_bj = read_file_limited(bj_path, limits.MAX_BUNDLE_JSON, BUNDLE_JSON)
+    bj_digest = Digest.of_bytes(raw_bj)
+    if BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
+        add(Problem("digest-mismatch", BUNDLE_JSON,
+                    f"SHA256SUMS says {sums[BUNDLE_JSON]}, the file hashes to {bj_digest}"))
+    try:
+        manifest = load_bundle_manifest(raw_bj)
+    except ManifestError as e:
+        if report.problems:
+            e.context = "\n".join(filter(None, [e.context] + [str(p) for p in report.problems]))
+        raise
+    report.manifest = manifest
+
+    # === file lists agree: bundle.json files, SHA256SUMS, what is on disk
+    expected: Dict[str, Digest] = {f.path: f.digest for f in manifest.files}
+    sizes: Dict[str, int] = {f.path: f.size for f in manifest.files}
+    on_disk = _walk_files(root)
+    listed: Set[str] = set(expected) | {BUNDLE_JSON}
+    if SIGNATURE_FILE in on_disk:
+        listed.add(SIGNATURE_FILE)
+    if sums:
+        for path in sorted(listed - set(sums)):
+            add(Problem("sums-mismatch", path, "expected a line in SHA256SUMS, found none"))
+        for path in sorted(set(sums) - listed):
+            add(Problem("sums-mismatch", path,
+                        "SHA256SUMS lists it, bundle.json does not (edited SHA256SUMS?)"))
+        for path, digest in sorted(expected.items()):
+            if path in sums and sums[path] != digest:
+                add(Problem("sums-mismatch", path,
+                            f"bundle.json pins {digest}, SHA256SUMS says {sums[path]}"))
+    for path, st in sorted(on_disk.items()):
+        if path in listed or path == SUMS_FILE:
+            if not stat.S_ISREG(st.st_mode):
+                add(Problem("not-a-regular-file", path, "expected a regular file, found a link or special file"))
+            continue
+        if os.path.basename(path).startswith(".tmp-"):
+            add(Problem("unlisted-file", path, "a temporary file left by an interrupted write"))
+        else:
+            add(Problem("unlisted-file", path, "present in the bundle folder but not listed in bundle.json"))
+
+    # === sizes (cheap) then digests and diff_ids (parallel across cores)
+    to_hash: List[str] = []
+    for path in sorted(expected):
+        found_st = on_disk.get(path)
+        if found_st is None:
+            add(Problem("missing-file", path, f"expected a file of {sizes[path]} bytes, found none"))
+        elif not stat.S_ISREG(found_st.st_mode):
+            continue  # reported above
+        elif found_st.st_size != sizes[path]:
+            add(Problem("size-mismatch", path, f"expected {sizes[path]} bytes, found {found_st.st_size}"))
+        else:
+            to_hash.append(path)
+    layers_by_path: Dict[str, LayerRecord] = {}
+    if deep:
+        for layer in manifest.unique_layers():
+            layers_by_path[layer.digest.blob_path] = layer
+    names = _layer_names(manifest)
+
+    def check(path: str) -> Optional[Problem]:
+        full = os.path.join(root, path)
+        layer = layers_by_path.get(path)
+        try:
+            if layer is not None:
+                check_layer(root, layer, names.get(layer.digest, path))
+            else:
+                got, _ = hash_file(full)
+                if got != expected[path]:
+                    return Problem("digest-mismatch", path, f"expected {expected[path]}, found {got}")
+        except IntegrityError as e:
+            if layer is not None and e.reference != "digest-mismatch":
+                got, _ = hash_file(full)  # name the root cause: the blob's own bytes changed
+                if got != expected[path]:
+                    return Problem("digest-mismatch", path, f"expected {expected[path]}, found {got}")
+            return _problem_of(e, path)
+        except OSError as e:
+            return Problem("unreadable-file", path, f"expected a readable file, found {e}")
+        finally:
+            if on_bytes is not None:
+                on_bytes(sizes[path])
+        return None
+
+    to_hash.sort(key=lambda p: -sizes[p])
+    n_workers = workers or min(32, (os.cpu_count() or 1) + 1)
+    with ThreadPoolExecutor(max_workers=max(1, n_workers)) as pool:
+        for result in pool.map(check, to_hash):
+            if result is not None:
+                add(result)
+    report.files_checked = len(to_hash)
+    report.bytes_checked = sum(sizes[p] for p in to_hash)
+    report.layers_checked = sum(1 for p in to_hash if p in layers_by_path)
+
+    # === the OCI layout agrees with bundle.json (only JSON whose digest matched is parsed)
+    bad_paths = {p.path for p in report.problems}
+    _check_layout(root, manifest, bad_paths, add)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _layer_names(manifest: BundleManifest) -> Dict[Digest, str]:
+    names: Dict[Digest, str] = {}
+    for image in manifest.images:
+        for i, layer in enumerate(image.layers):
+            names.setdefault(layer.digest, f"layer {i + 1}/{len(image.layers)} of {image.name}")
+    return names
+
+
+def _read_json(root: str, path: str, limit: int, bad: Set[str], add: Callable[[Problem], None]) -> Any:
+    if path in bad or not os.path.isfile(os.path.join(root, path)):
+        return None
+    try:
+        return parse_json(read_file_limited(os.path.join(root, path), limit, path), path)
+    except BundleError as e:
+        add(_problem_of(e, path))
+        return None
+
+
+def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Callable[[Problem], None]) -> None:
+    layout = _read_json(root, "oci-layout", 4096, bad, add)
+    if layout is not None and (not isinstance(layout, dict) or layout.get("imageLayoutVersion") != "1.0.0"):
+        add(Problem("invalid-layout", "oci-layout", f"expected imageLayoutVersion 1.0.0, found {layout!r}"[:200]))
+    index = _read_json(root, "index.json", limits.MAX_INDEX, bad, add)
+    entries: List[Any] = []
+    if isinstance(index, dict) and isinstance(index.get("manifests"), list):
+        entries = index["manifests"]
+    elif index is not None:
+        add(Problem("invalid-layout", "index.json", "expected an OCI index with a manifests array"))
+    for image in manifest.images:
+        _check_image(root, image, entries, bad, add)
+
+
+def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str],
+                 add: Callable[[Problem], None]) -> None:
+    mdigest = str(image.manifest.digest)
+    refs_in_index = {
+        str(e.get("annotations", {}).get(REF_NAME_ANNOTATION))
+        for e in entries if isinstance(e, dict) and e.get("digest") == mdigest
+        and isinstance(e.get("annotations"), dict)
+    }
+    if not any(isinstance(e, dict) and e.get("digest") == mdigest for e in entries):
+        add(Problem("invalid-layout", "index.json", f"expected an entry for {image.name} ({mdigest}), found none"))
+    for ref in image.refs:
+        if ref not in refs_in_index:
+            add(Problem("invalid-layout", "index.json", f"expected ref.name {ref!r} on {mdigest}, found none"))
+    doc = _read_json(root, image.manifest.digest.blob_path, limits.MAX_MANIFEST, bad, add)
+    if isinstance(doc, dict):
+        config: Dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
+        if config.get("digest") != str(image.config.digest) or config.get("size") != image.config.size:
+            found = config.get("digest")
+            add(Problem("invalid-layout", image.manifest.digest.blob_path,
+                        f"manifest of {image.name}: expected config {image.config.digest}, found {found}"))
+        layers: List[Any] = doc["layers"] if isinstance(doc.get("layers"), list) else []
+        got = [(x.get("digest"), x.get("size"), x.get("mediaType")) for x in layers if isinstance(x, dict)]
+        want = [(str(x.digest), x.size, x.media_type) for x in image.layers]
+        if got != want:
+            add(Problem("invalid-layout", image.manifest.digest.blob_path,
+                        f"manifest of {image.name}: its layers differ from bundle.json"))
+    cfg = _read_json(root, image.config.digest.blob_path, limits.MAX_CONFIG, bad, add)
+    if isinstance(cfg, dict):
+        rootfs: Dict[str, Any] = cfg["rootfs"] if isinstance(cfg.get("rootfs"), dict) else {}
+        diff_ids = rootfs.get("diff_ids")
+        want_ids = [str(x.diff_id) for x in image.layers]
+        if diff_ids != want_ids:
+            add(Problem("diffid-mismatch", image.config.digest.blob_path,
+                        f"config of {image.name}: rootfs.diff_ids differ from bundle.json's layers"))

@@ -1,0 +1,204 @@
+"""Helpers for tests that need real container engines.
+
+Private dockerd instances are started and stopped through ``docker/scripts/dockerd.sh``
+(loopback only: ``--bridge=none --iptables=false``; state under ``$SNEAKERNET_RUN``,
+default ``/tmp/sneakernet-run``).
+
+Missing tools follow one policy, implemented by :func:`unavailable`: under ``CI=true``
+the test FAILS (CI must have run ``docker/scripts/install-deps.sh``); elsewhere it is
+skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "docker" / "scripts"
+DOCKERD_SH = SCRIPTS / "dockerd.sh"
+REGISTRY_SH = SCRIPTS / "registry.sh"
+INSTALL_STEP = "bash docker/scripts/install-deps.sh (as root)"
+
+# Which Debian package provides a tool (for the messages).
+APT_PACKAGE = {
+    "docker": "docker.io",
+    "dockerd": "docker.io",
+    "runc": "runc",
+    "containerd": "containerd",
+    "skopeo": "skopeo",
+    "zstd": "zstd",
+    "busybox": "busybox-static",
+    "docker-registry": "docker-registry",
+    "sshd": "openssh-server",
+    "podman": "podman",
+}
+
+# Environment variables that would redirect the docker CLI away from ``-H``/DOCKER_HOST.
+_DOCKER_ENV_DROP = ("DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+
+
+class EngineError(RuntimeError):
+    """An engine helper command failed; the message carries its output."""
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Fail under CI=true, skip otherwise."""
+    if in_ci():
+        pytest.fail(
+            f"{reason}\n(CI=true: this must not be skipped; run {INSTALL_STEP})", pytrace=False
+        )
+    pytest.skip(reason)
+
+
+def require(tool: str) -> str:
+    """Absolute path of ``tool`` (searched in PATH plus the sbin dirs), or fail/skip."""
+    path = shutil.which(tool)
+    if path is None:
+        extra = os.pathsep.join(("/usr/local/sbin", "/usr/sbin", "/sbin"))
+        path = shutil.which(tool, path=extra)
+    if path is None:
+        pkg = APT_PACKAGE.get(tool, tool)
+        unavailable(f"{tool!r} not found (Debian package {pkg}; install with {INSTALL_STEP})")
+    return path
+
+
+def require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        unavailable(f"{what} needs root (running as uid {os.geteuid()})")
+
+
+def _run(
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise EngineError(f"timed out after {timeout}s: {' '.join(argv)}") from e
+    if proc.returncode != 0:
+        raise EngineError(
+            f"command failed (rc={proc.returncode}): {' '.join(argv)}\n"
+            f"--- stdout ---\n{proc.stdout}--- stderr ---\n{proc.stderr}"
+        )
+    return proc
+
+
+# --- private dockerd instances ---------------------------------------------------------
+
+
+def start_dockerd(name: str, *extra: str, fresh: bool = False) -> str:
+    """Start (or reuse) private dockerd ``name``; return its DOCKER_HOST url.
+
+    ``extra`` are additional dockerd arguments (e.g. ``"--storage-driver", "vfs"``).
+    ``fresh=True`` first stops the instance and wipes its state directory.
+    """
+    if fresh:
+        _run(["bash", str(DOCKERD_SH), "purge", name], timeout=120)
+    url = _run(["bash", str(DOCKERD_SH), "start", name, *extra], timeout=120).stdout.strip()
+    if not url.startswith("unix://"):
+        raise EngineError(f"dockerd.sh start {name} printed {url!r}, expected a unix:// url")
+    return url
+
+
+def stop_dockerd(name: str, *, purge: bool = False) -> None:
+    """Stop dockerd ``name`` by its pidfile; ``purge=True`` also removes its state dir."""
+    _run(["bash", str(DOCKERD_SH), "purge" if purge else "stop", name], timeout=120)
+
+
+def dockerd_dir(name: str) -> Path:
+    run = Path(os.environ.get("SNEAKERNET_RUN", "/tmp/sneakernet-run"))
+    return run.absolute() / f"dockerd-{name}"
+
+
+def dockerd_log_tail(name: str, lines: int = 30) -> str:
+    try:
+        text = (dockerd_dir(name) / "dockerd.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def start_registry(name: str, port: int) -> str:
+    """Start (or reuse) a private docker-registry on 127.0.0.1:port; return 'host:port'."""
+    return _run(["bash", str(REGISTRY_SH), "start", name, str(port)], timeout=60).stdout.strip()
+
+
+def stop_registry(name: str, *, purge: bool = False) -> None:
+    _run(["bash", str(REGISTRY_SH), "purge" if purge else "stop", name], timeout=60)
+
+
+# --- docker CLI ------------------------------------------------------------------------
+
+
+def docker_env(docker_host: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DOCKER_ENV_DROP}
+    env["DOCKER_HOST"] = docker_host
+    env["DOCKER_BUILDKIT"] = "0"  # daemon is Debian's 20.10; no buildx: classic builder
+    env["DOCKER_CLI_HINTS"] = "false"
+    return env
+
+
+def docker(docker_host: str, *args: str, timeout: float = 300) -> str:
+    """Run ``docker ARGS`` against ``docker_host``; return stdout (EngineError on failure)."""
+    return _run([require("docker"), *args], env=docker_env(docker_host), timeout=timeout).stdout
+
+
+def build_image(docker_host: str, context_dir: str | os.PathLike[str], tag: str) -> str:
+    """``docker build --network none -t TAG DIR`` (classic builder); return the image ID."""
+    docker(
+        docker_host, "build", "--network", "none", "-t", tag, os.fspath(context_dir), timeout=600
+    )
+    image_id = docker(docker_host, "image", "inspect", "--format", "{{.Id}}", tag).strip()
+    if not image_id.startswith("sha256:"):
+        raise EngineError(f"unexpected image id {image_id!r} for {tag}")
+    return image_id
+
+
+# --- busybox ---------------------------------------------------------------------------
+
+
+def is_static_elf(path: str | os.PathLike[str]) -> bool:
+    """True for an ELF executable without a PT_INTERP program header (statically linked)."""
+    with open(path, "rb") as f:
+        ident = f.read(16)
+        if len(ident) < 16 or ident[:4] != b"\x7fELF":
+            return False
+        is64 = ident[4] == 2
+        end = "<" if ident[5] == 1 else ">"
+        if is64:
+            hdr = f.read(48)
+            (phoff,) = struct.unpack_from(end + "Q", hdr, 16)
+            phentsize, phnum = struct.unpack_from(end + "HH", hdr, 38)
+        else:
+            hdr = f.read(36)
+            (phoff,) = struct.unpack_from(end + "I", hdr, 12)
+            phentsize, phnum = struct.unpack_from(end + "HH", hdr, 26)
+        for i in range(phnum):
+            f.seek(phoff + i * phentsize)
+            (p_type,) = struct.unpack(end + "I", f.read(4))
+            if p_type == 3:  # PT_INTERP
+                return False
+    return True
+
+
+def static_busybox() -> str:
+    """Path of a statically linked busybox (Debian busybox-static: /bin/busybox)."""
+    for cand in ("/bin/busybox", "/usr/bin/busybox"):
+        if os.path.isfile(cand) and is_static_elf(cand):
+            return cand
+    unavailable(
+        f"no statically linked busybox at /bin/busybox (Debian package busybox-static; "
+        f"install with {INSTALL_STEP})"
+    )

@@ -1,0 +1,62 @@
+"""Small helpers shared by the tests: run our CLIs, read what Docker holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(module: str, *args: str, docker_host: str | None = None, check: bool = False,
+            timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m bundle|importer ARGS`` and capture its output."""
+    env = dict(os.environ)
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{module} {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_pyz(bundle: Path, *args: str, docker_host: str | None = None,
+            timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run the bundle's own importer the way a user does: ``python3 -I DIR/bundle-import.pyz``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
+    return subprocess.run([sys.executable, "-I", str(bundle / "bundle-import.pyz"), str(bundle), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout, check=False)
+
+
+def docker_json(docker_host: str, *args: str) -> Any:
+    out = subprocess.run(["docker", "-H", docker_host, *args], capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    return json.loads(out)
+
+
+def image_facts(docker_host: str, ref: str) -> tuple[str, list[str]] | None:
+    """(image ID, RootFS.Layers) of ``ref``, or None when Docker does not have it."""
+    proc = subprocess.run(["docker", "-H", docker_host, "image", "inspect", ref], capture_output=True,
+                          text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        return None
+    doc = json.loads(proc.stdout)[0]
+    return doc["Id"], list(doc["RootFS"]["Layers"])
+
+
+def docker(docker_host: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", "-H", docker_host, *args], capture_output=True, text=True,
+                          check=check, timeout=600)
+
+
+def image_ids(docker_host: str) -> set[str]:
+    out = docker(docker_host, "images", "-a", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}").stdout
+    return {line.strip() for line in out.splitlines() if line.strip()}

@@ -1,0 +1,271 @@
+"""End to end through a real dockerd: export the tricky images, carry, import, prove identity."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import engines
+from tests.helpers import docker, image_facts, image_ids, run_cli, run_pyz
+from tests.imagegen import LONG_DIR, LONG_FILE, UNICODE_NAME, write_contexts
+
+pytestmark = pytest.mark.engine
+
+REFS = ("tricky:base", "tricky:child")
+
+
+@pytest.fixture(scope="session")
+def tricky(docker_host: str, busybox: str,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, list[str]]]:
+    """Build both images once; return ref -> (image ID, diff_ids) as the engine built them."""
+    root = tmp_path_factory.mktemp("ctx")
+    base, child = write_contexts(root, busybox)
+    engines.build_image(docker_host, base, "tricky:base")
+    engines.build_image(docker_host, child, "tricky:child")
+    facts = {ref: image_facts(docker_host, ref) for ref in REFS}
+    assert all(facts.values())
+    LISTINGS["built"] = _listing(docker_host)
+    return facts  # type: ignore[return-value]
+
+
+LISTINGS: dict[str, str] = {}
+CONTENT_SCRIPT = (
+    "cd /data; stat -c '%n %a %h %s' hl-src hl-dst setuid sticky empty; "
+    "readlink abs-link; readlink rel-link; readlink dangling; ls gone-dir; ls gone-file 2>&1; "
+    f"cat '{LONG_DIR}/{LONG_FILE}' '/data/{UNICODE_NAME}'; sha256sum /big.bin; cat /child; "
+    "find / -xdev ! -path '/etc/*' ! -path /etc ! -path '/proc*' ! -path '/sys*' ! -path '/dev*' "
+    "! -name .dockerenv -exec stat -c '%n %a %u %g %s %h %F' {} + | sort"
+)
+
+
+def _listing(docker_host: str) -> str:
+    return docker(docker_host, "run", "--rm", "--pull", "never", "--network", "none", "tricky:child",
+                  "/bin/sh", "-c", CONTENT_SCRIPT).stdout
+
+
+@pytest.fixture(scope="session")
+def tricky_bundle(docker_host: str, tricky: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundles") / "tricky.bundle"
+    run_cli("bundle", "export", *REFS, "-o", str(out), "--schema", "3", docker_host=docker_host, check=True)
+    return out
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / bundle.name
+    shutil.copytree(bundle, dst)
+    return dst
+
+
+def _remove(docker_host: str, *refs: str) -> None:
+    for ref in refs:
+        docker(docker_host, "image", "rm", ref, check=False)
+
+
+def test_bundle_holds_both_images_and_shares_layers(tricky_bundle: Path, tricky: dict) -> None:
+    doc = json.loads((tricky_bundle / "bundle.json").read_text())
+    assert doc["schemaVersion"] == "3.0"
+    by_ref = {img["refs"][0]: img for img in doc["images"]}
+    assert set(by_ref) == set(REFS)
+    for ref, (image_id, diff_ids) in tricky.items():
+        assert by_ref[ref]["config"]["digest"] == image_id
+        assert [x["diffId"] for x in by_ref[ref]["layers"]] == diff_ids
+    base_layers = {x["digest"] for x in by_ref["tricky:base"]["layers"]}
+    child_layers = [x["digest"] for x in by_ref["tricky:child"]["layers"]]
+    assert base_layers <= set(child_layers)
+    # shared layers are stored once: one blob per unique layer + 2 configs + 2 manifests
+    blobs = list((tricky_bundle / "blobs" / "sha256").iterdir())
+    assert len(blobs) == len(set(child_layers)) + 4
+    # the 200 MB random layer is stored compressed but not smaller than its content
+    big = max(by_ref["tricky:base"]["layers"], key=lambda x: x["uncompressedSize"])
+    assert big["uncompressedSize"] > 200 * 1024 * 1024
+    assert big["mediaType"].endswith("+zstd")
+
+
+def test_sha256sum_accepts_the_bundle(tricky_bundle: Path) -> None:
+    proc = subprocess.run(["sha256sum", "-c", "--strict", "SHA256SUMS"], cwd=tricky_bundle,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = {line.split("  ", 1)[1] for line in (tricky_bundle / "SHA256SUMS").read_text().splitlines()}
+    on_disk = {str(p.relative_to(tricky_bundle)) for p in tricky_bundle.rglob("*") if p.is_file()}
+    assert on_disk - listed == {"SHA256SUMS"}
+
+
+def test_bundle_json_and_oci_documents_validate(tricky_bundle: Path) -> None:
+    import jsonschema
+
+    from tests.oci_schemas import validate_oci
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas/bundle/v3.schema.json").read_text())
+    doc = json.loads((tricky_bundle / "bundle.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    validate_oci("layout", json.loads((tricky_bundle / "oci-layout").read_text()))
+    validate_oci("index", json.loads((tricky_bundle / "index.json").read_text()))
+    for image in doc["images"]:
+        blob = tricky_bundle / "blobs" / "sha256"
+        validate_oci("manifest", json.loads((blob / image["manifest"]["digest"][7:]).read_text()))
+        validate_oci("config", json.loads((blob / image["config"]["digest"][7:]).read_text()))
+
+
+def test_skopeo_reads_the_bundle_as_an_oci_layout(tricky_bundle: Path, tricky: dict) -> None:
+    engines.require("skopeo")
+    for ref in REFS:
+        out = subprocess.run(["skopeo", "inspect", "--raw", f"oci:{tricky_bundle}:{ref}"],
+                             capture_output=True, text=True, check=True).stdout
+        manifest = json.loads(out)
+        assert manifest["config"]["digest"] == tricky[ref][0]
+
+
+def test_skopeo_copies_a_gzip_bundle_into_docker(docker_host: str, tricky: dict, tmp_path: Path) -> None:
+    """skopeo 1.9 refuses zstd layers for docker-daemon (Docker schema 2 has no zstd type);
+    a --compression gzip bundle goes through and keeps the image ID."""
+    engines.require("skopeo")
+    out = tmp_path / "gz.bundle"
+    run_cli("bundle", "export", "tricky:child", "-o", str(out), "--compression", "gzip",
+            docker_host=docker_host, check=True)
+    subprocess.run(["skopeo", "copy", "--dest-daemon-host", docker_host, f"oci:{out}:tricky:child",
+                    "docker-daemon:skopeo/copied:1"], capture_output=True, text=True, check=True)
+    try:
+        assert image_facts(docker_host, "skopeo/copied:1") == tricky["tricky:child"]
+    finally:
+        _remove(docker_host, "skopeo/copied:1")
+
+
+def test_bundled_importer_round_trip_reproduces_image_ids(docker_host: str, tricky_bundle: Path,
+                                                          tricky: dict, tmp_path: Path) -> None:
+    carried = _copy(tricky_bundle, tmp_path)  # the far side sees a copy
+    _remove(docker_host, "tricky:child", "tricky:base")
+    assert image_facts(docker_host, "tricky:base") is None
+    receipt = tmp_path / "receipt.json"
+    proc = run_pyz(carried, "--verify", "--docker-host", docker_host, "--receipt", str(receipt))
+    assert proc.returncode == 0, proc.stderr
+    assert "MATCH" in proc.stdout
+    for ref in REFS:
+        assert image_facts(docker_host, ref) == tricky[ref]
+    doc = json.loads(receipt.read_text())
+    assert doc["result"] == "pass"
+    assert doc["engine"]["storageDriver"] == "overlay2"
+    assert {tuple(i["refs"]) for i in doc["images"]} == {(r,) for r in REFS}
+    assert all(i["result"] == "match" for i in doc["images"])
+    assert not [line for line in image_ids(docker_host) if "sneakernet-staging" in line]
+
+
+def test_imported_filesystem_keeps_tricky_content(docker_host: str, tricky_bundle: Path, tricky: dict,
+                                                  tmp_path: Path) -> None:
+    _remove(docker_host, "tricky:child", "tricky:base")
+    assert run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt").returncode == 0
+    out = _listing(docker_host)
+    assert out == LISTINGS["built"]  # every path, mode, owner, size, link count and type
+    assert "setuid 4755 1" in out and "sticky 1777" in out and "empty 644 1 0" in out
+    assert "/data/hl-src\nhl-src\n/nonexistent/target\n" in out
+    assert "new\n" in out and "No such file" in out
+    assert "long\nunicode\n" in out and "child\n" in out
+
+
+def test_second_import_changes_nothing(docker_host: str, tricky_bundle: Path, tricky: dict) -> None:
+    assert run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt").returncode == 0
+    before = image_ids(docker_host)
+    proc = run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [i["status"] for i in doc["images"]] == ["already-present", "already-present"]
+    assert all(i["tagsApplied"] == [] for i in doc["images"])
+    assert image_ids(docker_host) == before
+
+
+def test_import_into_a_vfs_engine_gives_the_same_identity(docker_host_vfs: str, tricky_bundle: Path,
+                                                          tricky: dict) -> None:
+    proc = run_pyz(tricky_bundle, "--verify", "--docker-host", docker_host_vfs, "--json", "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["engine"]["storageDriver"] == "vfs"
+    for ref in REFS:
+        assert image_facts(docker_host_vfs, ref) == tricky[ref]
+
+
+def test_tag_held_by_another_image_is_not_moved_without_force(docker_host: str, tricky_bundle: Path,
+                                                              tricky: dict) -> None:
+    _remove(docker_host, "tricky:child")
+    docker(docker_host, "tag", tricky["tricky:base"][0], "tricky:child")  # the tag points elsewhere
+    before = image_ids(docker_host)
+    proc = run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt")
+    assert proc.returncode == 7, proc.stderr
+    assert "error[tag-conflict]" in proc.stderr and "tricky:child" in proc.stderr
+    assert image_ids(docker_host) == before
+    proc = run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt", "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert image_facts(docker_host, "tricky:child") == tricky["tricky:child"]
+
+
+def test_tampered_layer_is_refused_before_the_engine_is_touched(docker_host: str, tricky_bundle: Path,
+                                                                tmp_path: Path) -> None:
+    carried = _copy(tricky_bundle, tmp_path)
+    doc = json.loads((carried / "bundle.json").read_text())
+    layer = doc["images"][1]["layers"][-1]["digest"][7:]
+    path = carried / "blobs" / "sha256" / layer
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    _remove(docker_host, "tricky:child")
+    before = image_ids(docker_host)
+    proc = run_pyz(carried, "--verify", "--docker-host", docker_host, "--json",
+                   "--receipt", str(tmp_path / "r.json"))
+    assert proc.returncode == 3, proc.stderr
+    assert "error[verification-failed]" in proc.stderr
+    assert f"[digest-mismatch] blobs/sha256/{layer}" in proc.stderr or "decompress-failed" in proc.stderr
+    assert image_ids(docker_host) == before
+    receipt = json.loads((tmp_path / "r.json").read_text())
+    assert receipt["result"] == "fail" and receipt["error"]["id"] == "verification-failed"
+
+
+def test_verify_only_needs_no_engine(tricky_bundle: Path) -> None:
+    proc = run_pyz(tricky_bundle, "--verify-only", "--docker-host", "unix:///nonexistent.sock", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is True and doc["verification"]["layersChecked"] >= 7
+
+
+def test_unreachable_engine_is_a_clear_error(tricky_bundle: Path, tmp_path: Path) -> None:
+    proc = run_pyz(tricky_bundle, "--docker-host", f"unix://{tmp_path}/none.sock", "--no-receipt")
+    assert proc.returncode == 6
+    assert "error[engine-unavailable]" in proc.stderr and "none.sock" in proc.stderr
+
+
+def test_export_of_a_missing_image_leaves_nothing(docker_host: str, tmp_path: Path) -> None:
+    out = tmp_path / "missing.bundle"
+    proc = run_cli("bundle", "export", "no/such:image", "-o", str(out), docker_host=docker_host)
+    assert proc.returncode == 5
+    assert "error[image-not-found]" in proc.stderr and "no/such:image" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_refuses_an_existing_folder(docker_host: str, tricky: dict, tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "keep").write_text("x")
+    proc = run_cli("bundle", "export", "tricky:base", "-o", str(tmp_path / "b"), docker_host=docker_host)
+    assert proc.returncode == 2 and "--force" in proc.stderr
+    assert (tmp_path / "b" / "keep").read_text() == "x"
+
+
+def test_inspect_shows_images_and_shared_layers(tricky_bundle: Path, tricky: dict) -> None:
+    proc = run_cli("bundle", "inspect", str(tricky_bundle), "--json", check=True)
+    info = json.loads(proc.stdout)
+    assert [i["refs"] for i in info["images"]] == [["tricky:base"], ["tricky:child"]]
+    assert len(info["sharedLayers"]) == len(tricky["tricky:base"][1])
+    assert info["totals"]["uniqueLayers"] == len(tricky["tricky:child"][1])
+    human = run_cli("bundle", "inspect", str(tricky_bundle), check=True).stdout
+    assert "tricky:child" in human
+
+
+def test_pyz_runs_isolated_without_site(tricky_bundle: Path) -> None:
+    import sys
+
+    proc = subprocess.run([sys.executable, "-I", "-S", str(tricky_bundle / "bundle-import.pyz"), "--version"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "bundle-import" in proc.stdout
+    digest = hashlib.sha256((tricky_bundle / "bundle-import.pyz").read_bytes()).hexdigest()
+    doc = json.loads((tricky_bundle / "bundle.json").read_text())
+    assert doc["importer"]["digest"] == f"sha256:{digest}"
