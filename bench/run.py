@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: sneakernet vs docker save/load, zstd, sha256sum and skopeo.
+
+Builds the synthetic image (bench/recipe.py) in a private dockerd, then runs each case
+alternating with its peers, ``--runs`` times, and records wall time, CPU time and peak RSS of
+the measured process tree (and the CPU time dockerd + containerd spent). Prints a table with
+ratios ours/peer and writes it to bench/results/. Not a test: a tool.
+
+    python3 bench/run.py                 # 3 GiB image, 3 runs (about 30-40 min on 2 cores)
+    python3 bench/run.py --size 10G --runs 1 --only export,import   # the memory check
+    python3 bench/run.py --small         # CI smoke mode: 48 MiB, 1 run, results to a temp dir
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.recipe import write_context  # noqa: E402
+
+REF = "bench/img:1"
+PY = sys.executable
+
+
+@dataclass
+class Sample:
+    wall: float
+    cpu: float
+    maxrss_kib: int
+    engine_cpu: float
+    out_bytes: int = 0
+
+
+@dataclass
+class Case:
+    group: str
+    name: str
+    ours: bool
+    setup: Callable[[], None] | None
+    argv: Callable[[], list[str]]
+    cwd: Path | None = None
+    output: Callable[[], Path | None] | None = None
+    samples: list[Sample] = field(default_factory=list)
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("IB")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def sh(cmd: str) -> list[str]:
+    return ["bash", "-o", "pipefail", "-c", cmd]
+
+
+def engine_pids(run_dir: Path) -> list[int]:
+    pids = []
+    for pidfile in [run_dir / "docker.pid", *run_dir.glob("exec/**/containerd.pid")]:
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int(pidfile.read_text().strip()))
+    return pids
+
+
+def cpu_of(pids: list[int]) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def du(path: Path | None) -> int:
+    if path is None or not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def measure(case: Case, env: dict[str, str], run_dir: Path) -> Sample:
+    if case.setup:
+        case.setup()
+    pids = engine_pids(run_dir)
+    e0 = cpu_of(pids)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(case.argv(), cwd=case.cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: {case.group}/{case.name} exited {proc.returncode}: {err.decode()[-2000:]}")
+    out = du(case.output()) if case.output else 0
+    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, cpu_of(pids) - e0, out)
+
+
+def fmt_row(case: Case) -> dict[str, object]:
+    walls = [s.wall for s in case.samples]
+    return {
+        "group": case.group, "case": case.name, "ours": case.ours, "runs": len(walls),
+        "wall_median": statistics.median(walls), "wall_min": min(walls), "wall_max": max(walls),
+        "cpu_median": statistics.median(s.cpu for s in case.samples),
+        "peak_rss_mib": max(s.maxrss_kib for s in case.samples) / 1024,
+        "engine_cpu_median": statistics.median(s.engine_cpu for s in case.samples),
+        "output_bytes": case.samples[-1].out_bytes,
+    }
+
+
+def machine() -> dict[str, object]:
+    def cmd(*a: str) -> str:
+        try:
+            return subprocess.run(a, capture_output=True, text=True, timeout=30).stdout.strip()
+        except OSError:
+            return ""
+    cpu = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+    import zstandard
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(int(mem) / (1 << 20), 1),
+        "kernel": platform.release(), "python": platform.python_version(),
+        "zstandard": zstandard.__version__, "docker": cmd("dockerd", "--version"),
+        "skopeo": cmd("skopeo", "--version"), "zstd": cmd("zstd", "--version"),
+        "sha256sum": cmd("sha256sum", "--version").splitlines()[0] if cmd("sha256sum", "--version") else "",
+    }
+
+
+def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
+    lines = [f"# sneakernet benchmark {meta['date']}", "",
+             f"Image: {meta['image_bytes'] / (1 << 30):.2f} GiB ({meta['layers']} layers), "  # type: ignore[operator]
+             f"runs per case: {meta['runs']}.",
+             "Machine: " + ", ".join(f"{k}: {v}" for k, v in dict(meta["machine"]).items()), "",  # type: ignore[call-overload]
+             "| group | case | wall median (min-max) s | CPU s | peak RSS MiB | dockerd+containerd CPU s "
+             "| output MiB | ours/peer |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    by_group: dict[str, list[dict[str, object]]] = {}
+    for r in rows:
+        by_group.setdefault(str(r["group"]), []).append(r)
+    for group, items in by_group.items():
+        ours = [r for r in items if r["ours"]]
+        for r in items:
+            ratio = ""
+            if ours and not r["ours"]:
+                ratio = f"{float(ours[0]['wall_median']) / float(r['wall_median']):.2f}x"  # type: ignore[arg-type]
+            lines.append(
+                f"| {group} | {'**' if r['ours'] else ''}{str(r['case']).replace('|', chr(92) + '|')}"
+                f"{'**' if r['ours'] else ''} | "
+                f"{r['wall_median']:.1f} ({r['wall_min']:.1f}-{r['wall_max']:.1f}) | {r['cpu_median']:.1f} | "
+                f"{r['peak_rss_mib']:.0f} | {r['engine_cpu_median']:.1f} | "
+                f"{int(r['output_bytes']) / (1 << 20):.0f} | {ratio} |")  # type: ignore[call-overload]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="3G", help="image size (default 3G)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", default="export,import,verify,push", help="groups to run")
+    ap.add_argument("--small", action="store_true", help="CI mode: 48M, 1 run, results to a temp dir")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
+    ap.add_argument("--level", type=int, default=None, help="zstd level for bundle export")
+    args = ap.parse_args()
+    if args.small:
+        args.size, args.runs = "48M", 1
+        args.out = tempfile.mkdtemp(prefix="sneakernet-bench-results.")
+    groups = set(args.only.split(","))
+    size = parse_size(args.size)
+    work = Path(args.work or tempfile.mkdtemp(prefix="sneakernet-bench."))
+    run_root = Path(os.environ.get("SNEAKERNET_RUN", "/tmp/sneakernet-run"))
+    os.environ["SNEAKERNET_RUN"] = str(run_root)
+    scripts = REPO / "docker" / "scripts"
+    host = subprocess.run(["bash", str(scripts / "dockerd.sh"), "start", "bench"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    run_dir = run_root / "dockerd-bench"
+    env = {**os.environ, "DOCKER_HOST": host, "DOCKER_BUILDKIT": "0", "PYTHONPATH": str(REPO)}
+    registry = None
+    try:
+        print(f"bench: building a {args.size} image in {work}", file=sys.stderr)
+        ctx = write_context(work / "ctx", size, "/bin/busybox",
+                            small_files=200 if args.small else None)
+        subprocess.run(["docker", "build", "-q", "--network", "none", "-t", REF, str(ctx)], env=env,
+                       check=True, capture_output=True)
+        shutil.rmtree(ctx)
+        image = json.loads(subprocess.run(["docker", "image", "inspect", REF], env=env, check=True,
+                                          capture_output=True, text=True).stdout)[0]
+        out = work / "out"
+
+        def fresh_out() -> None:
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+
+        def image_absent() -> None:
+            subprocess.run(["docker", "image", "rm", "-f", REF], env=env, capture_output=True)
+
+        def image_present() -> None:
+            if subprocess.run(["docker", "image", "inspect", REF], env=env, capture_output=True).returncode:
+                subprocess.run(["docker", "load", "-i", str(art / "plain.tar")], env=env, check=True,
+                               capture_output=True)
+
+        level = ["--level", str(args.level)] if args.level is not None else []
+        cases: list[Case] = []
+        if "export" in groups:
+            cases += [
+                Case("export", "docker save >/dev/null", False, fresh_out,
+                     lambda: sh(f"docker save {REF} >/dev/null")),
+                Case("export", "docker save -o", False, fresh_out,
+                     lambda: ["docker", "save", "-o", str(out / "plain.tar"), REF], output=lambda: out),
+                Case("export", "docker save | zstd -T0 -3", False, fresh_out,
+                     lambda: sh(f"docker save {REF} | zstd -T0 -3 -q -o {out}/x.tar.zst"), output=lambda: out),
+                Case("export", "skopeo copy -> oci (zstd)", False, fresh_out,
+                     lambda: ["skopeo", "copy", "-q", "--src-daemon-host", host, "--dest-compress-format",
+                              "zstd", f"docker-daemon:{REF}", f"oci:{out}/sk:img"], output=lambda: out),
+                Case("export", "bundle export", True, fresh_out,
+                     lambda: [PY, "-m", "bundle", "export", REF, "-o", str(out / "b"), "-q", *level],
+                     output=lambda: out),
+            ]
+        # artifacts for the import/verify/push groups
+        art = work / "artifacts"
+        art.mkdir(exist_ok=True)
+        subprocess.run(["docker", "save", "-o", str(art / "plain.tar"), REF], env=env, check=True)
+        subprocess.run(sh(f"zstd -T0 -3 -q -f {art}/plain.tar -o {art}/plain.tar.zst"), check=True)
+        subprocess.run([PY, "-m", "bundle", "export", REF, "-o", str(art / "b"), "-q", "--force", *level],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
+        bundle_dir = art / "b"
+        if "import" in groups:
+            cases += [
+                Case("import", "docker load -i plain.tar", False, image_absent,
+                     lambda: ["docker", "load", "-q", "-i", str(art / "plain.tar")]),
+                Case("import", "zstd -dc | docker load", False, image_absent,
+                     lambda: sh(f"zstd -dcq {art}/plain.tar.zst | docker load -q")),
+                Case("import", "bundle-import --verify", True, image_absent,
+                     lambda: [PY, "-m", "importer", str(bundle_dir), "--verify", "--no-receipt", "-q"]),
+            ]
+        if "verify" in groups:
+            cases += [
+                Case("verify", "sha256sum -c SHA256SUMS", False, None,
+                     lambda: ["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=bundle_dir),
+                Case("verify", "bundle-import --verify-only", True, None,
+                     lambda: [PY, "-m", "importer", str(bundle_dir), "--verify-only", "-q"]),
+            ]
+        has_push = subprocess.run([PY, "-m", "bundle", "push", "--help"], env=env, capture_output=True).returncode == 0
+        if "push" in groups and has_push:
+            import socket
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            registry = f"bench-{port}"
+
+            def fresh_registry() -> None:
+                subprocess.run(["bash", str(scripts / "registry.sh"), "purge", registry], capture_output=True)
+                subprocess.run(["bash", str(scripts / "registry.sh"), "start", registry, str(port)],
+                               check=True, capture_output=True)
+
+            cases += [
+                Case("push", "skopeo copy oci -> registry", False, fresh_registry,
+                     lambda: ["skopeo", "copy", "-q", "--dest-tls-verify=false", f"oci:{bundle_dir}:{REF}",
+                              f"docker://127.0.0.1:{port}/skopeo/img:1"]),
+                Case("push", "bundle push", True, fresh_registry,
+                     lambda: [PY, "-m", "bundle", "push", str(bundle_dir), f"127.0.0.1:{port}/ours",
+                              "--insecure"]),
+            ]
+        # warm the page cache once so verify compares hashing, not the first read
+        subprocess.run(["cat", *[str(p) for p in bundle_dir.rglob("*") if p.is_file()]], stdout=subprocess.DEVNULL)
+        for r in range(args.runs):
+            for case in cases:  # alternating: every case once per round
+                if case.group in ("export", "verify", "push"):
+                    image_present()
+                sample = measure(case, env, run_dir)
+                case.samples.append(sample)
+                print(f"bench: round {r + 1}/{args.runs} {case.group:7} {case.name:32} {sample.wall:7.1f}s "
+                      f"cpu {sample.cpu:6.1f}s rss {sample.maxrss_kib / 1024:6.0f} MiB", file=sys.stderr)
+        rows = [fmt_row(c) for c in cases]
+        meta: dict[str, object] = {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "image_bytes": int(image["Size"]),
+            "layers": len(image["RootFS"]["Layers"]), "runs": args.runs, "machine": machine(),
+        }
+        table = render(rows, meta)
+        print(table)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        stem = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M") + f"-{args.size}"
+        (Path(args.out) / f"{stem}.md").write_text(table)
+        (Path(args.out) / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+        print(f"bench: results in {Path(args.out) / stem}.md", file=sys.stderr)
+    finally:
+        if registry:
+            subprocess.run(["bash", str(scripts / "registry.sh"), "purge", registry], capture_output=True)
+        subprocess.run(["bash", str(scripts / "dockerd.sh"), "purge", "bench"], capture_output=True)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

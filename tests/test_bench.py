@@ -1,0 +1,30 @@
+"""The benchmark tool runs end to end in its small mode (a tool, not a timed test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import engines
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.engine
+def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
+    for tool in ("dockerd", "skopeo", "zstd", "sha256sum"):
+        engines.require(tool)
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small", "--only", "export,import,verify",
+                           "--work", str(tmp_path / "work")],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = proc.stdout
+    for case in ("docker save -o", "bundle export", "docker load -i plain.tar", "bundle-import --verify",
+                 "sha256sum -c SHA256SUMS", "bundle-import --verify-only", "skopeo copy"):
+        assert case in table, case
+    assert "ours/peer" in table
+    results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
+    assert results.read_text().strip() == table.strip()
