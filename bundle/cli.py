@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="export images from a Docker engine into a bundle folder")
     e.add_argument("images", nargs="+", metavar="IMAGE", help="image references (name:tag or ID)")
     e.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle folder to create")
-    e.add_argument("--schema", type=int, default=3, choices=[3], help="bundle schema major (default 3)")
+    e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
+                   help="bundle schema major: 3 (default) content-addressed OCI layout; 2 one zstd "
+                   "docker-archive + importer; 1 a plain docker-archive loadable with `docker load -i`")
     e.add_argument("--compression", choices=["zstd", "gzip"], default="zstd")
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
     e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
@@ -75,6 +77,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     finally:
         if rp is not None:
             rp.progress.stop()
+    if result.manifest is None:
+        info = inspect_bundle(result.path)
+        if args.json:
+            print(json.dumps({"bundle": result.path, "schemaVersion": info["schemaVersion"],
+                              "images": info["images"], "seconds": round(result.seconds, 3)}, indent=2))
+        else:
+            print(f"wrote {result.path}: schema {info['schemaVersion']}, {len(info['images'])} image(s), "
+                  f"{human_bytes(info['totals']['bytes'])} in {result.seconds:.1f}s")
+        return 0
     m = result.manifest
     summary: Dict[str, Any] = {
         "bundle": result.path,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from bundle.blobstore import BlobStore
+from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import UsageError
@@ -25,8 +26,9 @@ ProgressFactory = Callable[[str, int], Callable[[int], None]]
 @dataclass
 class ExportResult:
     path: str
-    manifest: BundleManifest
+    manifest: Optional[BundleManifest]  # None for schema 1 and 2 bundles
     seconds: float
+    schema: int = 3
 
 
 def export_images(
@@ -40,9 +42,12 @@ def export_images(
     force: bool = False,
     progress: Optional[ProgressFactory] = None,
 ) -> ExportResult:
-    if schema != 3:
-        raise UsageError(f"exporting: expected --schema 3, found {schema}",
-                         hint="this version writes schema 3 bundles only")
+    if schema not in (1, 2, 3):
+        raise UsageError(f"exporting: expected --schema 1, 2 or 3, found {schema}")
+    if schema < 3 and compression != "zstd":
+        raise UsageError(f"exporting with --schema {schema}: --compression is fixed by the schema "
+                         f"({'none' if schema == 1 else 'zstd'} for the whole archive)",
+                         hint="use --schema 3 for per-layer zstd or gzip")
     if compression not in ("zstd", "gzip"):
         raise UsageError(f"exporting: expected --compression zstd or gzip, found {compression!r}")
     if not refs:
@@ -59,10 +64,16 @@ def export_images(
     total = source.check_refs(refs)
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
-        store = BlobStore(staging)
         on_bytes = progress("export", total) if progress else None
-        images = source.export(refs, store, compression=compression, level=level, on_bytes=on_bytes)
-        manifest = write_bundle(staging, store, images, {"kind": source_info.kind, **source_info.details})
+        source_doc = {"kind": source_info.kind, **source_info.details}
+        if schema < 3:
+            write_legacy_bundle(staging, source.docker.argv("save", *refs), refs, schema, source_doc, level=level,
+                                on_bytes=on_bytes)
+            manifest = None
+        else:
+            store = BlobStore(staging)
+            images = source.export(refs, store, compression=compression, level=level, on_bytes=on_bytes)
+            manifest = write_bundle(staging, store, images, source_doc)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
         if os.path.lexists(out_dir):
             if os.path.isdir(out_dir) and not os.path.islink(out_dir):
@@ -74,4 +85,4 @@ def export_images(
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
-    return ExportResult(out_dir, manifest, time.monotonic() - started)
+    return ExportResult(out_dir, manifest, time.monotonic() - started, schema)

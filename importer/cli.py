@@ -13,14 +13,23 @@ import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
+from importer.digest import Digest
 from importer.errors import BundleError, Interrupted, UsageError, VerificationFailed
 from importer.importing import ImportResult, import_bundle, verify_or_raise
+from importer.legacy import (
+    bundle_major,
+    import_legacy_bundle,
+    load_legacy_manifest,
+    raise_if_problems,
+    verify_legacy,
+)
 from importer.postload import render_table
 from importer.progress import StderrProgress
 from importer.receipt import build_import_receipt, write_receipt
 from importer.verify import VerifyReport
 
 EXIT_OK = 0
+LEGACY_MAJORS = (1, 2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +78,12 @@ def _report_lines(report: VerifyReport) -> str:
 
 
 def cmd_verify_only(args: argparse.Namespace) -> int:
-    report = verify_or_raise(args.bundle, progress=_progress(args.quiet))
+    major, raw = bundle_major(args.bundle)
+    if major in LEGACY_MAJORS:
+        report = verify_legacy(args.bundle, load_legacy_manifest(raw, major), raw)
+        raise_if_problems(args.bundle, report)
+    else:
+        report = verify_or_raise(args.bundle, progress=_progress(args.quiet))
     if args.json:
         print(json.dumps({"ok": True, "verification": report.to_dict()}, indent=2))
     else:
@@ -90,7 +104,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
     error: Optional[BundleError] = None
     try:
-        import_bundle(args.bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
+        major, raw = bundle_major(args.bundle)
+        if major in LEGACY_MAJORS:
+            result.bundle_digest = str(Digest.of_bytes(raw))
+            import_legacy_bundle(args.bundle, sink, force=args.force, result=result, raw_bundle_json=raw,
+                                 major=major)
+        else:
+            import_bundle(args.bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
     except BundleError as e:
         error = e
     except KeyboardInterrupt:

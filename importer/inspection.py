@@ -6,12 +6,16 @@ import os
 from typing import Any, Dict, List
 
 from importer.digest import Digest
-from importer.limits import MAX_BUNDLE_JSON, read_file_limited
-from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest
+from importer.legacy import load_legacy_manifest
+from importer.limits import MAX_BUNDLE_JSON, parse_json, read_file_limited
+from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest, parse_schema_version
 
 
 def inspect_bundle(root: str) -> Dict[str, Any]:
     raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+    major, _ = parse_schema_version(parse_json(raw, BUNDLE_JSON))
+    if major in (1, 2):
+        return _inspect_legacy(root, raw, major)
     manifest = load_bundle_manifest(raw)
     users: Dict[Digest, List[str]] = {}
     for image in manifest.images:
@@ -52,4 +56,26 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
             "uniqueLayers": len(manifest.unique_layers()),
             "uncompressedBytes": manifest.uncompressed_bytes(),
         },
+    }
+
+
+def _inspect_legacy(root: str, raw: bytes, major: int) -> Dict[str, Any]:
+    m = load_legacy_manifest(raw, major)
+    return {
+        "bundle": os.path.abspath(root),
+        "bundleDigest": str(Digest.of_bytes(raw)),
+        "schemaVersion": m.schema_version,
+        "created": m.created,
+        "toolVersion": m.tool_version,
+        "source": m.source,
+        "signed": False,
+        "archive": m.archive.to_dict(),
+        "images": [
+            {"refs": list(i.refs), "configDigest": str(i.config.digest), "compressedSize": 0,
+             "uncompressedSize": 0, "layers": [{"diffId": str(x.diff_id), "sharedWith": []} for x in i.layers]}
+            for i in m.images
+        ],
+        "sharedLayers": [],
+        "totals": {"files": len(m.files), "bytes": m.compressed_bytes(), "uniqueLayers": None,
+                   "uncompressedBytes": m.uncompressed_size},
     }
