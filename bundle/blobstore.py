@@ -83,6 +83,12 @@ class BlobStore:
                 os.unlink(tmp)
             raise
 
+    def discard(self, digest: Digest) -> None:
+        """Forget a blob written by this store (a layer the delta leaves out)."""
+        if self.written.pop(digest.blob_path, None) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path_of(digest))
+
     def write_bytes(self, data: bytes) -> WrittenBlob:
         """Store a small blob (manifest, config) byte-for-byte."""
         digest = Digest.of_bytes(data)

@@ -18,6 +18,8 @@ from rich.progress import (
 from rich.table import Table
 
 from bundle.export import export_images
+from bundle.keycmds import add_key_commands, signing_key_from_args
+from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
 from importer.cli import render_error
 from importer.errors import BundleError
@@ -33,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export images from a Docker engine into a bundle folder")
     e.add_argument("images", nargs="+", metavar="IMAGE", help="image references (name:tag or ID)")
-    e.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle folder to create")
+    e.add_argument("-o", "--output", metavar="DIR", help="the bundle folder to create (optional with --archive)")
+    add_archive_options(e)
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
                    help="bundle schema major: 3 (default) content-addressed OCI layout; 2 one zstd "
                    "docker-archive + importer; 1 a plain docker-archive loadable with `docker load -i`")
@@ -41,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
     e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
     e.add_argument("--force", action="store_true", help="replace an existing output folder")
+    e.add_argument("--have", action="append", default=[], metavar="FILE",
+                   help="write a delta bundle without the layers the offline host holds: FILE is its "
+                   "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")
+    e.add_argument("--sign-key", metavar="KEY",
+                   help="sign bundle.json with this Ed25519 key (`bundle keygen`); writes bundle.json.sig")
+    e.add_argument("--passphrase-stdin", action="store_true", help="read the signing key's passphrase from stdin")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     e.set_defaults(handler=cmd_export)
@@ -49,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("bundle", metavar="BUNDLE")
     i.add_argument("--json", action="store_true")
     i.set_defaults(handler=cmd_inspect)
+    add_key_commands(sub)
+    add_transfer_commands(sub)
     return p
 
 
@@ -65,15 +76,18 @@ class _RichProgress:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
+    out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     err = Console(stderr=True)
     show = not args.quiet and err.is_terminal
     rp = _RichProgress(err) if show else None
     if rp is not None:
         rp.progress.start()
     try:
-        result = export_images(args.images, args.output, docker_host=args.docker_host,
+        result = export_images(args.images, out_dir, docker_host=args.docker_host,
                                compression=args.compression, level=args.level, schema=args.schema,
-                               force=args.force, progress=rp.factory if rp else None)
+                               force=args.force, progress=rp.factory if rp else None, have=args.have,
+                               sign_key=sign_key)
     finally:
         if rp is not None:
             rp.progress.stop()
@@ -87,6 +101,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                   f"{human_bytes(info['totals']['bytes'])} in {result.seconds:.1f}s")
         return 0
     m = result.manifest
+    packed = finish_export(args, result.path, consume)
+    if packed is not None and consume:  # only the archive remains: the folder was a staging area
+        print(json.dumps({"archive": packed.to_dict()}, indent=2) if args.json else pack_lines(packed))
+        return 0
     summary: Dict[str, Any] = {
         "bundle": result.path,
         "schemaVersion": m.schema_version,
@@ -95,6 +113,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         "bytes": m.compressed_bytes(),
         "uncompressedBytes": m.uncompressed_bytes(),
         "seconds": round(result.seconds, 3),
+        "signature": {"keyFingerprint": result.signed_by} if result.signed_by else None,
+        "archive": packed.to_dict() if packed is not None else None,
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -103,7 +123,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {result.path}: {len(m.images)} image(s), {len(m.unique_layers())} layer(s), "
               f"{human_bytes(m.compressed_bytes())} ({ratio:.0%} of {human_bytes(m.uncompressed_bytes())}) "
               f"in {result.seconds:.1f}s")
-        print(f"import on the far side: python3 {result.path}/bundle-import.pyz {result.path} --verify")
+        if result.signed_by:
+            print(f"signed bundle.json with key {result.signed_by}")
+        trust = " --trust PUBKEY" if result.signed_by else ""
+        print(f"import on the far side: python3 {result.path}/bundle-import.pyz {result.path} --verify{trust}")
+        if packed is not None:
+            print(pack_lines(packed))
     return 0
 
 
@@ -124,6 +149,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                       str(len(image["layers"])), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))
     console.print(table)
+    if info.get("delta"):
+        console.print(f"[bold]delta bundle[/bold]: the offline host must already hold "
+                      f"{len(info['delta']['requires'])} layer(s):")
+        for req in info["delta"]["requires"]:
+            console.print(f"  {req['diffId']}  ({human_bytes(req['uncompressedSize'])}, used by "
+                          f"{', '.join(req['usedBy'])})")
     totals = info["totals"]
     console.print(f"{totals['files']} files, {human_bytes(totals['bytes'])} on disk; "
                   f"{totals['uniqueLayers']} unique layers, {human_bytes(totals['uncompressedBytes'])} uncompressed")

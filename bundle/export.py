@@ -13,11 +13,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from bundle.blobstore import BlobStore
+from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import UsageError
+from importer.have import load_have
 from importer.manifest import BundleManifest
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -29,6 +33,7 @@ class ExportResult:
     manifest: Optional[BundleManifest]  # None for schema 1 and 2 bundles
     seconds: float
     schema: int = 3
+    signed_by: Optional[str] = None  # key fingerprint when exported with a signing key
 
 
 def export_images(
@@ -41,9 +46,17 @@ def export_images(
     schema: int = 3,
     force: bool = False,
     progress: Optional[ProgressFactory] = None,
+    have: Sequence[str] = (),
+    sign_key: Optional[Ed25519PrivateKey] = None,
 ) -> ExportResult:
     if schema not in (1, 2, 3):
         raise UsageError(f"exporting: expected --schema 1, 2 or 3, found {schema}")
+    if schema < 3 and sign_key is not None:
+        raise UsageError(f"exporting with --schema {schema}: signatures (--sign-key) need schema 3",
+                         hint="drop --schema or use --schema 3")
+    if schema < 3 and have:
+        raise UsageError(f"exporting with --schema {schema}: delta bundles (--have) need schema 3",
+                         hint="drop --schema or use --schema 3")
     if schema < 3 and compression != "zstd":
         raise UsageError(f"exporting with --schema {schema}: --compression is fixed by the schema "
                          f"({'none' if schema == 1 else 'zstd'} for the whole archive)",
@@ -59,9 +72,11 @@ def export_images(
                          hint="choose another -o, or pass --force to replace it")
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
+    have_ids = set().union(*(load_have(p) for p in have)) if have else None
     source = DockerDaemonSource(docker_host)
     source_info = source.info()
     total = source.check_refs(refs)
+    signed_by: Optional[str] = None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
         on_bytes = progress("export", total) if progress else None
@@ -72,8 +87,13 @@ def export_images(
             manifest = None
         else:
             store = BlobStore(staging)
-            images = source.export(refs, store, compression=compression, level=level, on_bytes=on_bytes)
+            images = source.export(refs, store, compression=compression, level=level, on_bytes=on_bytes,
+                                   have=have_ids)
+            # keep the user's order (docker save lists images in its own order)
+            images.sort(key=lambda im: min((refs.index(r) for r in im.refs if r in refs), default=len(refs)))
             manifest = write_bundle(staging, store, images, source_doc)
+            if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
+                signed_by = sign_bundle(staging, sign_key)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
         if os.path.lexists(out_dir):
             if os.path.isdir(out_dir) and not os.path.islink(out_dir):
@@ -85,4 +105,4 @@ def export_images(
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
-    return ExportResult(out_dir, manifest, time.monotonic() - started, schema)
+    return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by)

@@ -85,7 +85,8 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         record(path, Digest.of_bytes(data), len(data))
 
     manifest_model = BundleManifest(
-        schema_version=f"{SCHEMA_MAJOR}.0",
+        # 3.1: delta bundles (external layers); full bundles stay 3.0 for older 3.x importers
+        schema_version=f"{SCHEMA_MAJOR}.{1 if any(x.external for r in records for x in r.layers) else 0}",
         created=created or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         tool_version=__version__,
         source=source,

@@ -13,11 +13,11 @@ import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
+from importer.bundleinput import check_signature_at, schema_major_at, sink_for
 from importer.digest import Digest
-from importer.errors import BundleError, Interrupted, UsageError, VerificationFailed
+from importer.errors import BundleError, VerificationFailed
 from importer.importing import ImportResult, import_bundle, verify_or_raise
 from importer.legacy import (
-    bundle_major,
     import_legacy_bundle,
     load_legacy_manifest,
     raise_if_problems,
@@ -26,6 +26,12 @@ from importer.legacy import (
 from importer.postload import render_table
 from importer.progress import StderrProgress
 from importer.receipt import build_import_receipt, write_receipt
+from importer.signals import stop_error, stop_on_signals
+from importer.signature import SignatureCheck, TrustPolicy, load_trusted_keys
+from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
+from importer.sinks.registry import add_registry_arguments, import_to_registry, registry_sink
+from importer.smoke.cli import add_smoke_arguments, smoke_after_import
+from importer.smoke.cli import main as smoke_main
 from importer.verify import VerifyReport
 
 EXIT_OK = 0
@@ -39,19 +45,53 @@ def build_parser() -> argparse.ArgumentParser:
         "that the engine holds exactly what was built.",
         epilog="Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 integrity, 4 invalid bundle "
         "manifest or unsupported schema, 6 engine, 7 policy (tag conflict, signature), "
-        "8 engine holds something else, 130 interrupted. See docs/errors.md.",
+        "8 engine holds something else, 130 interrupted (SIGINT), 143 terminated (SIGTERM/SIGHUP). "
+        "See docs/errors.md; trust and signatures: docs/security.md.",
     )
-    p.add_argument("bundle", metavar="BUNDLE", help="the bundle folder (holding bundle.json)")
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?",
+                   help="the bundle folder (holding bundle.json), FILE.tar or FILE.tar.parts.json (read in "
+                   "place, never unpacked); not needed with --inventory")
     p.add_argument("--verify", action="store_true",
                    help="verify every byte before loading and the engine's copy after (always on; "
                    "accepted for explicit scripts)")
     p.add_argument("--verify-only", action="store_true", help="verify the bundle and stop; needs no engine")
-    p.add_argument("--engine", choices=["docker"], default="docker", help="where to load (default: docker)")
-    p.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
+    p.add_argument("--engine", choices=[*ENGINES, "registry"], default=None,
+                   help="where to load (default: detected: the engine the options name, else $DOCKER_HOST, "
+                   "else the first of Docker, containerd, podman that answers; see docs/engines.md)")
+    p.add_argument("--docker-host", metavar="URL", help="docker: daemon address (default: $DOCKER_HOST)")
+    p.add_argument("--address", metavar="SOCKET",
+                   help="containerd: socket (default: $CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
+    p.add_argument("--namespace", metavar="NS",
+                   help="containerd: namespace (default: $CONTAINERD_NAMESPACE or default; Kubernetes uses k8s.io)")
+    p.add_argument("--snapshotter", metavar="NAME",
+                   help="containerd: snapshotter to unpack into (default: $CONTAINERD_SNAPSHOTTER or overlayfs)")
+    p.add_argument("--podman-root", metavar="DIR", help="podman: storage root (podman --root)")
+    p.add_argument("--podman-runroot", metavar="DIR", help="podman: run root (podman --runroot)")
+    p.add_argument("--storage-driver", metavar="NAME", help="podman: storage driver (overlay, vfs, ...)")
+    p.add_argument("--oci-dir", metavar="DIR", help="oci: the OCI image layout folder to write to")
+    add_registry_arguments(p)
+    p.add_argument("--deep", action="store_true",
+                   help="after loading, export every image back out of the engine and hash every layer again "
+                   "(proves the stored bytes, not just the metadata)")
+    p.add_argument("--inventory", action="store_true",
+                   help="print what the engine holds (JSON with a checksum; input of `bundle export --have`) "
+                   "and stop; needs no bundle")
     p.add_argument("--receipt", metavar="PATH",
                    help="where to write the import receipt (default: ./<bundle>.import-receipt.json)")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
     p.add_argument("--force", action="store_true", help="move existing tags that point to other images")
+    p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
+                   help="accept bundles signed by this Ed25519 public key (a .pub file from `bundle keygen`, "
+                   "or a folder of *.pub files); repeatable; implies --require-signature")
+    p.add_argument("--require-signature", action="store_true",
+                   help="refuse a bundle that is not signed by a trusted key")
+    p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS for another import into the same engine to end "
+                   "(default: fail at once)")
+    p.add_argument("--smoke", action="store_true",
+                   help="after a successful import, qualify this host with the bundle's images (the smoke "
+                   "suite of `bundle-import smoke`; docs/qualification.md)")
+    add_smoke_arguments(p, standalone=False)
     p.add_argument("--json", action="store_true", help="print a JSON result on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -77,13 +117,24 @@ def _report_lines(report: VerifyReport) -> str:
             + ("OK" if report.ok else f"{len(report.problems)} problem(s)"))
 
 
+def _signature_first(args: argparse.Namespace) -> SignatureCheck:
+    """The trust policy, before anything else reads the bundle (docs/security.md)."""
+    policy = TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature))
+    sig = check_signature_at(args.bundle, policy)
+    if not args.quiet:
+        print(sig.line(), file=sys.stderr)
+    return sig
+
+
 def cmd_verify_only(args: argparse.Namespace) -> int:
-    major, raw = bundle_major(args.bundle)
+    sig = _signature_first(args)
+    major, raw = schema_major_at(args.bundle)
     if major in LEGACY_MAJORS:
         report = verify_legacy(args.bundle, load_legacy_manifest(raw, major), raw)
         raise_if_problems(args.bundle, report)
     else:
-        report = verify_or_raise(args.bundle, progress=_progress(args.quiet))
+        report = verify_or_raise(args.bundle, progress=_progress(args.quiet), expect_bundle_digest=sig.bundle_digest)
+    report.signature = sig.to_dict()
     if args.json:
         print(json.dumps({"ok": True, "verification": report.to_dict()}, indent=2))
     else:
@@ -92,11 +143,24 @@ def cmd_verify_only(args: argparse.Namespace) -> int:
 
 
 def make_sink(args: argparse.Namespace) -> Any:
-    if args.engine == "docker":
-        from importer.sinks.docker import DockerSink
+    """The engine named by --engine, implied by its options, or detected (docs/engines.md)."""
+    if args.engine == "registry" or (not args.engine and getattr(args, "registry", None)):
+        args.selected_by = "--engine registry" if args.engine else "--registry given"
+        return registry_sink(args)
+    sink, why = choose_sink(EngineOptions.from_args(args))
+    args.selected_by = why
+    if not args.engine:
+        print(f"engine: {sink.kind} (chosen because {why})", file=sys.stderr)
+    return sink
 
-        return DockerSink(args.docker_host)
-    raise UsageError(f"choosing an engine: expected docker, found {args.engine!r}")
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    """Print what the engine holds (always JSON; --json is accepted)."""
+    from importer.inventory import take_inventory
+
+    sink = make_sink(args)
+    print(json.dumps(take_inventory(sink, selected_by=args.selected_by), indent=2))
+    return EXIT_OK
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -104,32 +168,51 @@ def cmd_import(args: argparse.Namespace) -> int:
     result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
     error: Optional[BundleError] = None
     try:
-        major, raw = bundle_major(args.bundle)
+        sig = _signature_first(args)
+        result.signature = sig
+        result.bundle_digest = sig.bundle_digest
+        major, raw = schema_major_at(args.bundle)
         if major in LEGACY_MAJORS:
             result.bundle_digest = str(Digest.of_bytes(raw))
             import_legacy_bundle(args.bundle, sink, force=args.force, result=result, raw_bundle_json=raw,
                                  major=major)
+        elif sink.kind == "registry":  # push, read back (importer/sinks/registry.py)
+            import_to_registry(args.bundle, sink, force=args.force, progress=_progress(args.quiet), result=result,
+                               expect_bundle_digest=sig.bundle_digest)
         else:
-            import_bundle(args.bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
+            import_bundle(args.bundle, sink_for(args.bundle, sink), force=args.force,
+                          progress=_progress(args.quiet), result=result,
+                          signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
+                          on_notice=lambda line: print(line, file=sys.stderr))
     except BundleError as e:
         error = e
-    except KeyboardInterrupt:
-        error = Interrupted("importing: interrupted; what this run loaded was removed")
+    except KeyboardInterrupt as e:
+        error = stop_error(e, "importing")
+        error.message += ("; NOT everything this run loaded could be removed (listed below)" if result.leftovers
+                          else "; what this run loaded was removed, nothing was tagged that was not verified")
+        error.hint = ("run the same command again: it verifies everything again and removes staging tags "
+                      "an interrupted run left (sneakernet-staging/*)")
     receipt = _receipt(args, result, error)
     receipt_path = None
     if not args.no_receipt:
         receipt_path = args.receipt or _default_receipt(args.bundle)
         write_receipt(receipt_path, receipt)
-    if args.json:
+    if args.json and not (args.smoke and error is None):  # with --smoke: one JSON document, below
         print(json.dumps(receipt, indent=2))
-    elif result.checks:
+    elif result.checks and not args.json:
         print(render_table(result.checks))
     if receipt_path and not args.json:
         print(f"receipt: {receipt_path}", file=sys.stderr)
     if result.leftovers:
-        print("left in the engine (remove with `docker image rm`): " + " ".join(result.leftovers), file=sys.stderr)
+        host = f" -H {result.engine.address}" if result.engine else ""
+        left = " ".join(result.leftovers)
+        remove = {"containerd": "ctr images rm", "podman": "podman rmi", "oci": "(edit index.json of)"}.get(
+            result.engine.kind if result.engine else "docker", f"docker{host} image rm")
+        print(f"left in the engine by this run: {left}\n  remove with: {remove} {left}", file=sys.stderr)
     if error is not None:
         raise error
+    if args.smoke:
+        return smoke_after_import(args, result, receipt)
     return EXIT_OK
 
 
@@ -142,13 +225,39 @@ def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[Bundle
         bundle_path=os.path.abspath(args.bundle),
         bundle_digest=res.bundle_digest or None,
         schema_version=manifest.schema_version if manifest else None,
-        engine=res.engine.to_dict() if res.engine else None,
+        engine=_engine_dict(args, res),
         verification=verification,
         images=[c.to_dict() for c in res.checks],
         timings=res.timings,
         result="pass" if error is None and res.ok else "fail",
         error=error.to_dict() if error is not None else None,
+        extra=_security_sections(res),
     )
+
+
+def _engine_dict(args: argparse.Namespace, res: ImportResult) -> Optional[Dict[str, Any]]:
+    """EngineInfo.to_dict() plus why the engine was chosen (``selectedBy``)."""
+    if res.engine is None:
+        return None
+    doc = res.engine.to_dict()
+    if getattr(args, "selected_by", None):
+        doc["selectedBy"] = args.selected_by
+    return doc
+
+
+def _security_sections(res: ImportResult) -> Dict[str, Any]:
+    """Receipt sections of docs/security.md: signature, preflight, staging tags and leftovers."""
+    sig = getattr(res, "signature", None)
+    return {
+        "signature": sig.to_dict() if sig is not None else None,
+        "preflight": getattr(res, "preflight", None),
+        "staging": {
+            "refs": list(getattr(res, "staging_refs", [])),
+            "staleRemoved": list(getattr(res, "stale_removed", [])),
+            "leftovers": list(res.leftovers),
+            "lockFile": getattr(res, "lock_file", None),
+        },
+    }
 
 
 def _problem_dict(p: object) -> Any:
@@ -165,10 +274,24 @@ def render_error(e: BundleError) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = cmd_verify_only if args.verify_only else cmd_import
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["smoke"]:  # `bundle-import smoke [IMAGE]` (a bundle folder named smoke: ./smoke)
+        return smoke_main(argv[1:])
+    if argv[:1] == ["copy"]:  # `bundle-import copy SRC DST` (a bundle folder named copy: ./copy)
+        from importer.copycmd import main as copy_main
+
+        return copy_main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.inventory and not args.bundle:
+        parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
+    if args.smoke and (args.verify_only or args.inventory):
+        parser.error("--smoke runs after an import: not with --verify-only or --inventory")
+    handler: Callable[[argparse.Namespace], int] = (
+        cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
     try:
-        return handler(args)
+        with stop_on_signals():
+            return handler(args)
     except BundleError as e:
         if args.debug:
             raise
@@ -177,9 +300,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(json.dumps({"ok": False, "error": e.to_dict(), "problems": problems}, indent=2))
         render_error(e)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("error[interrupted]: stopped by the user", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        stopped = stop_error(e, "bundle-import")
+        print(f"error[{stopped.reference}]: {stopped.message}", file=sys.stderr)
+        return stopped.exit_code
     except Exception as e:  # the last resort: never a bare traceback for users
         if args.debug:
             raise

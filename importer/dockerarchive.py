@@ -13,10 +13,11 @@ import json
 import tarfile
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence
 
+from importer.bundlefiles import BundleRoot, read_bundle_file
 from importer.digest import Digest
 from importer.errors import DigestMismatch
 from importer.layers import copy_stream, open_layer
-from importer.limits import MAX_CONFIG, read_file_limited
+from importer.limits import MAX_CONFIG
 from importer.manifest import ImageRecord
 
 ProgressFn = Callable[[int], None]
@@ -31,13 +32,16 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def archive_manifest(images: Sequence[ImageRecord], *, with_tags: bool) -> List[Dict[str, object]]:
-    """The ``manifest.json`` entries: config file, tags, layer files (by diff_id)."""
+def archive_manifest(images: Sequence[ImageRecord], *, with_tags: bool,
+                     paths: Optional[Dict[Digest, str]] = None) -> List[Dict[str, object]]:
+    """The ``manifest.json`` entries: config file, tags, layer files (by diff_id, or as
+    ``paths`` says for layers spliced in from elsewhere)."""
+    where = paths or {}
     return [
         {
             "Config": f"{image.config.digest.hex}.json",
             "RepoTags": list(image.refs) if with_tags else None,
-            "Layers": [f"{layer.diff_id.hex}/layer.tar" for layer in image.layers],
+            "Layers": [where.get(layer.diff_id, f"{layer.diff_id.hex}/layer.tar") for layer in image.layers],
         }
         for image in images
     ]
@@ -45,25 +49,25 @@ def archive_manifest(images: Sequence[ImageRecord], *, with_tags: bool) -> List[
 
 def write_docker_archive(
     out: BinaryIO,
-    root: str,
+    root: BundleRoot,
     images: Sequence[ImageRecord],
     *,
     with_tags: bool = False,
     on_bytes: Optional[ProgressFn] = None,
+    splice: Optional[Callable[[tarfile.TarFile], Dict[Digest, str]]] = None,
 ) -> None:
     """Stream a docker-archive of ``images`` into ``out`` (e.g. the stdin of ``docker load``).
 
     Raises an IntegrityError if a layer is not what bundle.json pins; the caller must then
-    abort the consumer rather than close the stream normally."""
+    abort the consumer rather than close the stream normally. ``splice`` (delta bundles) adds
+    the layers the bundle leaves out and returns where it put them."""
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1024 * 1024) as tar:
-        # === manifest.json and the configs first: small, and the engine wants them anyway
-        raw_manifest = json.dumps(archive_manifest(images, with_tags=with_tags), separators=(",", ":")).encode()
-        tar.addfile(_member("manifest.json", len(raw_manifest)), io.BytesIO(raw_manifest))
+        # === the configs first: small
         written: Dict[Digest, bool] = {}
         for image in images:
             if image.config.digest in written:
                 continue
-            raw = read_file_limited(f"{root}/{image.config.digest.blob_path}", MAX_CONFIG, "config")
+            raw = read_bundle_file(root, image.config.digest.blob_path, MAX_CONFIG, "config")
             if Digest.of_bytes(raw) != image.config.digest:
                 raise DigestMismatch(
                     f"loading the config of {image.name}: expected {image.config.digest}, "
@@ -76,7 +80,7 @@ def write_docker_archive(
         done: Dict[Digest, bool] = {}
         for image in images:
             for i, layer in enumerate(image.layers):
-                if layer.diff_id in done:
+                if layer.diff_id in done or layer.external:
                     continue
                 what = f"layer {i + 1}/{len(image.layers)} of {image.name}"
                 with open_layer(root, layer, what) as reader:
@@ -95,6 +99,12 @@ def write_docker_archive(
                         blocks += 1
                     tar.offset += blocks * tarfile.BLOCKSIZE
                 done[layer.diff_id] = True
+        # === layers the delta leaves out, re-exported from the engine
+        paths = splice(tar) if splice is not None else {}
+        # === manifest.json last: `docker load` reads the whole archive before it
+        raw_manifest = json.dumps(archive_manifest(images, with_tags=with_tags, paths=paths),
+                                  separators=(",", ":")).encode()
+        tar.addfile(_member("manifest.json", len(raw_manifest)), io.BytesIO(raw_manifest))
 
 
 class _Counting:

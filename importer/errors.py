@@ -76,6 +76,12 @@ class DecompressFailed(IntegrityError):
     reference = "decompress-failed"
 
 
+class InventoryDamaged(IntegrityError):
+    """An engine inventory (``bundle-import --inventory``) does not match its checksum."""
+
+    reference = "inventory-damaged"
+
+
 class LimitExceeded(IntegrityError):
     """A bounded read (JSON, decompression) went past its limit."""
 
@@ -103,6 +109,12 @@ class UnsupportedSchemaVersion(ManifestError):
     reference = "unsupported-schema-version"
 
 
+class InvalidPartsIndex(ManifestError):
+    """A parts index (``FILE.tar.parts.json``) is malformed or is not one."""
+
+    reference = "invalid-parts-index"
+
+
 class SourceError(BundleError):
     """The exporter could not read the image source."""
 
@@ -123,6 +135,22 @@ class SinkError(BundleError):
 
 class EngineUnavailable(SinkError):
     reference = "engine-unavailable"
+
+
+class RegistryError(SinkError):
+    """A registry refused a request, or kept failing after the retries."""
+
+    reference = "registry"
+
+
+class RegistryAuthError(RegistryError):
+    reference = "registry-auth"
+
+
+class TunnelFailed(SinkError):
+    """The SSH tunnel to the registry could not be opened or died."""
+
+    reference = "ssh-tunnel"
 
 
 class CommandFailed(SinkError):
@@ -154,6 +182,19 @@ class PostLoadMismatch(BundleError):
 
     reference = "post-load-mismatch"
     exit_code = 8
+
+
+class DeepMismatch(PostLoadMismatch):
+    """``--deep``: a layer the engine stores hashes to another diff_id than bundle.json pins."""
+
+    reference = "deep-mismatch"
+
+
+class DeltaBaseMissing(BundleError):
+    """A delta bundle needs layers the engine does not hold."""
+
+    reference = "delta-base-missing"
+    exit_code = 9
 
 
 class Interrupted(BundleError):

@@ -9,24 +9,34 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
+from importer import testhooks
+from importer.archiveverify import verify_archive_at
+from importer.bundlefiles import bundle_json_digest, open_root
+from importer.deepcheck import run_deep
+from importer.delta import require_base
 from importer.digest import Digest
+from importer.enginelock import engine_lock
 from importer.errors import (
     BundleError,
+    DeepMismatch,
     PolicyRejected,
     PostLoadMismatch,
+    UsageError,
     VerificationFailed,
 )
+from importer.identity import expected_image_id, lookup_name
 from importer.limits import MAX_BUNDLE_JSON, read_file_limited
-from importer.manifest import BUNDLE_JSON, ImageRecord
+from importer.manifest import BUNDLE_JSON, ImageRecord, load_bundle_manifest
 from importer.postload import ImageCheck, check_image
+from importer.preflight import images_to_load, run_preflight
+from importer.signature import SignatureCheck, TrustPolicy, check_signature
 from importer.sinks import EngineInfo, Sink
+from importer.staging import STAGING_REPO, find_stale, remove_refs
 from importer.verify import VerifyReport, verify_bundle
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
-
-STAGING_REPO = "sneakernet-staging"
 
 
 class TagConflict(PolicyRejected):
@@ -42,6 +52,11 @@ class ImportResult:
     checks: List[ImageCheck] = field(default_factory=list)
     timings: Dict[str, float] = field(default_factory=dict)
     leftovers: List[str] = field(default_factory=list)
+    signature: Optional[SignatureCheck] = None
+    preflight: Optional[Dict[str, Any]] = None
+    staging_refs: List[str] = field(default_factory=list)  # this run's staging tags
+    stale_removed: List[str] = field(default_factory=list)  # staging tags of killed runs, removed
+    lock_file: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -49,11 +64,15 @@ class ImportResult:
 
 
 def bundle_digest(root: str) -> str:
+    if not os.path.isdir(root):  # a tar or a set of parts, read in place
+        return str(bundle_json_digest(open_root(root)))
     return str(Digest.of_bytes(read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)))
 
 
-def verify_or_raise(root: str, *, progress: Optional[ProgressFactory] = None) -> VerifyReport:
-    """Verify the bundle; raise VerificationFailed listing every problem."""
+def verify_or_raise(root: str, *, progress: Optional[ProgressFactory] = None,
+                    expect_bundle_digest: Optional[str] = None) -> VerifyReport:
+    """Verify the bundle; raise VerificationFailed listing every problem. ``expect_bundle_digest``:
+    the bundle.json digest the signature step judged (a different bundle.json is a problem)."""
     on_bytes = None
     if progress is not None:
         total = 0
@@ -62,7 +81,10 @@ def verify_or_raise(root: str, *, progress: Optional[ProgressFactory] = None) ->
         except OSError:
             total = 0
         on_bytes = progress("verify", total)
-    report = verify_bundle(root, deep=True, on_bytes=on_bytes)
+    if os.path.isdir(root):
+        report = verify_bundle(root, deep=True, on_bytes=on_bytes, expect_bundle_digest=expect_bundle_digest)
+    else:  # a tar or a set of parts: one sequential read, nothing unpacked (importer/archiveverify.py)
+        report = verify_archive_at(root, on_bytes=on_bytes, expect_bundle_digest=expect_bundle_digest)
     if not report.ok:
         raise VerificationFailed(
             f"verifying {root}: expected every file to match bundle.json, found {len(report.problems)} problem(s)",
@@ -80,15 +102,72 @@ def import_bundle(
     force: bool = False,
     progress: Optional[ProgressFactory] = None,
     result: Optional[ImportResult] = None,
+    trust: Optional[TrustPolicy] = None,
+    lock_wait: float = 0.0,
+    on_notice: Optional[Callable[[str], None]] = None,
+    signature: Optional[SignatureCheck] = None,
+    deep: bool = False,
 ) -> ImportResult:
-    """Verify, load, check and tag. ``result`` (if given) is filled in as work proceeds, so a
-    caller can still write a receipt when this raises."""
+    """Signature and trust policy first, then the schema, the engine, its lock and the preflight
+    (free space); then verify, load, check and tag (:func:`_load_verified`); then drop staging
+    tags that runs killed earlier left. ``result`` (if given) is filled in as work proceeds, so
+    a caller can still write a receipt when this raises. ``signature``: the result of
+    :func:`check_signature` when the caller already ran it first. Order: docs/security.md."""
+    started = time.monotonic()
+    res = result or ImportResult(root=root, bundle_digest="", report=VerifyReport(root=root))
+    progress = testhooks.wrap_progress(progress)
+    # === 1. signature/trust policy, before anything else reads the bundle
+    sig = signature or check_signature(root, trust or TrustPolicy())
+    res.signature = sig
+    res.bundle_digest = sig.bundle_digest
+    # === 2. the schema, from exactly the bytes the signature step judged
+    manifest = load_bundle_manifest(sig.raw_bundle_json)
+    # === 3. the engine answers; 4. one import per engine at a time
+    engine = sink.probe()
+    res.engine = engine
+    with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
+        res.lock_file = lock_file
+        # === 5. preflight: free space for what the engine does not hold yet (nothing written so far)
+        preflight = run_preflight(manifest, engine, images_to_load(sink, manifest, engine),
+                                  signature_line=sig.line())
+        res.preflight = preflight.to_dict()
+        res.timings["preflightSeconds"] = time.monotonic() - started
+        preflight.raise_if_short()
+        # === 6. verify every byte, load under staging tags, check, tag
+        try:
+            _load_verified(root, sink, force=force, progress=progress, result=res,
+                           expect_bundle_digest=sig.bundle_digest, deep=deep)
+        except BaseException:  # e.g. SIGINT/SIGTERM after the load: drop this run's staging tags
+            _, left = remove_refs(sink, res.staging_refs)
+            res.leftovers = sorted(set(res.leftovers) | set(left))
+            raise
+        finally:
+            if res.report.manifest is not None:
+                res.report.signature = sig.to_dict()
+        # === 7. staging tags of runs killed earlier (their images may just have served as
+        # "already present", so only now); the lock guarantees no other import is running
+        res.stale_removed, left = remove_refs(sink, find_stale(sink, exclude=res.staging_refs))
+        res.leftovers += left
+    return res
+
+
+def _load_verified(
+    root: str,
+    sink: Sink,
+    *,
+    force: bool = False,
+    progress: Optional[ProgressFactory] = None,
+    result: Optional[ImportResult] = None,
+    expect_bundle_digest: Optional[str] = None,
+    deep: bool = False,
+) -> ImportResult:
+    """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
     started = time.monotonic()
     res = result or ImportResult(root=root, bundle_digest="", report=VerifyReport(root=root))
     res.bundle_digest = bundle_digest(root)
 
     # === verify every byte before touching the engine
-    res.report = verify_or_raise(root, progress=progress)
+    res.report = verify_or_raise(root, progress=progress, expect_bundle_digest=expect_bundle_digest)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
@@ -110,6 +189,16 @@ def import_bundle(
             to_load.append(image)
         _refuse_tag_conflicts(sink, image, engine, force)
 
+    # === a delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise)
+    external = None
+    if manifest.is_delta and to_load:
+        held = getattr(sink, "held_diff_ids", None)
+        if held is None:
+            raise UsageError(f"importing a delta bundle into {getattr(sink, 'kind', 'this engine')}: "
+                             "expected the docker engine, found another",
+                             hint="re-export without --have for this engine")
+        external = require_base(manifest, held())
+
     # === load under staging tags, then read back and compare
     t_load = time.monotonic()
     run_id = uuid.uuid4().hex[:12]
@@ -124,16 +213,21 @@ def import_bundle(
             ref = f"{STAGING_REPO}/{run_id}:{n}"
             staged[n] = ref
             staged_images.append(_with_refs(image, (ref,)))
+        res.staging_refs = list(staged.values())
         on_bytes = progress("load", sum(x.uncompressed_size for x in manifest.unique_layers())) if progress else None
         try:
-            sink.load(root, staged_images, on_bytes)
+            if external:
+                sink.load(root, staged_images, on_bytes, external=external)  # type: ignore[call-arg]
+            else:
+                sink.load(root, staged_images, on_bytes)
         except BaseException:
             res.leftovers = _cleanup(sink, list(staged.values()), [])
             raise
         res.timings["loadSeconds"] = time.monotonic() - t_load
+        testhooks.reached("loaded")
         t_check = time.monotonic()
         for n, image in enumerate(to_load):
-            name = staged.get(n, str(image.config.digest))
+            name = staged.get(n, lookup_name(engine.image_store, image))
             loaded_checks.append(check_image(image, sink.lookup(name), engine.image_store))
         res.timings["postLoadSeconds"] = time.monotonic() - t_check
     res.checks = present + loaded_checks
@@ -149,6 +243,22 @@ def import_bundle(
             "(an engine that rewrites images cannot be verified this way)",
         )
 
+    # === --deep: export every image back out of the engine and hash its layers again
+    if deep:
+        t_deep = time.monotonic()
+        failures = run_deep(sink, res.checks, root, progress)
+        res.timings["deepSeconds"] = time.monotonic() - t_deep
+        if failures:
+            ids = [c.found.image_id for c in loaded_checks if c.found is not None]
+            res.leftovers = _cleanup(sink, list(staged.values()), ids)
+            raise DeepMismatch(
+                "re-exporting the images from the engine (--deep): expected every layer to hash to its diff_id, "
+                f"found {sum(1 for c in res.checks if c.deep and not c.deep.ok)} image(s) where one differs",
+                context="\n".join(failures),
+                hint="the engine's stored copy of those layers is damaged: remove the image (and every image "
+                "sharing the layer) from the engine and import again; nothing was tagged by this run",
+            )
+
     # === tag only now, then drop the staging tags
     for check in res.checks:
         target = check.found.image_id if check.found else str(check.image.config.digest)
@@ -158,6 +268,7 @@ def import_bundle(
                 continue
             sink.tag(target, ref)
             check.tags_applied.append(ref)
+            testhooks.reached("tagged")
     res.leftovers = _cleanup(sink, list(staged.values()), [])
     res.timings["totalSeconds"] = time.monotonic() - started
     return res
@@ -168,13 +279,14 @@ def _with_refs(image: ImageRecord, refs: tuple) -> ImageRecord:  # type: ignore[
 
 
 def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, engine: EngineInfo, force: bool) -> None:
-    if force or engine.image_store != "classic":
+    expected = expected_image_id(engine.image_store, image)  # classic: config digest; oci: manifest
+    if force or expected is None:
         return
     for ref in image.refs:
         current = sink.lookup(ref)
-        if current is not None and current.image_id != str(image.config.digest):
+        if current is not None and current.image_id != expected:
             raise TagConflict(
-                f"tagging {ref}: expected it free or on {image.config.digest.short}, "
+                f"tagging {ref}: expected it free or on {expected[:19]}, "
                 f"found it on another image ({current.image_id[:19]})",
                 hint="nothing was loaded; re-run with --force to move the tag, or remove it first "
                 f"(docker image rm {ref})",

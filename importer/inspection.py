@@ -50,6 +50,13 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
         "signed": os.path.exists(os.path.join(root, SIGNATURE_FILE)),
         "images": images,
         "sharedLayers": shared,
+        "delta": None if not manifest.is_delta else {
+            "requires": [
+                {"diffId": str(x.diff_id), "uncompressedSize": x.uncompressed_size,
+                 "usedBy": [i.name for i in manifest.images if x in i.layers]}
+                for x in manifest.external_layers()
+            ],
+        },
         "totals": {
             "files": len(manifest.files),
             "bytes": manifest.compressed_bytes(),

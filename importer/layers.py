@@ -9,6 +9,7 @@ import os
 import zlib
 from typing import Any, BinaryIO, Iterator, List, Tuple, Type
 
+from importer.bundlefiles import BundleRoot, open_bundle_file
 from importer.compression import _zstd_module, open_decompressed
 from importer.digest import CHUNK, Digest
 from importer.errors import (
@@ -122,10 +123,10 @@ class LayerReader:
 
 
 @contextlib.contextmanager
-def open_layer(root: str, layer: LayerRecord, what: str) -> Iterator[LayerReader]:
-    """Open a layer blob of the bundle at ``root`` for a verified, decompressing read."""
-    path = os.path.join(root, layer.digest.blob_path)
-    with open(path, "rb") as f:
+def open_layer(root: BundleRoot, layer: LayerRecord, what: str) -> Iterator[LayerReader]:
+    """Open a layer blob of the bundle at ``root`` (a folder, or a tar / parts read in place)
+    for a verified, decompressing read."""
+    with open_bundle_file(root, layer.digest.blob_path) as f:
         with contextlib.suppress(AttributeError, OSError):
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
         raw = HashingReader(f)

@@ -17,7 +17,7 @@ from importer import SCHEMA_MAJOR
 from importer.digest import Digest, is_digest
 from importer.errors import ManifestError, UnsupportedSchemaVersion
 from importer.limits import parse_json
-from importer.mediatypes import LAYER_TYPES
+from importer.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
 
 BUNDLE_MEDIA_TYPE = "application/vnd.sneakernet.bundle.v3+json"
 BUNDLE_JSON = "bundle.json"
@@ -48,15 +48,20 @@ class LayerRecord:
     size: int
     diff_id: Digest
     uncompressed_size: int
+    #: Not stored in this (delta) bundle: the offline host must already hold it.
+    external: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        doc: Dict[str, Any] = {
             "mediaType": self.media_type,
             "digest": str(self.digest),
             "size": self.size,
             "diffId": str(self.diff_id),
             "uncompressedSize": self.uncompressed_size,
         }
+        if self.external:
+            doc["external"] = True
+        return doc
 
 
 @dataclass(frozen=True)
@@ -108,11 +113,23 @@ class BundleManifest:
         return int(self.schema_version.split(".")[0])
 
     def unique_layers(self) -> List[LayerRecord]:
+        """Every distinct layer, stored or external."""
         seen: Dict[Digest, LayerRecord] = {}
         for image in self.images:
             for layer in image.layers:
                 seen.setdefault(layer.digest, layer)
         return list(seen.values())
+
+    def stored_layers(self) -> List[LayerRecord]:
+        return [x for x in self.unique_layers() if not x.external]
+
+    def external_layers(self) -> List[LayerRecord]:
+        """Layers a delta bundle leaves out: the host must hold them (by diff_id)."""
+        return [x for x in self.unique_layers() if x.external]
+
+    @property
+    def is_delta(self) -> bool:
+        return any(x.external for x in self.unique_layers())
 
     def compressed_bytes(self) -> int:
         return sum(f.size for f in self.files)
@@ -236,6 +253,7 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
     if "importer" in top:
         importer_rec = c.filerecord(top.get("importer"), "importer")
     images: List[ImageRecord] = []
+    all_refs: set = set()  # type: ignore[type-arg]
     raw_images = c.lst(top.get("images"), "images")
     if "images" in top and not raw_images:
         c.fail("images", "expected at least one image, found none")
@@ -264,8 +282,21 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
             sz = c.size(ld.get("size"), f"{lw}.size")
             did = c.digest(ld.get("diffId"), f"{lw}.diffId")
             usz = c.size(ld.get("uncompressedSize"), f"{lw}.uncompressedSize")
+            external = ld.get("external", False)
+            if not isinstance(external, bool):
+                c.fail(f"{lw}.external", f"expected true or false, found {external!r}"[:200])
+                external = False
+            if external and (dg != did or mt != OCI_LAYER_TAR or sz != usz):
+                c.fail(lw, "an external layer is described uncompressed: digest = diffId, size = "
+                       "uncompressedSize, mediaType tar")
             if dg is not None and did is not None:
-                layers.append(LayerRecord(mt, dg, sz, did, usz))
+                layers.append(LayerRecord(mt, dg, sz, did, usz, bool(external)))
+        for j, ref in enumerate(refs):
+            if not isinstance(ref, str):
+                continue
+            if ref in all_refs:
+                c.fail(f"{where}.refs[{j}]", f"expected each ref once in the bundle, found {ref!r} again")
+            all_refs.add(ref)
         if manifest is not None and config is not None:
             images.append(ImageRecord(tuple(refs), manifest, config, tuple(layers), platform))
     files: List[FileRecord] = []
@@ -283,7 +314,8 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
     by_path = {f.path: f for f in files}
     for i, img_rec in enumerate(images):
         blobs = [("manifest", img_rec.manifest), ("config", img_rec.config)]
-        blobs += [(f"layers[{k}]", BlobRef(lr.media_type, lr.digest, lr.size)) for k, lr in enumerate(img_rec.layers)]
+        blobs += [(f"layers[{k}]", BlobRef(lr.media_type, lr.digest, lr.size))
+                  for k, lr in enumerate(img_rec.layers) if not lr.external]
         for what, ref in blobs:
             listed = by_path.get(ref.digest.blob_path)
             if listed is None:

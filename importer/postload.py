@@ -1,16 +1,23 @@
 """Post-load verification: does the engine hold exactly what the bundle pins?
 
-Identity rules: on Docker's classic image store (and podman) the image ID is the config
-digest; on Docker's containerd image store the image ID is the manifest digest that Docker
-made while loading, so identity there rests on the diff_ids (and on ``--deep``)."""
+Identity rules (importer/identity.py): on Docker's classic image store (and podman) the image ID
+is the config digest; on Docker's containerd image store the image ID is the manifest digest that
+Docker made while loading (predictable for a docker-archive load, checked when it matches, but
+identity there rests on the diff_ids and on ``--deep``); bare containerd and an OCI layout keep
+the bundle's own manifest, so the ID must be the bundle's manifest digest and the config digest
+the bundle's config digest."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from importer.deepcheck import DeepResult
+from importer.identity import CLASSIC, CONTAINERD, OCI, docker_archive_manifest_digest, expected_image_id
 from importer.manifest import ImageRecord
 from importer.sinks import EngineImage
+
+IDENTITY_RULES = {CLASSIC: "config-digest", CONTAINERD: "diff-ids+manifest", OCI: "manifest-digest"}
 
 
 @dataclass
@@ -22,10 +29,12 @@ class ImageCheck:
     detail: str = ""
     status: str = "loaded"  # "loaded" or "already-present"
     tags_applied: List[str] = field(default_factory=list)
+    id_verified: bool = False  # the engine's image ID is the one the identity rule predicts
+    deep: Optional[DeepResult] = None  # --deep: the engine's bytes re-exported and re-hashed
 
     @property
     def ok(self) -> bool:
-        return self.result == "match"
+        return self.result == "match" and (self.deep is None or self.deep.ok)
 
     @property
     def layers_matched(self) -> int:
@@ -46,6 +55,9 @@ class ImageCheck:
                 "imageId": self.found.image_id,
                 "diffIds": list(self.found.diff_ids),
                 "tags": list(self.found.tags),
+                "configDigest": self.found.config_digest,
+                "manifestDigest": self.found.manifest_digest,
+                "problems": list(self.found.problems),
             },
             "identityRule": self.identity_rule,
             "layersMatched": self.layers_matched,
@@ -53,17 +65,30 @@ class ImageCheck:
             "detail": self.detail,
             "status": self.status,
             "tagsApplied": list(self.tags_applied),
+            "idVerified": self.id_verified,
+            "deep": None if self.deep is None else self.deep.to_dict(),
         }
 
 
 def check_image(image: ImageRecord, found: Optional[EngineImage], image_store: str) -> ImageCheck:
     """Compare what the engine reports with what bundle.json pins."""
-    rule = "config-digest" if image_store == "classic" else "diff-ids+manifest"
+    rule = IDENTITY_RULES.get(image_store, "diff-ids+manifest")
     if found is None:
         return ImageCheck(image, None, rule, "missing", "the engine does not report the image")
     problems: List[str] = []
-    if image_store == "classic" and found.image_id != str(image.config.digest):
-        problems.append(f"image ID: expected {image.config.digest}, found {found.image_id}")
+    note = ""
+    expected_id = expected_image_id(image_store, image)
+    id_verified = expected_id is not None and found.image_id == expected_id
+    if expected_id is not None and not id_verified:
+        problems.append(f"image ID: expected {expected_id}, found {found.image_id}")
+    if image_store == CONTAINERD:
+        predicted = docker_archive_manifest_digest(image)
+        id_verified = found.image_id == predicted
+        note = ("image ID is the manifest a docker-archive load makes" if id_verified else
+                f"image ID {found.image_id[:19]} is not the predicted docker-archive manifest {predicted[:19]}; "
+                "identity rests on the diff_ids (run --deep to compare the bytes)")
+    if found.config_digest is not None and found.config_digest != str(image.config.digest):
+        problems.append(f"config digest: expected {image.config.digest}, found {found.config_digest}")
     want = [str(x.diff_id) for x in image.layers]
     if found.diff_ids != want:
         bad = [i + 1 for i, (a, b) in enumerate(zip(want, found.diff_ids)) if a != b]
@@ -71,9 +96,10 @@ def check_image(image: ImageRecord, found: Optional[EngineImage], image_store: s
             problems.append(f"layers: expected {len(want)}, found {len(found.diff_ids)}")
         if bad:
             problems.append(f"diff_ids differ at layer(s) {', '.join(map(str, bad))}")
+    problems += found.problems
     if problems:
-        return ImageCheck(image, found, rule, "mismatch", "; ".join(problems))
-    return ImageCheck(image, found, rule, "match")
+        return ImageCheck(image, found, rule, "mismatch", "; ".join(problems), id_verified=id_verified)
+    return ImageCheck(image, found, rule, "match", note, id_verified=id_verified)
 
 
 def render_table(checks: List[ImageCheck]) -> str:
@@ -85,7 +111,9 @@ def render_table(checks: List[ImageCheck]) -> str:
             c.image.config.digest.short,
             (c.found.image_id[:19] if c.found else "-"),
             f"{c.layers_matched}/{len(c.image.layers)}",
-            ("MATCH" if c.ok else c.result.upper()) + (" (already present)" if c.status == "already-present" else ""),
+            ("MATCH" if c.ok else c.result.upper())
+            + ("" if c.deep is None else " +DEEP" if c.deep.ok else " DEEP-MISMATCH")
+            + (" (already present)" if c.status == "already-present" else ""),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)

@@ -41,7 +41,9 @@ def build_import_receipt(
     timings: Dict[str, float],
     result: str,
     error: Optional[Dict[str, Any]] = None,
+    extra: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
+    """``extra``: further optional sections (signature, preflight, staging), added as given."""
     return {
         "receiptVersion": RECEIPT_VERSION,
         "kind": "import",
@@ -55,6 +57,7 @@ def build_import_receipt(
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "result": result,
         "error": error,
+        **(extra or {}),
     }
 
 

@@ -98,8 +98,10 @@ def verify_bundle(
     deep: bool = True,
     workers: Optional[int] = None,
     on_bytes: Optional[ProgressFn] = None,
+    expect_bundle_digest: Optional[str] = None,
 ) -> VerifyReport:
     """Verify the bundle folder ``root``; returns a report listing every problem.
+    ``expect_bundle_digest``: the bundle.json digest an earlier step (the signature) judged.
 
     Raises only for a bundle.json that cannot be used at all (ManifestError and subclasses,
     including an unsupported schema version)."""
@@ -127,6 +129,10 @@ def verify_bundle(
         )
     raw_bj = read_file_limited(bj_path, limits.MAX_BUNDLE_JSON, BUNDLE_JSON)
     bj_digest = Digest.of_bytes(raw_bj)
+    if expect_bundle_digest is not None and str(bj_digest) != expect_bundle_digest:
+        add(Problem("digest-mismatch", BUNDLE_JSON,
+                    f"expected {expect_bundle_digest} (what the signature step checked), found {bj_digest}: "
+                    "the file changed during the import"))
     if BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
         add(Problem("digest-mismatch", BUNDLE_JSON,
                     f"SHA256SUMS says {sums[BUNDLE_JSON]}, the file hashes to {bj_digest}"))
@@ -179,7 +185,7 @@ def verify_bundle(
             to_hash.append(path)
     layers_by_path: Dict[str, LayerRecord] = {}
     if deep:
-        for layer in manifest.unique_layers():
+        for layer in manifest.stored_layers():
             layers_by_path[layer.digest.blob_path] = layer
     names = _layer_names(manifest)
 
@@ -209,9 +215,16 @@ def verify_bundle(
     to_hash.sort(key=lambda p: -sizes[p])
     n_workers = workers or min(32, (os.cpu_count() or 1) + 1)
     with ThreadPoolExecutor(max_workers=max(1, n_workers)) as pool:
-        for result in pool.map(check, to_hash):
-            if result is not None:
-                add(result)
+        futures = [pool.submit(check, path) for path in to_hash]
+        try:
+            for future in futures:
+                result = future.result()
+                if result is not None:
+                    add(result)
+        except BaseException:  # SIGINT/SIGTERM: drop the queued files, let the running ones end
+            for future in futures:
+                future.cancel()
+            raise
     report.files_checked = len(to_hash)
     report.bytes_checked = sum(sizes[p] for p in to_hash)
     report.layers_checked = sum(1 for p in to_hash if p in layers_by_path)
@@ -242,6 +255,10 @@ def _read_json(root: str, path: str, limit: int, bad: Set[str], add: Callable[[P
 
 
 def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Callable[[Problem], None]) -> None:
+    for required in ("oci-layout", "index.json"):
+        if required not in {f.path for f in manifest.files}:
+            add(Problem("invalid-layout", required, "expected it listed in bundle.json (an OCI layout needs it), "
+                        "found no entry"))
     layout = _read_json(root, "oci-layout", 4096, bad, add)
     if layout is not None and (not isinstance(layout, dict) or layout.get("imageLayoutVersion") != "1.0.0"):
         add(Problem("invalid-layout", "oci-layout", f"expected imageLayoutVersion 1.0.0, found {layout!r}"[:200]))

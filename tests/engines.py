@@ -37,6 +37,8 @@ APT_PACKAGE = {
     "busybox": "busybox-static",
     "docker-registry": "docker-registry",
     "sshd": "openssh-server",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
     "podman": "podman",
 }
 

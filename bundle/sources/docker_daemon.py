@@ -14,7 +14,7 @@ import contextlib
 import io
 import posixpath
 import tarfile
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
@@ -23,6 +23,7 @@ from importer.engines import command_stdout, run
 from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
 from importer.manifest import LayerRecord
+from importer.mediatypes import OCI_LAYER_TAR
 from importer.sinks.docker import DockerSink
 
 ProgressFn = Callable[[int], None]
@@ -90,11 +91,12 @@ class DockerDaemonSource:
         return total
 
     def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-               on_bytes: Optional[ProgressFn] = None) -> List[SourceImage]:
+               on_bytes: Optional[ProgressFn] = None, have: Optional[Set[Digest]] = None) -> List[SourceImage]:
         argv = self.docker.argv("save", *refs)
         try:
             with command_stdout(argv, what=f"streaming `docker save` of {', '.join(refs)}") as stream:
-                images = read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes)
+                images = read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes,
+                                          have=have)
                 while stream.read(1024 * 1024):  # drain trailing padding so docker exits 0
                     pass
         except CommandFailed as e:
@@ -113,8 +115,37 @@ def read_docker_save(
     compression: str = "zstd",
     level: Optional[int] = None,
     on_bytes: Optional[ProgressFn] = None,
+    have: Optional[Set[Digest]] = None,
 ) -> List[SourceImage]:
-    """Parse a ``docker save`` tar stream (classic or Docker 25+ layout) in one pass."""
+    """Parse a ``docker save`` tar stream (classic or Docker 25+ layout) in one pass.
+
+    Layers whose diff_id is in ``have`` are left out of the store and recorded as external
+    (a delta bundle): the offline host already holds them."""
+    images = _read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes)
+    if not have:
+        return images
+    return [_externalize(image, store, have) for image in images]
+
+
+def _externalize(image: SourceImage, store: BlobStore, have: Set[Digest]) -> SourceImage:
+    layers = []
+    for layer in image.layers:
+        if layer.diff_id in have:
+            store.discard(layer.digest)
+            layer = LayerRecord(OCI_LAYER_TAR, layer.diff_id, layer.uncompressed_size, layer.diff_id,
+                                layer.uncompressed_size, external=True)
+        layers.append(layer)
+    return SourceImage(image.refs, image.raw_config, tuple(layers), image.platform)
+
+
+def _read_docker_save(
+    stream: BinaryIO,
+    store: BlobStore,
+    *,
+    compression: str = "zstd",
+    level: Optional[int] = None,
+    on_bytes: Optional[ProgressFn] = None,
+) -> List[SourceImage]:
     layers: Dict[str, LayerRecord] = {}  # member name -> stored layer
     docs: Dict[str, bytes] = {}  # member name -> small JSON bytes
     links: Dict[str, str] = {}  # member name -> target member name

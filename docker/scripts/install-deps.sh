@@ -10,7 +10,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-PACKAGES=(docker.io containerd skopeo zstd busybox-static docker-registry openssh-server podman)
+# g++: torch.compile (inductor) on the CPU in the smoke-suite tests.
+PACKAGES=(docker.io containerd skopeo zstd busybox-static docker-registry openssh-server podman g++)
 
 log=$(mktemp -t sneakernet-install.XXXXXX)
 policy_created=
@@ -69,4 +70,9 @@ if python3 -c 'import sys, sysconfig, os; sys.exit(not os.path.exists(os.path.jo
     pip_args+=(--break-system-packages)
 fi
 python3 -m pip install "${pip_args[@]}" -e '.[dev]' >"$log" 2>&1 || fail "pip install -e .[dev]"
+# torch for the smoke-suite tests (docs/qualification.md): the CPU wheel, skipped when present.
+TORCH_VERSION=2.13.0
+if ! python3 -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
+    python3 -m pip install "${pip_args[@]}" "torch==$TORCH_VERSION" >"$log" 2>&1 || fail "pip install torch==$TORCH_VERSION"
+fi
 echo "install-deps.sh: ok ($(python3 --version), $(dockerd --version 2>/dev/null | cut -d, -f1))"

@@ -9,6 +9,7 @@
 # State in DIR=${SNEAKERNET_RUN:-/tmp/sneakernet-run}/registry-NAME:
 #   config.yml  data/  registry.pid  registry.log
 # Plain HTTP on loopback only; blob/manifest deletion enabled.
+# SNEAKERNET_REGISTRY_HTPASSWD=FILE at start: require basic auth against that htpasswd (bcrypt).
 set -euo pipefail
 
 die() { echo "registry.sh: $*" >&2; exit 1; }
@@ -58,16 +59,18 @@ answering() {
         code=$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$port/v2/") || return 1
     else
         code=$(python3 - "$port" <<'EOF'
-import sys, urllib.request
+import sys, urllib.error, urllib.request
 try:
     with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2/", timeout=5) as r:
         print(r.status)
+except urllib.error.HTTPError as e:
+    print(e.code)
 except Exception:
     print(0)
 EOF
 )
     fi
-    [ "$code" = 200 ]
+    [ "$code" = 200 ] || [ "$code" = 401 ]  # 401: it answers, and wants a login (htpasswd)
 }
 
 port_in_use() {
@@ -114,6 +117,10 @@ storage:
 http:
   addr: 127.0.0.1:$port
 EOF
+    if [ -n "${SNEAKERNET_REGISTRY_HTPASSWD:-}" ]; then
+        [ -f "$SNEAKERNET_REGISTRY_HTPASSWD" ] || die "SNEAKERNET_REGISTRY_HTPASSWD: no file $SNEAKERNET_REGISTRY_HTPASSWD"
+        printf 'auth:\n  htpasswd:\n    realm: sneakernet-test\n    path: %s\n' "$SNEAKERNET_REGISTRY_HTPASSWD" >>"$CONFIG"
+    fi
     echo "=== $(date -Is) registry.sh start $name $port" >>"$LOG"
     local launcher=()
     command -v setsid >/dev/null && launcher=(setsid)

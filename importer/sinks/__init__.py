@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer.manifest import ImageRecord
+from importer.reexport import ArchiveScan
 
 try:  # Protocol is in typing since 3.8
     from typing import Protocol
@@ -18,7 +19,10 @@ class EngineInfo:
     kind: str
     version: str
     storage_driver: str
-    image_store: str  # "classic" (image ID = config digest) or "containerd" (ID = manifest digest)
+    # "classic": image ID = config digest (Docker classic store, podman); "containerd": Docker's
+    # containerd image store, ID = the manifest Docker made while loading; "oci": the engine keeps
+    # the bundle's own OCI manifest, ID = its digest (bare containerd, an OCI layout)
+    image_store: str
     address: str
     data_root: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -43,6 +47,12 @@ class EngineImage:
     diff_ids: List[str]
     tags: List[str]
     config_digest: Optional[str] = None  # when the engine reports it separately from the ID
+    manifest_digest: Optional[str] = None  # the manifest the engine keeps, where it keeps one
+    # compressed layer blobs the engine keeps (containerd content store, OCI layout), as
+    # {"mediaType", "digest", "size"}; empty where the engine keeps only unpacked layers
+    blobs: List[Dict[str, Any]] = field(default_factory=list)
+    # what the engine reports missing or incomplete (content blobs, snapshots)
+    problems: List[str] = field(default_factory=list)
 
 
 ProgressFn = Callable[[int], None]
@@ -66,3 +76,18 @@ class Sink(Protocol):
     def tag(self, image_id: str, ref: str) -> None: ...
 
     def remove(self, image_id: str) -> None: ...
+
+
+class ReexportSink(Sink, Protocol):
+    """A sink that can hand back the bytes it stores (``--deep``)."""
+
+    def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:
+        """Export ``found`` from the engine (docker/podman save, ctr export, the layout's
+        blobs) and hash every member on the way; the image's layers must be in it."""
+        ...
+
+
+class InventorySink(Sink, Protocol):
+    """A sink that can list every image it holds (``--inventory``)."""
+
+    def inventory(self) -> List[EngineImage]: ...

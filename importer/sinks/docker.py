@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, List, Optional, Sequence
+import tarfile
+from typing import Any, Dict, List, Optional, Sequence
 
+from importer.delta import splice_engine_layers
+from importer.digest import Digest, is_digest
 from importer.dockerarchive import write_docker_archive
-from importer.engines import StdinCommand, run
+from importer.engines import StdinCommand, command_stdout, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
 from importer.manifest import ImageRecord
+from importer.reexport import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
 
 _HINT = "start the Docker engine, or point the importer at it with --docker-host unix:///path/docker.sock"
@@ -23,6 +27,7 @@ class DockerSink:
 
     def __init__(self, host: Optional[str] = None) -> None:
         self.host = host or os.environ.get("DOCKER_HOST") or None
+        self.image_store = "classic"  # known after probe()
 
     def argv(self, *args: str) -> List[str]:
         base = ["docker"]
@@ -45,11 +50,12 @@ class DockerSink:
         if not isinstance(info, dict) or not info.get("ServerVersion"):
             raise EngineUnavailable(f"connecting to Docker at {self.host or 'the default socket'}: no server answered",
                                     hint=_HINT)
+        self.image_store = image_store_of(info)
         return EngineInfo(
             kind="docker",
             version=str(info.get("ServerVersion")),
             storage_driver=str(info.get("Driver", "")),
-            image_store=image_store_of(info),
+            image_store=self.image_store,
             address=self.host or "unix:///var/run/docker.sock",
             data_root=info.get("DockerRootDir"),
         )
@@ -63,13 +69,19 @@ class DockerSink:
                 return None
             raise CommandFailed(self.argv("image", "inspect", name), res.returncode, res.stderr,
                                 what=f"inspecting {name} in Docker")
-        return engine_image_from_inspect(json.loads(res.stdout.decode("utf-8", "replace")))
+        return engine_image_from_inspect(json.loads(res.stdout.decode("utf-8", "replace")), self.image_store)
 
     # === load
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+             external: Optional[Dict[Digest, str]] = None) -> None:
+        """``external`` (delta bundles): diff_id -> engine image holding it, re-exported and spliced in."""
         cmd = StdinCommand(self.argv("load", "-q"), what="loading the bundle into Docker", hint=_HINT)
+        splice = None
+        if external:
+            def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
+                return splice_engine_layers(tar, self.argv(), external, on_bytes)
         try:
-            write_docker_archive(cmd.stdin, root, images, with_tags=True, on_bytes=on_bytes)
+            write_docker_archive(cmd.stdin, root, images, with_tags=True, on_bytes=on_bytes, splice=splice)
         except BrokenPipeError:
             cmd.finish()  # raises CommandFailed with docker's own words
             raise
@@ -78,11 +90,55 @@ class DockerSink:
             raise
         cmd.finish()
 
+    def held_diff_ids(self) -> Dict[Digest, str]:
+        """Every layer diff_id the engine holds -> the image (with the fewest layers) holding it."""
+        res = run(self.argv("images", "-a", "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
+        ids = sorted({x for x in res.stdout.decode().split() if x.startswith("sha256:")})
+        held: Dict[Digest, str] = {}
+        depth: Dict[Digest, int] = {}
+        for start in range(0, len(ids), 100):
+            batch = ids[start:start + 100]
+            out = run(self.argv("image", "inspect", "--format", "{{.Id}} {{json .RootFS.Layers}}", *batch),
+                      what="reading the layers of Docker's images", timeout=300).stdout.decode()
+            for line in out.splitlines():
+                image_id, _, layers_json = line.partition(" ")
+                layers = json.loads(layers_json or "[]") or []
+                for d in layers:
+                    if is_digest(d):
+                        digest = Digest.parse(d)
+                        if digest not in held or len(layers) < depth[digest]:
+                            held[digest], depth[digest] = image_id, len(layers)
+        return held
+
     def tag(self, image_id: str, ref: str) -> None:
         run(self.argv("tag", image_id, ref), what=f"tagging {image_id[:19]} as {ref}", timeout=120)
 
     def remove(self, image_id: str) -> None:
         run(self.argv("image", "rm", "--no-prune", image_id), what=f"removing {image_id[:19]}", timeout=300)
+
+    def list_tags(self) -> List[str]:
+        """Every ``repository:tag`` the engine holds (for staging tags left by killed runs)."""
+        res = run(self.argv("image", "ls", "--format", "{{.Repository}}:{{.Tag}}"),
+                  what="listing Docker's image tags", timeout=120, hint=_HINT)
+        lines = res.stdout.decode("utf-8", "replace").splitlines()
+        return [x.strip() for x in lines if x.strip() and "<none>" not in x]
+
+    # === --deep and --inventory
+    def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:
+        argv = self.argv("save", found.image_id)
+        with command_stdout(argv, what=f"re-exporting {image.name} from Docker (docker save)", hint=_HINT) as out:
+            return scan_tar(out, f"docker save {found.image_id}", bound=layer_bound(image), on_bytes=on_bytes)
+
+    def inventory(self) -> List[EngineImage]:
+        res = run(self.argv("image", "ls", "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
+        ids = sorted(set(res.stdout.decode("utf-8", "replace").split()))
+        images: List[EngineImage] = []
+        for start in range(0, len(ids), 100):
+            batch = ids[start:start + 100]
+            out = run(self.argv("image", "inspect", *batch), what="inspecting Docker's images", timeout=600)
+            for doc in json.loads(out.stdout.decode("utf-8", "replace") or "[]"):
+                images.append(engine_image_from_inspect(doc, self.image_store))
+        return images
 
 
 def image_store_of(info: Any) -> str:
@@ -94,17 +150,30 @@ def image_store_of(info: Any) -> str:
     return "classic"
 
 
-def engine_image_from_inspect(doc: Any) -> EngineImage:
+def engine_image_from_inspect(doc: Any, image_store: str = "classic") -> EngineImage:
+    """What ``docker image inspect`` says. Classic store: the ID is the config digest.
+    Containerd store (Docker 25+): the ID is the manifest (or index) digest; Docker 28.1+
+    (API 1.48) also reports the target as ``Descriptor``."""
     if isinstance(doc, list):
         doc = doc[0] if doc else {}
     if not isinstance(doc, dict) or not isinstance(doc.get("Id"), str):
         raise BundleError("reading `docker image inspect` output: expected an object with Id, found something else")
     rootfs = doc.get("RootFS") or {}
     layers = rootfs.get("Layers") or []
+    config_digest: Optional[str] = None
+    manifest_digest: Optional[str] = None
+    if image_store == "classic":
+        config_digest = doc["Id"]
+    else:
+        descriptor = doc.get("Descriptor")
+        target = descriptor.get("digest") if isinstance(descriptor, dict) else None
+        manifest_digest = str(target) if isinstance(target, str) else doc["Id"]
     return EngineImage(
         image_id=doc["Id"],
         diff_ids=[str(x) for x in layers],
         tags=[str(t) for t in (doc.get("RepoTags") or [])],
+        config_digest=config_digest,
+        manifest_digest=manifest_digest,
     )
 
 

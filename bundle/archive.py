@@ -1,0 +1,283 @@
+"""pack_bundle(): a bundle folder as one uncompressed tar, or as parts of it no larger than SIZE.
+
+Members: bundle.json, SHA256SUMS, bundle-import.pyz FIRST (the importer checks every later
+member against bundle.json as it streams past), then the signature, oci-layout, index.json,
+the manifests and configs, then the layers. Every file is hashed as it is packed and must match
+bundle.json. With ``split`` the same byte stream is cut into ``FILE.tar.part000``... (each
+written to a temp name, fsynced, renamed) and ``FILE.tar.parts.json`` is written last
+(schemas/parts/parts-v1.schema.json). ``bundle-import.pyz`` is also written beside the archive,
+so the far side can run the importer without unpacking anything."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import re
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
+
+from importer import __version__
+from importer.archive import (
+    PARTS_SUFFIX,
+    PartRecord,
+    PartsIndex,
+    index_name,
+    part_name,
+)
+from importer.digest import CHUNK, Digest
+from importer.errors import DigestMismatch, ManifestError, SizeMismatch, UsageError
+from importer.fsutil import atomic_write_bytes, fsync_dir
+from importer.limits import MAX_BUNDLE_JSON, read_file_limited
+from importer.manifest import (
+    BUNDLE_JSON,
+    IMPORTER_PYZ,
+    SIGNATURE_FILE,
+    SUMS_FILE,
+    BundleManifest,
+    FileRecord,
+    load_bundle_manifest,
+)
+
+ProgressFn = Callable[[int], None]
+MIN_PART = 64 * 1024
+_DAMAGED = "the bundle folder is damaged; verify it (bundle-import DIR --verify-only) or re-export"
+
+
+@dataclass
+class PackResult:
+    archive: str  # the tar, or the parts index
+    parts: List[PartRecord]
+    size: int
+    digest: Digest
+    importer: Optional[str]
+    seconds: float
+    members: int = 0
+    notes: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "archive": self.archive,
+            "size": self.size,
+            "digest": str(self.digest),
+            "parts": [p.to_dict() for p in self.parts],
+            "importer": self.importer,
+            "members": self.members,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class PartWriter:
+    """A write-only stream cut into files of at most ``part_size`` bytes (one file when None),
+    each hashed, fsynced and renamed into place when full; the whole stream is hashed too."""
+
+    def __init__(self, archive: str, part_size: Optional[int]) -> None:
+        self.directory = os.path.dirname(archive)
+        self.name = os.path.basename(archive)
+        self.part_size = part_size
+        self.parts: List[PartRecord] = []
+        self.written: List[str] = []
+        self.total = 0
+        self._whole = hashlib.sha256()
+        self._f: Optional[BinaryIO] = None
+        self._tmp = ""
+        self._hash: Any = None
+        self._n = 0
+
+    def _open(self) -> None:
+        fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
+        self._f = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self._n = 0
+
+    def _close_part(self) -> None:
+        assert self._f is not None
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        self._f = None
+        os.chmod(self._tmp, 0o644)
+        final = part_name(self.name, len(self.parts)) if self.part_size else self.name
+        os.replace(self._tmp, os.path.join(self.directory, final))
+        self.written.append(final)
+        self.parts.append(PartRecord(final, self._n, Digest("sha256", self._hash.hexdigest())))
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        size = len(view)
+        while len(view):
+            if self._f is None:
+                self._open()
+            assert self._f is not None
+            room = (self.part_size - self._n) if self.part_size else len(view)
+            chunk = view[:room]
+            self._f.write(chunk)
+            self._hash.update(chunk)
+            self._whole.update(chunk)
+            self._n += len(chunk)
+            self.total += len(chunk)
+            view = view[len(chunk):]
+            if self.part_size and self._n >= self.part_size:
+                self._close_part()
+        return size
+
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+
+    def finish(self) -> None:
+        if self._f is not None or not self.parts:
+            if self._f is None:
+                self._open()
+            self._close_part()
+        fsync_dir(self.directory)
+
+    def abort(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+        for name in self.written:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.directory, name))
+
+    @property
+    def digest(self) -> Digest:
+        return Digest("sha256", self._whole.hexdigest())
+
+
+class _Hashing:
+    def __init__(self, raw: BinaryIO, on_bytes: Optional[ProgressFn]) -> None:
+        self._raw = raw
+        self.hasher = hashlib.sha256()
+        self.count = 0
+        self._on = on_bytes
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self.hasher.update(data)
+        self.count += len(data)
+        if self._on is not None and data:
+            self._on(len(data))
+        return data
+
+
+def member_order(manifest: BundleManifest, src: str) -> List[str]:
+    """bundle.json, SHA256SUMS, the importer first; then the small documents; then the layers."""
+    first = [BUNDLE_JSON, SUMS_FILE]
+    if manifest.importer is not None:
+        first.append(manifest.importer.path)
+    if os.path.isfile(os.path.join(src, SIGNATURE_FILE)):
+        first.append(SIGNATURE_FILE)
+    small = ["oci-layout", "index.json"]
+    for image in manifest.images:
+        small += [image.manifest.digest.blob_path, image.config.digest.blob_path]
+    order: List[str] = []
+    for path in first + small + sorted(f.path for f in manifest.files):
+        if path not in order and (path in first or any(f.path == path for f in manifest.files)):
+            order.append(path)
+    return order
+
+
+def _stale_outputs(archive: str) -> List[str]:
+    directory, name = os.path.dirname(archive), os.path.basename(archive)
+    pattern = re.compile(re.escape(name) + r"\.part[0-9]{3,}$")
+    found = [os.path.join(directory, n) for n in os.listdir(directory) if pattern.match(n)]
+    for extra in (archive, archive + PARTS_SUFFIX):
+        if os.path.lexists(extra):
+            found.append(extra)
+    return sorted(found)
+
+
+def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: bool = False,
+                consume: bool = False, progress: Optional[Callable[[str, int], ProgressFn]] = None) -> PackResult:
+    """Pack the bundle folder ``src`` into ``archive`` (or its parts). ``consume``: delete each
+    packed blob from ``src`` right after it is in the archive (export --archive without -o)."""
+    started = time.monotonic()
+    src = os.path.abspath(src)
+    archive = os.path.abspath(archive)
+    if split is not None and split < MIN_PART:
+        raise UsageError(f"splitting: expected parts of at least {MIN_PART} bytes, found {split}",
+                         hint="give a size with a unit, e.g. --split 3900M for FAT32")
+    if os.path.isdir(archive):
+        raise UsageError(f"packing into {archive}: expected a file name (FILE.tar), found a folder")
+    os.makedirs(os.path.dirname(archive), exist_ok=True)
+    if not os.path.isfile(os.path.join(src, BUNDLE_JSON)):
+        raise ManifestError(f"packing {src}: expected a bundle folder holding {BUNDLE_JSON}, found none",
+                            hint="pass the folder `bundle export -o DIR` wrote")
+    raw_bj = read_file_limited(os.path.join(src, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+    manifest = load_bundle_manifest(raw_bj, where=os.path.join(src, BUNDLE_JSON))
+    stale = _stale_outputs(archive)
+    if stale and not force:
+        raise UsageError(f"packing into {archive}: expected no earlier archive or parts there, found "
+                         f"{len(stale)} ({os.path.basename(stale[0])}...)",
+                         hint="choose another name, or pass --force to replace them (stale parts are removed)")
+    for path in stale:
+        os.unlink(path)
+    pins: Dict[str, FileRecord] = {f.path: f for f in manifest.files}
+    order = member_order(manifest, src)
+    total = sum(os.path.getsize(os.path.join(src, p)) for p in order)
+    on_bytes = progress("pack", total) if progress is not None else None
+    writer = PartWriter(archive, split)
+    try:
+        with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT, bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+            for rel in order:
+                full = os.path.join(src, rel)
+                size = os.path.getsize(full)
+                info = tarfile.TarInfo(rel)
+                info.size = size
+                info.mtime = 0
+                info.mode = 0o755 if rel == IMPORTER_PYZ else 0o644
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                with open(full, "rb") as f:
+                    hashing = _Hashing(f, on_bytes)
+                    tar.addfile(info, hashing)
+                _check_pin(rel, pins.get(rel), hashing, raw_bj if rel == BUNDLE_JSON else None)
+                if consume and rel.startswith("blobs/"):
+                    os.unlink(full)
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    importer_rec = manifest.importer
+    beside: Optional[str] = None
+    if importer_rec is not None:
+        pyz = read_file_limited(os.path.join(src, importer_rec.path), 256 * 1024 * 1024, IMPORTER_PYZ) \
+            if os.path.exists(os.path.join(src, importer_rec.path)) else None
+        if pyz is not None and Digest.of_bytes(pyz) == importer_rec.digest:
+            beside = os.path.join(os.path.dirname(archive), IMPORTER_PYZ)
+            atomic_write_bytes(beside, pyz, mode=0o755)
+    result_path = archive
+    if split:
+        index = PartsIndex(
+            schema_version="1.0", archive_name=os.path.basename(archive), size=writer.total, digest=writer.digest,
+            part_size=split, parts=tuple(writer.parts),
+            created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            tool_version=__version__, bundle_digest=Digest.of_bytes(raw_bj),
+            importer=(FileRecord(IMPORTER_PYZ, importer_rec.digest, importer_rec.size)
+                      if beside and importer_rec else None),
+        )
+        result_path = os.path.join(os.path.dirname(archive), index_name(os.path.basename(archive)))
+        atomic_write_bytes(result_path, (json.dumps(index.to_dict(), indent=2) + "\n").encode("utf-8"))
+    fsync_dir(os.path.dirname(archive))
+    return PackResult(result_path, list(writer.parts) if split else [], writer.total, writer.digest, beside,
+                      time.monotonic() - started, members=len(order))
+
+
+def _check_pin(rel: str, pin: Optional[FileRecord], hashing: _Hashing, raw_bj: Optional[bytes]) -> None:
+    got = Digest("sha256", hashing.hasher.hexdigest())
+    if raw_bj is not None and got != Digest.of_bytes(raw_bj):
+        raise DigestMismatch(f"packing {BUNDLE_JSON}: it changed while it was being packed")
+    if pin is None:
+        return
+    if hashing.count != pin.size:
+        raise SizeMismatch(f"packing {rel}: expected {pin.size} bytes, found {hashing.count}", hint=_DAMAGED)
+    if got != pin.digest:
+        raise DigestMismatch(f"packing {rel}: expected {pin.digest}, found {got}", hint=_DAMAGED)

@@ -1,0 +1,80 @@
+"""``bundle push BUNDLE REGISTRY[/NAMESPACE]``: verify, (tunnel,) push, read back.
+
+Thin over importer/registrypush.py, which the importer shares for ``--engine registry``. With
+``--ssh`` REGISTRY is the registry as the SSH host sees it; the push goes through a tunnel that is
+closed whatever happens."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, Optional
+
+from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
+from importer.bundlefiles import open_root
+from importer.errors import PostLoadMismatch
+from importer.importing import verify_or_raise
+from importer.registry import DEFAULT_CHUNK, RegistryClient, parse_target
+from importer.registryauth import Credentials
+from importer.registrypush import PushReport, push_bundle
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass
+class PushOutcome:
+    report: PushReport
+    via: Optional[str]
+    scheme: str
+    api_version: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        doc = self.report.to_dict()
+        doc["via"] = self.via
+        doc["scheme"] = self.scheme
+        doc["apiVersion"] = self.api_version
+        return doc
+
+
+@contextlib.contextmanager
+def _route(target_host: str, ssh: Optional[SshTarget], insecure: bool) -> Iterator[Optional[int]]:
+    if ssh is None:
+        yield None
+        return
+    with SshTunnel(ssh, target_host, default_port=80 if insecure else 443) as port:
+        yield port
+
+
+def push(
+    bundle: str,
+    registry: str,
+    *,
+    insecure: bool = False,
+    concurrency: int = 4,
+    chunk_size: int = DEFAULT_CHUNK,
+    credentials: Optional[Credentials] = None,
+    ssh: Optional[SshTarget] = None,
+    progress: Optional[ProgressFactory] = None,
+    log: Optional[Callable[[str], None]] = None,
+) -> PushOutcome:
+    target = parse_target(registry)
+    root = open_root(bundle)
+    manifest = verify_or_raise(bundle, progress=progress).manifest
+    assert manifest is not None
+    with terminate_as_interrupt(), _route(target.host, ssh, insecure) as port:
+        connect = ("127.0.0.1", port) if port is not None else None
+        with RegistryClient(target, connect_to=connect, insecure=insecure, credentials=credentials,
+                            chunk_size=chunk_size, log=log) as client:
+            client.ping()
+            report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress)
+            outcome = PushOutcome(report, f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None,
+                                  client.scheme, client.api_version)
+    if not report.ok:
+        bad = [r for r in report.refs if not r.readback.ok]
+        raise PostLoadMismatch(
+            f"reading back from {target}: expected every pushed image to match bundle.json, "
+            f"found {len(bad)} mismatch(es)",
+            context="\n".join(f"{r.pullable}: {'; '.join(r.readback.problems)}" for r in bad),
+            hint="push again (blobs already there are skipped); if it persists the registry rewrites images",
+        )
+    return outcome

@@ -1,0 +1,160 @@
+"""``bundle pack|copy|push`` and ``bundle export --archive/--split``: carrying a bundle.
+
+Thin: parse, call bundle/archive.py, bundle/copy.py or bundle/push.py, render (``--json`` for
+scripts). Progress lines only when stderr is a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import uuid
+from typing import Any, Callable, Optional, Tuple
+
+from bundle.archive import PackResult, pack_bundle
+from bundle.push import push
+from bundle.sshtunnel import SshTarget
+from importer.copycmd import add_copy_arguments, cmd_copy
+from importer.errors import UsageError
+from importer.progress import StderrProgress, human_bytes
+from importer.registry import DEFAULT_CHUNK
+from importer.sinks.registry import credentials_from_args
+from importer.sizes import parse_size
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def _progress(args: argparse.Namespace) -> Optional[ProgressFactory]:
+    if getattr(args, "quiet", False) or getattr(args, "json", False) or not sys.stderr.isatty():
+        return None
+    return lambda label, total: StderrProgress(label, total)
+
+
+def _log(args: argparse.Namespace) -> Callable[[str], None]:
+    if getattr(args, "quiet", False):
+        return lambda _line: None
+    return lambda line: print(f"note: {line}", file=sys.stderr)
+
+
+def _split(args: argparse.Namespace) -> Optional[int]:
+    return parse_size(args.split, what="--split", minimum=1) if getattr(args, "split", None) else None
+
+
+def add_transfer_commands(sub: Any) -> None:
+    pk = sub.add_parser("pack", help="pack a bundle folder into one tar, or into parts no larger than SIZE")
+    pk.add_argument("bundle", metavar="DIR", help="the bundle folder")
+    pk.add_argument("archive", metavar="FILE.tar", help="the tar to write (with --split: FILE.tar.partNNN + "
+                    "FILE.tar.parts.json); bundle-import.pyz is written beside it")
+    pk.add_argument("--split", metavar="SIZE", help="cut into parts of at most SIZE (e.g. 3900M for FAT32, 4G)")
+    pk.add_argument("--force", action="store_true", help="replace an earlier archive and its parts")
+    pk.add_argument("--json", action="store_true", help="print the result as JSON")
+    pk.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    pk.set_defaults(handler=cmd_pack)
+
+    cp = sub.add_parser("copy", help="copy a bundle (folder, tar or parts) resumably, then verify the copy "
+                        "(also in the importer: python3 bundle-import.pyz copy SRC DST)")
+    add_copy_arguments(cp)
+    cp.set_defaults(handler=cmd_copy)
+
+    ps = sub.add_parser("push", help="push the bundle's images into a registry (optionally through SSH)")
+    ps.add_argument("bundle", metavar="BUNDLE", help="a bundle folder, FILE.tar or FILE.tar.parts.json")
+    ps.add_argument("registry", metavar="REGISTRY[/NAMESPACE]",
+                    help="e.g. 127.0.0.1:5000/team: my/app:1 goes to 127.0.0.1:5000/team/my/app:1")
+    ps.add_argument("--insecure", action="store_true",
+                    help="HTTPS without certificate checks, else plain HTTP (default for 127.0.0.0/8 and localhost)")
+    ps.add_argument("--concurrency", type=int, default=4, metavar="N", help="parallel blob uploads (default 4)")
+    ps.add_argument("--chunk-size", metavar="SIZE", default=str(DEFAULT_CHUNK),
+                    help="bytes per upload request (default 16M; lower it behind a proxy body limit)")
+    ps.add_argument("--username", metavar="USER", help="registry user (default: ~/.docker/config.json, else none)")
+    ps.add_argument("--password-stdin", action="store_true", help="read the registry password from stdin")
+    ps.add_argument("--ssh", metavar="USER@HOST",
+                    help="push through `ssh -L` to HOST; REGISTRY is then the registry as HOST sees it")
+    ps.add_argument("--ssh-port", type=int, metavar="N", help="SSH port (default 22 or ~/.ssh/config)")
+    ps.add_argument("--identity", metavar="FILE", help="SSH private key (ssh -i)")
+    ps.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra ssh -o option, e.g. UserKnownHostsFile=FILE (repeatable)")
+    ps.add_argument("--json", action="store_true", help="print the result as JSON")
+    ps.add_argument("--quiet", "-q", action="store_true", help="no progress or retry notes")
+    ps.set_defaults(handler=cmd_push)
+
+
+def add_archive_options(e: argparse.ArgumentParser) -> None:
+    """``bundle export ... --archive FILE.tar [--split SIZE]``."""
+    e.add_argument("--archive", metavar="FILE.tar",
+                   help="also write the bundle as one tar (bundle.json and the importer first); without -o the "
+                   "folder is only a staging area, removed blob by blob as it is packed")
+    e.add_argument("--split", metavar="SIZE", help="with --archive: parts of at most SIZE (e.g. 3900M for FAT32)")
+
+
+def export_target(args: argparse.Namespace) -> Tuple[str, bool]:
+    """(the folder to export into, whether packing consumes it)."""
+    archive = getattr(args, "archive", None)
+    if getattr(args, "split", None) and not archive:
+        raise UsageError("exporting: expected --archive FILE.tar with --split, found none")
+    if archive and getattr(args, "schema", 3) != 3:
+        raise UsageError(f"exporting: --archive needs --schema 3, found --schema {args.schema}")
+    if args.output:
+        return args.output, False
+    if not archive:
+        raise UsageError("exporting: expected -o DIR or --archive FILE.tar, found neither")
+    parent = os.path.dirname(os.path.abspath(archive))
+    # export_images() builds it as NAME.partial-* and renames it into place when whole
+    return os.path.join(parent, f".{os.path.basename(archive)}.export-{uuid.uuid4().hex[:12]}"), True
+
+
+def finish_export(args: argparse.Namespace, folder: str, consume: bool) -> Optional[PackResult]:
+    """Pack the exported folder when --archive was given (removing the staging folder after)."""
+    if not getattr(args, "archive", None):
+        return None
+    try:
+        return pack_bundle(folder, args.archive, split=_split(args), force=args.force, consume=consume,
+                           progress=_progress(args))
+    finally:
+        if consume:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def pack_lines(res: PackResult) -> str:
+    if res.parts:
+        biggest = max(p.size for p in res.parts)
+        text = (f"wrote {len(res.parts)} part(s) of at most {human_bytes(biggest)} "
+                f"({human_bytes(res.size)} in all) and {res.archive}")
+    else:
+        text = f"wrote {res.archive} ({human_bytes(res.size)})"
+    if res.importer:
+        text += f"\nimport on the far side: python3 {res.importer} {res.archive} --verify"
+    return text
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    res = pack_bundle(args.bundle, args.archive, split=_split(args), force=args.force, progress=_progress(args))
+    print(json.dumps(res.to_dict(), indent=2) if args.json else pack_lines(res))
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    if args.concurrency < 1:
+        raise UsageError(f"reading --concurrency: expected at least 1, found {args.concurrency}")
+    if (args.ssh_port or args.identity or args.ssh_option) and not args.ssh:
+        raise UsageError("reading the SSH options: expected --ssh USER@HOST with them, found none")
+    ssh = SshTarget(args.ssh, args.ssh_port, args.identity, tuple(args.ssh_option)) if args.ssh else None
+    outcome = push(args.bundle, args.registry, insecure=args.insecure, concurrency=args.concurrency,
+                   chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096),
+                   credentials=credentials_from_args(args), ssh=ssh, progress=_progress(args), log=_log(args))
+    rep = outcome.report
+    if args.json:
+        print(json.dumps(outcome.to_dict(), indent=2))
+        return 0
+    for r in rep.refs:
+        print(f"{r.pullable}  {r.image.manifest.digest.short}  {r.status}  read back: OK")
+    for digest in rep.untagged:
+        print(f"skipped untagged image {digest[:19]} (a registry names images by repository:tag)")
+    print(f"blobs: {rep.blobs_uploaded} uploaded ({human_bytes(rep.bytes_uploaded)}), {rep.blobs_mounted} mounted, "
+          f"{rep.blobs_present} already there; {rep.stats.get('retries', 0)} retries, "
+          f"{rep.stats.get('resumes', 0)} resumed, {rep.stats.get('restarts', 0)} restarted; {rep.seconds:.1f}s"
+          + (f"; via {outcome.via}" if outcome.via else ""))
+    if rep.refs:
+        print(f"on the nodes: docker pull {rep.refs[0].pullable}")
+    return 0

@@ -1,0 +1,62 @@
+"""Image references as engines spell them.
+
+Docker accepts short names (``app:1``) and shows them short; containerd and podman store the
+full name (``docker.io/library/app:1``). :func:`normalize` is Docker's own rule
+(distribution/reference ``ParseNormalizedNamed`` + default tag), so the same bundle ref names the
+same image on every engine."""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+DEFAULT_DOMAIN = "docker.io"
+LEGACY_DOMAIN = "index.docker.io"
+OFFICIAL_PREFIX = "library/"
+
+
+def split_domain(name: str) -> Tuple[str, str]:
+    """(domain, path) of a repository name without tag or digest."""
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
+        domain, path = first, rest
+    else:
+        domain, path = DEFAULT_DOMAIN, name
+    if domain == LEGACY_DOMAIN:
+        domain = DEFAULT_DOMAIN
+    if domain == DEFAULT_DOMAIN and "/" not in path:
+        path = OFFICIAL_PREFIX + path
+    return domain, path
+
+
+def split_ref(ref: str) -> Tuple[str, str, str]:
+    """(repository, tag, digest) of ``ref``; tag and digest may be empty."""
+    name, _, digest = ref.partition("@")
+    tag = ""
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        name, tag = name[:colon], name[colon + 1:]
+    return name, tag, digest
+
+
+def normalize(ref: str) -> str:
+    """``app:1`` -> ``docker.io/library/app:1``; ``app`` -> ``docker.io/library/app:latest``;
+    ``registry:5000/x/y@sha256:..`` stays as it is."""
+    name, tag, digest = split_ref(ref)
+    domain, path = split_domain(name)
+    full = f"{domain}/{path}"
+    if tag:
+        full += f":{tag}"
+    if digest:
+        full += f"@{digest}"
+    if not tag and not digest:
+        full += ":latest"
+    return full
+
+
+def familiar(ref: str) -> str:
+    """The short form Docker prints: ``docker.io/library/app:1`` -> ``app:1``."""
+    full = normalize(ref)
+    for prefix in (f"{DEFAULT_DOMAIN}/{OFFICIAL_PREFIX}", f"{DEFAULT_DOMAIN}/"):
+        if full.startswith(prefix):
+            return full[len(prefix):]
+    return full

@@ -1,0 +1,167 @@
+"""Which engine to load into: ``--engine``, else what the options imply, else what answers.
+
+Detection order without ``--engine``: an engine option given (``--oci-dir`` -> oci,
+``--address/--namespace/--snapshotter`` -> containerd, ``--podman-root/--podman-runroot/
+--storage-driver`` -> podman, ``--docker-host`` -> docker); else ``DOCKER_HOST`` set -> docker;
+else the first that answers of: Docker on its default socket, containerd on
+``$CONTAINERD_ADDRESS`` or its default socket (namespace ``k8s.io`` when that namespace exists
+and none was given: a Kubernetes node), podman with its default storage. The choice and its
+reason are printed on stderr and recorded in the receipt (``engine.selectedBy``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Tuple
+
+from importer.errors import EngineUnavailable, SinkError, UsageError
+
+ENGINES = ("docker", "containerd", "podman", "oci")
+DOCKER_SOCKET = "/var/run/docker.sock"
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+K8S_NAMESPACE = "k8s.io"
+
+# option attribute -> (engine it belongs to, how it is spelled)
+_OPTION_ENGINE = {
+    "docker_host": ("docker", "--docker-host"),
+    "address": ("containerd", "--address"),
+    "namespace": ("containerd", "--namespace"),
+    "snapshotter": ("containerd", "--snapshotter"),
+    "podman_root": ("podman", "--podman-root"),
+    "podman_runroot": ("podman", "--podman-runroot"),
+    "storage_driver": ("podman", "--storage-driver"),
+    "oci_dir": ("oci", "--oci-dir"),
+}
+
+
+@dataclass
+class EngineOptions:
+    engine: Optional[str] = None
+    docker_host: Optional[str] = None
+    address: Optional[str] = None
+    namespace: Optional[str] = None
+    snapshotter: Optional[str] = None
+    podman_root: Optional[str] = None
+    podman_runroot: Optional[str] = None
+    storage_driver: Optional[str] = None
+    oci_dir: Optional[str] = None
+
+    @classmethod
+    def from_args(cls, args: Any) -> EngineOptions:
+        return cls(**{name: getattr(args, name, None) for name in ("engine", *_OPTION_ENGINE)})
+
+    def given(self) -> List[Tuple[str, str]]:
+        """(engine, option spelling) of every engine option given."""
+        return [_OPTION_ENGINE[name] for name in _OPTION_ENGINE if getattr(self, name)]
+
+
+def build_sink(kind: str, opts: EngineOptions) -> Any:
+    if kind == "docker":
+        from importer.sinks.docker import DockerSink
+
+        return DockerSink(opts.docker_host)
+    if kind == "containerd":
+        from importer.sinks.containerd import ContainerdSink
+
+        return ContainerdSink(opts.address, opts.namespace, opts.snapshotter)
+    if kind == "podman":
+        from importer.sinks.podman import PodmanSink
+
+        return PodmanSink(opts.podman_root, opts.podman_runroot, opts.storage_driver)
+    if kind == "oci":
+        from importer.sinks.oci_layout import OciLayoutSink
+
+        if not opts.oci_dir:
+            raise UsageError("choosing the oci engine: expected --oci-dir DIR, found none",
+                             hint="pass --oci-dir with the folder to write the OCI layout to")
+        return OciLayoutSink(opts.oci_dir)
+    raise UsageError(f"choosing an engine: expected one of {', '.join(ENGINES)}, found {kind!r}")
+
+
+def _check_options(kind: str, opts: EngineOptions) -> None:
+    stray = [spelling for engine, spelling in opts.given() if engine != kind]
+    if stray:
+        raise UsageError(f"choosing the {kind} engine: expected only its own options, found {', '.join(stray)}",
+                         hint=f"drop {', '.join(stray)}, or choose the engine they belong to with --engine")
+
+
+def _answers(sink: Any) -> bool:
+    try:
+        sink.probe()
+    except SinkError:
+        return False
+    return True
+
+
+def choose_sink(
+    opts: EngineOptions,
+    *,
+    docker_socket: str = DOCKER_SOCKET,
+    containerd_socket: str = CONTAINERD_SOCKET,
+    which: Callable[[str], Optional[str]] = shutil.which,
+) -> Tuple[Any, str]:
+    """(sink, why it was chosen). Raises UsageError for contradicting options and
+    EngineUnavailable when nothing answers."""
+    if opts.engine:
+        _check_options(opts.engine, opts)
+        return build_sink(opts.engine, opts), f"--engine {opts.engine}"
+    implied = sorted({engine for engine, _ in opts.given()})
+    if len(implied) > 1:
+        raise UsageError(f"choosing an engine: options of {' and '.join(implied)} given together",
+                         hint="pass --engine and only that engine's options")
+    if implied:
+        spelling = next(s for e, s in opts.given() if e == implied[0])
+        return build_sink(implied[0], opts), f"{spelling} given"
+    if os.environ.get("DOCKER_HOST"):
+        return build_sink("docker", opts), f"DOCKER_HOST is set ({os.environ['DOCKER_HOST']})"
+    tried: List[str] = []
+    if which("docker"):
+        if os.path.exists(docker_socket):
+            sink = build_sink("docker", EngineOptions(docker_host=f"unix://{docker_socket}"))
+            if _answers(sink):
+                return sink, f"Docker answers on {docker_socket}"
+            tried.append(f"Docker on {docker_socket}: no answer")
+        else:
+            tried.append(f"Docker: no {docker_socket}")
+    else:
+        tried.append("Docker: no `docker` command")
+    address = os.environ.get("CONTAINERD_ADDRESS") or containerd_socket
+    if which("ctr"):
+        if os.path.exists(address):
+            from importer.sinks.containerd import ContainerdSink
+
+            probe = ContainerdSink(address, os.environ.get("CONTAINERD_NAMESPACE") or None)
+            if _answers(probe):
+                namespace = probe.namespace
+                why = f"containerd answers on {address}"
+                if not os.environ.get("CONTAINERD_NAMESPACE") and K8S_NAMESPACE in _namespaces(probe):
+                    namespace = K8S_NAMESPACE
+                    why += f"; namespace {K8S_NAMESPACE} exists (a Kubernetes node)"
+                return ContainerdSink(address, namespace, probe.snapshotter), why
+            tried.append(f"containerd on {address}: no answer")
+        else:
+            tried.append(f"containerd: no {address}")
+    else:
+        tried.append("containerd: no `ctr` command")
+    if which("podman"):
+        sink = build_sink("podman", EngineOptions())
+        if _answers(sink):
+            return sink, "podman is installed (default storage)"
+        tried.append("podman: `podman info` failed")
+    else:
+        tried.append("podman: no `podman` command")
+    raise EngineUnavailable(
+        "choosing an engine: expected Docker, containerd or podman to answer, found none",
+        context="\n".join(tried),
+        hint="start one, or name it: --engine docker|containerd|podman|oci with its options "
+        "(--docker-host, --address/--namespace/--snapshotter, --podman-root/--podman-runroot, --oci-dir)",
+    )
+
+
+def _namespaces(sink: Any) -> List[str]:
+    try:
+        out = sink._ctr("namespaces", "ls", "-q", what="listing containerd's namespaces", timeout=60)
+    except SinkError:
+        return []
+    return [line.strip() for line in str(out).splitlines() if line.strip()]

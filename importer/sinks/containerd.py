@@ -1,0 +1,342 @@
+"""The containerd sink (Kubernetes nodes, no dockerd): ``ctr images import`` fed an OCI archive
+built on the fly from the bundle's own blobs, unpacked into the chosen snapshotter.
+
+The manifest, config and compressed layers go in byte for byte, so containerd holds the bundle's
+manifest digest. Every index entry carries the full reference (``docker.io/library/app:1``) in
+``io.containerd.image.name`` and ``org.opencontainers.image.ref.name``: an entry without a usable
+name imports nothing, and ``ctr`` still exits 0. After loading, the check reads back the image's
+target (manifest digest), its config digest and diff_ids (``ctr content get``), that every content
+blob is present and the image unpacked (``ctr images check``), and that a snapshot exists for
+every layer chain ID (``ctr snapshots ls``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from importer.digest import Digest, is_digest
+from importer.engines import StdinCommand, command_stdout, run
+from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
+from importer.identity import OCI, chain_ids
+from importer.limits import MAX_CONFIG
+from importer.manifest import ImageRecord
+from importer.ociarchive import write_oci_archive
+from importer.reexport import ArchiveScan, hash_member, layer_bound, scan_tar
+from importer.refs import familiar, normalize
+from importer.sinks import EngineImage, EngineInfo, ProgressFn
+
+DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_SNAPSHOTTER = "overlayfs"
+UNTAGGED_REPO = "docker.io/sneakernet/untagged"
+_INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+                "application/vnd.docker.distribution.manifest.list.v2+json")
+_STATUS_RE = re.compile(r"\b(complete|incomplete|missing|unavailable)\b(?: \((\d+)/(\d+)\))?")
+
+
+def _hint(address: str) -> str:
+    return (f"start containerd, or point the importer at it: --engine containerd --address SOCKET "
+            f"[--namespace k8s.io] [--snapshotter overlayfs] (tried {address})")
+
+
+def host_platform() -> Tuple[str, str]:
+    machine = platform.machine().lower()
+    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
+            "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}.get(machine, machine)
+    return "linux", arch
+
+
+class ContainerdSink:
+    kind = "containerd"
+
+    def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None,
+                 snapshotter: Optional[str] = None) -> None:
+        self.address = address or os.environ.get("CONTAINERD_ADDRESS") or DEFAULT_ADDRESS
+        self.namespace = namespace or os.environ.get("CONTAINERD_NAMESPACE") or DEFAULT_NAMESPACE
+        self.snapshotter = snapshotter or os.environ.get("CONTAINERD_SNAPSHOTTER") or DEFAULT_SNAPSHOTTER
+
+    def argv(self, *args: str) -> List[str]:
+        return ["ctr", "--address", self.address, "--namespace", self.namespace, *args]
+
+    def _ctr(self, *args: str, what: str, timeout: float = 300, check: bool = True) -> str:
+        res = run(self.argv(*args), what=what, timeout=timeout, check=check, hint=_hint(self.address),
+                  limit=64 * 1024 * 1024)
+        return res.stdout.decode("utf-8", "replace")
+
+    # === probe
+    def probe(self) -> EngineInfo:
+        try:
+            out = self._ctr("version", what="asking containerd for its version", timeout=60)
+        except CommandFailed as e:
+            last = e.stderr_tail.strip().splitlines()[-1] if e.stderr_tail.strip() else "no answer"
+            raise EngineUnavailable(
+                f"connecting to containerd at {self.address}: expected a running containerd, found none ({last})",
+                hint=_hint(self.address),
+            ) from e
+        version = server_version(out)
+        if not version:
+            raise EngineUnavailable(f"connecting to containerd at {self.address}: no server answered",
+                                    hint=_hint(self.address))
+        plugins = self._ctr("plugins", "ls", what="listing containerd's plugins", timeout=60)
+        status = snapshotter_status(plugins)
+        if status.get(self.snapshotter) != "ok":
+            usable = sorted(name for name, st in status.items() if st == "ok")
+            raise EngineUnavailable(
+                f"choosing containerd snapshotter {self.snapshotter!r}: expected it loaded, found "
+                f"{status.get(self.snapshotter, 'no such snapshotter')}",
+                hint=f"pass --snapshotter with one of: {', '.join(usable) or 'none loaded'}",
+            )
+        return EngineInfo(
+            kind="containerd",
+            version=version,
+            storage_driver=self.snapshotter,
+            image_store=OCI,
+            address=self.address,
+            data_root=None,
+            extra={"namespace": self.namespace, "snapshotter": self.snapshotter},
+        )
+
+    # === read back
+    def _rows(self, *filters: str) -> List[Tuple[str, str, str]]:
+        """(name, media type, target digest) of the images matching ``filters``."""
+        out = self._ctr("images", "ls", *filters, what="listing containerd's images")
+        return parse_image_rows(out)
+
+    def lookup(self, name: str) -> Optional[EngineImage]:
+        rows = self._rows(f"target.digest=={name}" if is_digest(name) else f"name=={normalize(name)}")
+        if not rows:
+            return None
+        _, media_type, digest = rows[0]
+        names = sorted(r[0] for r in self._rows(f"target.digest=={digest}"))
+        image = self._describe(digest, media_type, names)
+        image.problems.extend(self._check(names[0] if names else rows[0][0], image))
+        return image
+
+    def _content(self, digest: str, what: str) -> Any:
+        out = self._ctr("content", "get", digest, what=what)
+        if len(out) > MAX_CONFIG:
+            raise BundleError(f"{what}: expected at most {MAX_CONFIG} bytes, found more")
+        try:
+            return json.loads(out)
+        except ValueError as e:
+            raise BundleError(f"{what}: expected JSON, found something else ({e})") from e
+
+    def _describe(self, digest: str, media_type: str, names: List[str]) -> EngineImage:
+        """Manifest -> config -> diff_ids of the image whose target is ``digest``."""
+        manifest_digest = digest
+        doc = self._content(digest, f"reading the manifest {digest[:19]} from containerd")
+        if media_type in _INDEX_TYPES or isinstance(doc.get("manifests"), list):
+            chosen = pick_platform_manifest(doc)
+            if chosen is None:
+                return EngineImage(digest, [], names, manifest_digest=digest,
+                                   problems=["the image is an index with no manifest for this platform"])
+            manifest_digest = chosen
+            doc = self._content(chosen, f"reading the manifest {chosen[:19]} from containerd")
+        config = doc.get("config") if isinstance(doc, dict) else None
+        config_digest = config.get("digest") if isinstance(config, dict) else None
+        if not is_digest(config_digest):
+            return EngineImage(digest, [], names, manifest_digest=manifest_digest,
+                               problems=["the manifest names no config"])
+        cfg = self._content(str(config_digest), f"reading the config {str(config_digest)[:19]} from containerd")
+        rootfs = cfg.get("rootfs") if isinstance(cfg, dict) else None
+        diff_ids = [str(x) for x in (rootfs.get("diff_ids") or [])] if isinstance(rootfs, dict) else []
+        blobs = [
+            {"mediaType": x.get("mediaType"), "digest": x.get("digest"), "size": x.get("size")}
+            for x in (doc.get("layers") or []) if isinstance(x, dict)
+        ]
+        return EngineImage(digest, diff_ids, names, config_digest=str(config_digest),
+                           manifest_digest=manifest_digest, blobs=blobs)
+
+    def _check(self, name: str, image: EngineImage, snapshots: Optional[Set[str]] = None) -> List[str]:
+        """Content present and unpacked (``ctr images check``), a snapshot per chain ID."""
+        problems: List[str] = []
+        out = self._ctr("images", "check", "--snapshotter", self.snapshotter, f"name=={name}",
+                        what=f"checking {name} in containerd")
+        checks = parse_check_rows(out)
+        row = checks.get(name)
+        if row is None:
+            problems.append(f"`ctr images check` does not list {name}")
+        else:
+            status, have, want, unpacked = row
+            if status != "complete" or have != want:
+                problems.append(f"content: {status} ({have}/{want} blobs present)")
+            if not unpacked:
+                problems.append(f"not unpacked in snapshotter {self.snapshotter}")
+        if snapshots is None:
+            snapshots = self._snapshots()
+        for i, chain in enumerate(chain_ids(image.diff_ids)):
+            if chain not in snapshots:
+                problems.append(f"layer {i + 1}: no {self.snapshotter} snapshot {chain[:19]} (chain ID)")
+        return problems
+
+    def _snapshots(self) -> Set[str]:
+        out = self._ctr("snapshots", "--snapshotter", self.snapshotter, "ls",
+                        what=f"listing containerd's {self.snapshotter} snapshots")
+        return {line.split()[0] for line in out.splitlines()[1:] if line.strip()}
+
+    # === load
+    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+        named = [(image, normalize(ref)) for image in images for ref in image.refs]
+        named += [(image, f"{UNTAGGED_REPO}@{image.manifest.digest}") for image in images if not image.refs]
+        cmd = StdinCommand(self.argv("images", "import", "--snapshotter", self.snapshotter, "-"),
+                           what="importing the bundle into containerd", hint=_hint(self.address))
+        try:
+            write_oci_archive(cmd.stdin, root, named, on_bytes=on_bytes)
+        except BrokenPipeError:
+            cmd.finish()  # raises CommandFailed with ctr's own words
+            raise
+        except BaseException:
+            cmd.abort()
+            raise
+        cmd.finish()
+
+    def _source_name(self, image_id: str) -> str:
+        if not is_digest(image_id):
+            return normalize(image_id)
+        rows = self._rows(f"target.digest=={image_id}")
+        if not rows:
+            raise SinkError(f"tagging {image_id[:19]}: expected an image with that manifest in containerd, found none")
+        return rows[0][0]
+
+    def tag(self, image_id: str, ref: str) -> None:
+        src = self._source_name(image_id)
+        self._ctr("images", "tag", "--force", src, normalize(ref), what=f"tagging {src} as {normalize(ref)}",
+                  timeout=120)
+
+    def remove(self, image_id: str) -> None:
+        if is_digest(image_id):
+            names = [r[0] for r in self._rows(f"target.digest=={image_id}")]
+            if len(names) != 1:
+                raise SinkError(f"removing {image_id[:19]}: expected one name on it, found {len(names)}",
+                                hint="remove the names you do not want with `ctr images rm NAME`")
+            target = names[0]
+        else:
+            target = normalize(image_id)
+        self._ctr("images", "rm", target, what=f"removing {target} from containerd", timeout=300)
+
+    def list_tags(self) -> List[str]:
+        """Every image name in the namespace, in Docker's short form (staging cleanup)."""
+        return sorted({familiar(r[0]) for r in self._rows()})
+
+    # === --deep and --inventory
+    def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:
+        """``ctr export`` of the image. containerd checks each blob's digest while exporting and
+        stops at the first damaged one without naming it; then every blob is read on its own
+        (``ctr content get``, which does not check) so the damaged layer can be named."""
+        name = found.tags[0] if found.tags else self._source_name(found.image_id)
+        argv = self.argv("images", "export", "-", name)
+        try:
+            with command_stdout(argv, what=f"re-exporting {name} from containerd (ctr export)",
+                                hint=_hint(self.address)) as out:
+                return scan_tar(out, f"ctr export {name}", bound=layer_bound(image), on_bytes=on_bytes)
+        except CommandFailed as export_failed:
+            scan = self._content_scan(found, image)
+            damaged = [m for path, m in scan.members.items()
+                       if path.startswith("blobs/") and str(m.digest) != "sha256:" + path.rsplit("/", 1)[-1]]
+            if not damaged:
+                raise export_failed from None
+            scan.source += f" (after `ctr export` failed: {export_failed.stderr_tail.strip()[-200:]})"
+            return scan
+
+    def _content_scan(self, found: EngineImage, image: ImageRecord) -> ArchiveScan:
+        """Every blob of the image read from the content store one by one."""
+        scan = ArchiveScan(f"ctr content get (each blob of {found.tags[0] if found.tags else found.image_id})")
+        digests = [found.image_id]
+        if found.manifest_digest and found.manifest_digest != found.image_id:
+            digests.append(found.manifest_digest)
+        if found.config_digest:
+            digests.append(found.config_digest)
+        digests += [str(b["digest"]) for b in found.blobs if is_digest(b.get("digest"))]
+        for digest in digests:
+            path = Digest.parse(digest).blob_path
+            with command_stdout(self.argv("content", "get", digest), what=f"reading {digest[:19]} from containerd",
+                                hint=_hint(self.address)) as out:
+                facts, doc = hash_member(out, path, bound=layer_bound(image))
+            scan.members[path] = facts
+            if doc is not None:
+                scan.docs[path] = doc
+        entry = {"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                 "digest": found.manifest_digest or found.image_id}
+        scan.docs["index.json"] = json.dumps({"schemaVersion": 2, "manifests": [entry]}).encode()
+        return scan
+
+    def inventory(self) -> List[EngineImage]:
+        rows = self._rows()
+        by_digest: Dict[str, Tuple[str, List[str]]] = {}
+        for name, media_type, digest in rows:
+            by_digest.setdefault(digest, (media_type, []))[1].append(name)
+        checks = parse_check_rows(self._ctr("images", "check", "--snapshotter", self.snapshotter,
+                                            what="checking containerd's images"))
+        snapshots = self._snapshots()
+        images: List[EngineImage] = []
+        for digest, (media_type, names) in sorted(by_digest.items()):
+            image = self._describe(digest, media_type, sorted(names))
+            for name in image.tags:
+                row = checks.get(name)
+                if row is not None and (row[0] != "complete" or row[1] != row[2]):
+                    image.problems.append(f"content: {row[0]} ({row[1]}/{row[2]} blobs present)")
+                    break
+            unpacked = all(chain in snapshots for chain in chain_ids(image.diff_ids))
+            if not unpacked:
+                image.problems.append(f"not unpacked in snapshotter {self.snapshotter}")
+            images.append(image)
+        return images
+
+
+def server_version(out: str) -> str:
+    """The server version from ``ctr version``."""
+    in_server = False
+    for line in out.splitlines():
+        if line.strip() == "Server:":
+            in_server = True
+        elif in_server and line.strip().startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def snapshotter_status(out: str) -> Dict[str, str]:
+    """snapshotter name -> status from ``ctr plugins ls``."""
+    found: Dict[str, str] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "io.containerd.snapshotter.v1":
+            found[parts[1]] = parts[-1]
+    return found
+
+
+def parse_image_rows(out: str) -> List[Tuple[str, str, str]]:
+    """(REF, TYPE, DIGEST) rows of ``ctr images ls`` (its SIZE column holds spaces)."""
+    rows: List[Tuple[str, str, str]] = []
+    for line in out.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 3 and is_digest(parts[2]):
+            rows.append((parts[0], parts[1], parts[2]))
+    return rows
+
+
+def parse_check_rows(out: str) -> Dict[str, Tuple[str, int, int, bool]]:
+    """REF -> (status, blobs present, blobs wanted, unpacked) from ``ctr images check``."""
+    rows: Dict[str, Tuple[str, int, int, bool]] = {}
+    for line in out.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 4 or not is_digest(parts[2]):
+            continue
+        m = _STATUS_RE.search(line)
+        status = m.group(1) if m else "unknown"
+        have = int(m.group(2)) if m and m.group(2) else 0
+        want = int(m.group(3)) if m and m.group(3) else -1
+        rows[parts[0]] = (status, have, want, parts[-1] == "true")
+    return rows
+
+
+def pick_platform_manifest(index: Any) -> Optional[str]:
+    want_os, want_arch = host_platform()
+    for desc in index.get("manifests") or []:
+        plat = desc.get("platform") if isinstance(desc, dict) else None
+        if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
+            d = desc.get("digest")
+            return str(d) if is_digest(d) else None
+    return None

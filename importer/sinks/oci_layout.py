@@ -1,0 +1,224 @@
+"""The OCI layout sink: unpack a bundle's images into an OCI image-layout directory
+(``oci-layout``, ``index.json``, ``blobs/sha256/``), the reference sink the tests compare every
+engine with, and a way to hand images to tools that read layouts (skopeo ``oci:DIR:REF``,
+``podman pull oci:...``, buildkit).
+
+Blobs are copied byte for byte (checked as they are copied, written temp-then-rename), so the
+layout holds the bundle's manifest digest. ``index.json`` names each image with
+``org.opencontainers.image.ref.name`` = the bundle ref, as the bundle itself does; it is
+rewritten atomically. One writer at a time: the importer does not lock the directory."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from importer.digest import CHUNK, Digest, hash_file, is_digest
+from importer.errors import DigestMismatch, EngineUnavailable, ManifestError, SinkError, SizeMismatch
+from importer.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
+from importer.identity import OCI
+from importer.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
+from importer.manifest import ImageRecord
+from importer.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
+from importer.reexport import ArchiveScan, layer_bound, scan_layout_blobs
+from importer.sinks import EngineImage, EngineInfo, ProgressFn
+
+LAYOUT_VERSION = "1.0.0"
+_HINT = "pass --oci-dir with an empty or missing folder, or one that already holds an OCI layout"
+
+
+class OciLayoutSink:
+    kind = "oci"
+
+    def __init__(self, directory: str) -> None:
+        self.dir = os.path.abspath(directory)
+
+    # === probe
+    def probe(self) -> EngineInfo:
+        layout = os.path.join(self.dir, "oci-layout")
+        if os.path.exists(self.dir):
+            if not os.path.isdir(self.dir):
+                raise EngineUnavailable(f"opening the OCI layout {self.dir}: expected a folder, found a file",
+                                        hint=_HINT)
+            if os.path.isfile(layout):
+                doc = parse_json(read_file_limited(layout, 4096, "oci-layout"), f"{layout}")
+                version = doc.get("imageLayoutVersion") if isinstance(doc, dict) else None
+                if version != LAYOUT_VERSION:
+                    raise EngineUnavailable(
+                        f"opening the OCI layout {self.dir}: expected imageLayoutVersion {LAYOUT_VERSION}, "
+                        f"found {version!r}", hint=_HINT)
+            elif os.listdir(self.dir):
+                raise EngineUnavailable(
+                    f"opening the OCI layout {self.dir}: expected an empty folder or an OCI layout, "
+                    "found other files", hint=_HINT)
+        elif not os.path.isdir(os.path.dirname(self.dir)):
+            raise EngineUnavailable(f"creating the OCI layout {self.dir}: expected its parent folder to exist, "
+                                    "found none", hint=_HINT)
+        return EngineInfo(kind="oci", version=LAYOUT_VERSION, storage_driver="oci-layout", image_store=OCI,
+                          address=self.dir, data_root=self.dir)
+
+    # === index.json
+    def _index(self) -> Dict[str, Any]:
+        path = os.path.join(self.dir, "index.json")
+        if not os.path.isfile(path):
+            return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+        doc = parse_json(read_file_limited(path, MAX_INDEX, path), path)
+        if not isinstance(doc, dict) or not isinstance(doc.get("manifests"), list):
+            raise ManifestError(f"reading {path}: expected an OCI index with manifests, found something else",
+                                hint="the layout is damaged; import into a new --oci-dir")
+        return doc
+
+    def _write_index(self, doc: Dict[str, Any]) -> None:
+        atomic_write_bytes(os.path.join(self.dir, "index.json"),
+                           json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        fsync_dir(self.dir)
+
+    @staticmethod
+    def _ref(entry: Any) -> Optional[str]:
+        ann = entry.get("annotations") if isinstance(entry, dict) else None
+        ref = ann.get(REF_NAME_ANNOTATION) if isinstance(ann, dict) else None
+        return ref if isinstance(ref, str) else None
+
+    def _blob(self, digest: str) -> str:
+        return os.path.join(self.dir, Digest.parse(digest).blob_path)
+
+    def _json_blob(self, digest: str, limit: int, what: str) -> Any:
+        return parse_json(read_file_limited(self._blob(digest), limit, what), what)
+
+    # === read back
+    def lookup(self, name: str) -> Optional[EngineImage]:
+        entries = [e for e in self._index()["manifests"] if isinstance(e, dict)]
+        if is_digest(name):
+            matches = [e for e in entries if e.get("digest") == name]
+        else:
+            matches = [e for e in entries if self._ref(e) == name]
+        if not matches or not is_digest(matches[0].get("digest")):
+            return None
+        digest = str(matches[0]["digest"])
+        tags = sorted({r for r in (self._ref(e) for e in entries if e.get("digest") == digest) if r})
+        return self._describe(digest, tags)
+
+    def _describe(self, digest: str, tags: List[str]) -> EngineImage:
+        problems: List[str] = []
+        if not os.path.isfile(self._blob(digest)):
+            return EngineImage(digest, [], tags, manifest_digest=digest, problems=[f"manifest blob {digest} missing"])
+        manifest = self._json_blob(digest, MAX_MANIFEST, f"manifest {digest}")
+        config = manifest.get("config") if isinstance(manifest, dict) else None
+        config_digest = config.get("digest") if isinstance(config, dict) else None
+        if not is_digest(config_digest) or not os.path.isfile(self._blob(str(config_digest))):
+            return EngineImage(digest, [], tags, manifest_digest=digest, problems=["config blob missing"])
+        cfg = self._json_blob(str(config_digest), MAX_CONFIG, f"config {config_digest}")
+        rootfs = cfg.get("rootfs") if isinstance(cfg, dict) else None
+        diff_ids = [str(x) for x in (rootfs.get("diff_ids") or [])] if isinstance(rootfs, dict) else []
+        blobs: List[Dict[str, Any]] = []
+        for i, layer in enumerate(manifest.get("layers") or []):
+            if not isinstance(layer, dict) or not is_digest(layer.get("digest")):
+                problems.append(f"layer {i + 1}: no digest in the manifest")
+                continue
+            blobs.append({"mediaType": layer.get("mediaType"), "digest": layer["digest"], "size": layer.get("size")})
+            path = self._blob(layer["digest"])
+            if not os.path.isfile(path):
+                problems.append(f"layer {i + 1}: blob {layer['digest']} missing")
+            elif os.path.getsize(path) != layer.get("size"):
+                problems.append(f"layer {i + 1}: blob {layer['digest']} holds {os.path.getsize(path)} bytes, "
+                                f"expected {layer.get('size')}")
+        return EngineImage(digest, diff_ids, tags, config_digest=str(config_digest), manifest_digest=digest,
+                           blobs=blobs, problems=problems)
+
+    # === load
+    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+        os.makedirs(os.path.join(self.dir, "blobs", "sha256"), exist_ok=True)
+        layout = os.path.join(self.dir, "oci-layout")
+        if not os.path.isfile(layout):
+            atomic_write_bytes(layout, json.dumps({"imageLayoutVersion": LAYOUT_VERSION}).encode())
+        done: Dict[Digest, bool] = {}
+        for image in images:
+            blobs = [(image.manifest.digest, image.manifest.size, f"manifest of {image.name}"),
+                     (image.config.digest, image.config.size, f"config of {image.name}")]
+            blobs += [(x.digest, x.size, f"layer {i + 1}/{len(image.layers)} of {image.name}")
+                      for i, x in enumerate(image.layers)]
+            for digest, size, what in blobs:
+                if digest not in done:
+                    self._copy_blob(root, digest, size, what, on_bytes)
+                    done[digest] = True
+        fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
+        index = self._index()
+        for image in images:
+            desc: Dict[str, Any] = {"mediaType": image.manifest.media_type, "digest": str(image.manifest.digest),
+                                    "size": image.manifest.size}
+            if image.platform.get("os") and image.platform.get("architecture"):
+                desc["platform"] = dict(image.platform)
+            for ref in image.refs:
+                _put(index, desc, ref)
+            if not image.refs and not any(e.get("digest") == desc["digest"] for e in index["manifests"]):
+                index["manifests"].append(desc)
+        self._write_index(index)
+
+    def _copy_blob(self, root: str, digest: Digest, size: int, what: str, on_bytes: Optional[ProgressFn]) -> None:
+        dst = os.path.join(self.dir, digest.blob_path)
+        if os.path.isfile(dst) and os.path.getsize(dst) == size and hash_file(dst)[0] == digest:
+            return  # content-addressed and intact: already there
+        h = hashlib.sha256()
+        n = 0
+        with open(os.path.join(root, digest.blob_path), "rb") as src, atomic_writer(dst, 0o444) as out:
+            while True:
+                data = src.read(CHUNK)
+                if not data:
+                    break
+                h.update(data)
+                n += len(data)
+                out.write(data)
+                if on_bytes is not None:
+                    on_bytes(len(data))
+            if n != size:
+                raise SizeMismatch(f"copying {what} ({digest}): expected {size} bytes, found {n}",
+                                   hint="the bundle changed after verification; re-copy it and import again")
+            if Digest("sha256", h.hexdigest()) != digest:
+                raise DigestMismatch(f"copying {what}: expected {digest}, found sha256:{h.hexdigest()}",
+                                     hint="the bundle changed after verification; re-copy it and import again")
+
+    def tag(self, image_id: str, ref: str) -> None:
+        index = self._index()
+        source = next((e for e in index["manifests"] if isinstance(e, dict) and e.get("digest") == image_id), None)
+        if source is None:
+            raise SinkError(f"tagging {image_id[:19]} as {ref}: expected it in {self.dir}/index.json, found none")
+        desc = {k: v for k, v in source.items() if k != "annotations"}
+        _put(index, desc, ref)
+        self._write_index(index)
+
+    def remove(self, image_id: str) -> None:
+        index = self._index()
+        if is_digest(image_id):
+            keep = [e for e in index["manifests"] if not (isinstance(e, dict) and e.get("digest") == image_id)]
+        else:
+            keep = [e for e in index["manifests"] if self._ref(e) != image_id]
+        index["manifests"] = keep
+        self._write_index(index)
+
+    def list_tags(self) -> List[str]:
+        return sorted({r for r in (self._ref(e) for e in self._index()["manifests"]) if r})
+
+    # === --deep and --inventory
+    def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:
+        digests = [Digest.parse(found.image_id)]
+        if found.config_digest and is_digest(found.config_digest):
+            digests.append(Digest.parse(found.config_digest))
+        digests += [Digest.parse(b["digest"]) for b in found.blobs]
+        return scan_layout_blobs(self.dir, digests, f"blobs of {self.dir}", bound=layer_bound(image),
+                                 on_bytes=on_bytes)
+
+    def inventory(self) -> List[EngineImage]:
+        entries = [e for e in self._index()["manifests"] if isinstance(e, dict) and is_digest(e.get("digest"))]
+        digests = sorted({str(e["digest"]) for e in entries})
+        return [self._describe(d, sorted({r for r in (self._ref(e) for e in entries if e["digest"] == d) if r}))
+                for d in digests]
+
+
+def _put(index: Dict[str, Any], desc: Dict[str, Any], ref: str) -> None:
+    """Point ``ref`` at ``desc`` (replacing what it named before)."""
+    manifests = [e for e in index["manifests"]
+                 if not (isinstance(e, dict) and (e.get("annotations") or {}).get(REF_NAME_ANNOTATION) == ref)]
+    manifests.append({**desc, "annotations": {REF_NAME_ANNOTATION: ref}})
+    index["manifests"] = manifests

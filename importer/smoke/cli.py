@@ -1,0 +1,221 @@
+"""``bundle-import smoke [IMAGE]`` and the smoke half of ``bundle-import BUNDLE --smoke``:
+parse, qualify, render, write the receipt, exit 0 pass / 1 a gate failed / 2 configuration
+error (or a required gate skipped: verdict candidate)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from importer import __version__
+from importer.errors import BundleError
+from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
+from importer.smoke.runner import qualify
+from importer.smoke.settings import (
+    DEFAULT_RANK_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    SmokeConfigError,
+    SmokeSettings,
+    build_settings,
+)
+from importer.smoke.worker.protocol import SELECTABLE
+
+EXIT_CONFIG = 2
+DEFAULT_RECEIPT = "qualification.json"
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None:
+    """The smoke flags; ``standalone`` adds those the import parser already has."""
+    g = p.add_argument_group("smoke suite" + ("" if standalone else " (with --smoke)"))
+    g.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                   help="run the GPU gates on CUDA (default) or the same gates on the CPU (gloo, inductor with "
+                   "g++); without a GPU, CUDA gates are SKIP, never PASS")
+    g.add_argument("--no-container", action="store_true",
+                   help="run the suite in this Python instead of inside the image (hosts without an engine)")
+    g.add_argument("--gpus", metavar="LIST", help="GPU indices to use, e.g. 0,1 (becomes CUDA_VISIBLE_DEVICES)")
+    g.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
+                   help="a job-scoped variable for the smoke run only (repeatable), e.g. NCCL_P2P_DISABLE=1")
+    g.add_argument("--env-file", metavar="FILE", action="append", default=[],
+                   help="job-scoped variables, NAME=VALUE per line (Docker's format); --env wins")
+    g.add_argument("--restart", action="store_true",
+                   help="run the suite, restart the container (docker restart), run it again")
+    g.add_argument("--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"time budget of the whole suite in seconds (default {DEFAULT_TIMEOUT:g})")
+    g.add_argument("--rank-timeout", metavar="S", type=float, default=DEFAULT_RANK_TIMEOUT,
+                   help="a rank of the collective gates still running after S seconds is killed and FAILs "
+                   f"(default {DEFAULT_RANK_TIMEOUT:g})")
+    g.add_argument("--nproc", metavar="N", type=int, default=0,
+                   help="processes for the all-reduce (default: one per selected GPU; 2 on the CPU)")
+    g.add_argument("--gates", metavar="LIST",
+                   help=f"run only these gates (torch always runs): {','.join(SELECTABLE)}; the others are "
+                   "SKIP, so the verdict is at best candidate")
+    g.add_argument("--volume", metavar="HOST:CONTAINER", action="append", default=[],
+                   help="bind a host path read-only into the smoke container (repeatable)")
+    g.add_argument("--python", metavar="PATH",
+                   help="the interpreter to run the suite with (default: python3 in the image; this Python "
+                   "with --no-container)")
+    g.add_argument("--inject-fault", metavar="FAULT", help=argparse.SUPPRESS)  # tests: wrong-sum, segv:R, hang:R
+    if standalone:
+        p.add_argument("image", metavar="IMAGE", nargs="?", help="the image to qualify (already in the engine)")
+        p.add_argument("--receipt", metavar="PATH", help=f"where to write the receipt (default: ./{DEFAULT_RECEIPT})")
+        p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
+        p.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
+        p.add_argument("--json", action="store_true", help="print the receipt on stdout")
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+        p.add_argument("--debug", action="store_true", help="show tracebacks")
+    else:
+        g.add_argument("--smoke-receipt", metavar="PATH",
+                       help="where to write the qualification receipt (default: ./<bundle>.qualification.json; "
+                       "with several images, .N before .json)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bundle-import smoke",
+        description="Qualify this host with an imported image: driver and CUDA compatibility, torch, bf16 "
+        "matmul, torch.compile, fused AdamW, all-reduce, clean shutdown. Writes qualification.json.",
+        epilog="Exit codes: 0 pass, 1 a gate failed, 2 configuration error or a required gate skipped "
+        "(verdict candidate). See docs/qualification.md.",
+    )
+    add_smoke_arguments(p, standalone=True)
+    p.add_argument("--version", action="version", version=f"bundle-import smoke {__version__}")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> SmokeSettings:
+    return build_settings(device=args.device, no_container=args.no_container, gpus=args.gpus, env=args.env,
+                          env_files=args.env_file, restart=args.restart, timeout=args.timeout,
+                          rank_timeout=args.rank_timeout, nproc=args.nproc, gates=args.gates,
+                          fault=args.inject_fault, volumes=args.volume, python=args.python,
+                          docker_host=args.docker_host)
+
+
+def _progress(quiet: bool) -> Optional[Callable[[str], None]]:
+    if quiet or not sys.stderr.isatty():
+        return None
+    return lambda msg: _err(f"smoke: {msg}")
+
+
+def render_gates(receipt: Dict[str, Any]) -> str:
+    lines = [f"{'gate':<10} {'status':<6} {'req':<3} {'seconds':>8}  detail"]
+    for g in receipt["gates"]:
+        text = g.get("error") or g.get("detail") or ""
+        text = text.replace("\n", " ")
+        if len(text) > 160:
+            text = text[:157] + "..."
+        lines.append(f"{g['name']:<10} {g['status']:<6} {'yes' if g['required'] else 'no':<3} "
+                     f"{g['seconds']:>8.1f}  {text}")
+    what = (receipt.get("image") or {}).get("ref") or "this Python"
+    lines.append(f"verdict: {receipt['verdict']} (exit {receipt['exitCode']}) for {what} on {receipt['device']}")
+    return "\n".join(lines)
+
+
+def render_error(e: BundleError) -> None:
+    _err(f"error[{e.reference}]: {e.message}")
+    if e.context:
+        _err(textwrap.indent(e.context, "  "))
+    if e.hint:
+        _err(f"hint: {e.hint}")
+
+
+def _run_one(settings: SmokeSettings, image: Optional[str], receipt_path: Optional[str],
+             bundle: Optional[Dict[str, Any]], quiet: bool) -> Dict[str, Any]:
+    q = qualify(settings, image, bundle=bundle, progress=_progress(quiet))
+    receipt = build_qualification_receipt(q)
+    if receipt_path:
+        write_qualification_receipt(receipt_path, receipt)
+    return receipt
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        path = None if args.no_receipt else os.path.abspath(args.receipt or DEFAULT_RECEIPT)
+        receipt = _run_one(settings, args.image, path, None, args.quiet)
+    except BundleError as e:
+        if args.debug:
+            raise
+        if args.json:
+            _out(json.dumps({"verdict": None, "exitCode": EXIT_CONFIG, "error": e.to_dict()}, indent=2))
+        render_error(e)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        _err("error[interrupted]: stopped by the user")
+        return 130
+    if args.json:
+        _out(json.dumps(receipt, indent=2))
+    else:
+        _out(render_gates(receipt))
+        if path:
+            _err(f"receipt: {path}")
+    return int(receipt["exitCode"])
+
+
+def _receipt_paths(args: argparse.Namespace, count: int) -> List[Optional[str]]:
+    if getattr(args, "no_receipt", False) and not args.smoke_receipt:
+        return [None] * count
+    name = os.path.basename(os.path.abspath(args.bundle).rstrip("/")) or "bundle"
+    path = os.path.abspath(args.smoke_receipt or f"{name}.qualification.json")
+    if count == 1:
+        return [path]
+    stem = path[:-5] if path.endswith(".json") else path
+    return [f"{stem}.{n}.json" for n in range(1, count + 1)]
+
+
+def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Dict[str, Any]) -> int:
+    """``bundle-import BUNDLE --verify --smoke``: qualify every image the import just proved.
+    Exit 1 if any image failed, else 2 if any is only a candidate (or the setup failed), else 0."""
+    images: List[str] = []
+    for check in result.checks:
+        if check.image.refs:
+            images.append(check.image.refs[0])
+        else:
+            images.append(check.found.image_id if check.found is not None else str(check.image.config.digest))
+    bundle = {"path": os.path.abspath(args.bundle), "digest": result.bundle_digest or None}
+    receipts: List[Dict[str, Any]] = []
+    code = 0
+    error: Optional[Dict[str, Any]] = None
+    try:
+        settings = settings_from_args(args)
+        if settings.no_container:
+            images = images[:1]  # the current Python is qualified once, whatever the images
+        kind = result.engine.kind if result.engine is not None else "docker"
+        if kind != "docker" and not settings.no_container:
+            raise SmokeConfigError(f"qualifying the imported images: the smoke suite runs them in Docker, this "
+                                   f"import went to {kind}",
+                                   hint="import into Docker, or add --no-container to test this Python instead")
+        for image, path in zip(images, _receipt_paths(args, len(images))):
+            receipt = _run_one(settings, image, path, bundle, args.quiet)
+            receipts.append(receipt)
+            if not args.json:
+                _out(render_gates(receipt))
+                if path:
+                    _err(f"qualification receipt: {path}")
+    except BundleError as e:
+        if args.debug:
+            raise
+        render_error(e)
+        code = EXIT_CONFIG
+        error = e.to_dict()
+    codes = [int(r["exitCode"]) for r in receipts]
+    if 1 in codes:
+        code = 1
+    elif code == 0 and 2 in codes:
+        code = 2
+    if args.json:
+        _out(json.dumps({"import": import_receipt, "qualifications": receipts, "exitCode": code, "error": error},
+                        indent=2))
+    return code

@@ -1,0 +1,147 @@
+"""CUDA compatibility between the image and the host driver: a pure decision table.
+
+Facts (NVIDIA's CUDA compatibility guide): a driver runs CUDA up to the version it reports
+(``nvmlSystemGetCudaDriverVersion``). An image built for a newer CUDA of the same major runs
+through minor-version compatibility, except kernels JIT-compiled from PTX (error 222). A newer
+major needs the image's forward-compatibility libraries (``/usr/local/cuda*/compat``) first on
+``LD_LIBRARY_PATH``, and these work on data-center GPUs only (error 804 elsewhere). Forcing
+them on a driver that is already newer breaks CUDA init (error 803). Without either, CUDA init
+fails (error 35, or the runtime hook refuses: ``unsatisfied condition: cuda>=X``)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from importer.smoke.worker.protocol import FAIL, PASS, SKIP, WARN
+
+Version = Tuple[int, int]
+
+MODE_NATIVE = "native"
+MODE_FORWARD = "forward-compat"
+MODE_NOT_APPLICABLE = "not-applicable"
+MODE_UNKNOWN = "unknown"
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)")
+_REQUIRE_RE = re.compile(r"cuda\s*>=\s*(\d+)\.(\d+)")
+
+# Brand names (NVML nvmlBrandType_t) that are never data-center parts.
+_CONSUMER_BRANDS = {"GEFORCE", "GEFORCE_RTX", "TITAN", "TITAN_RTX", "NVIDIA_RTX", "QUADRO", "QUADRO_RTX", "NVS"}
+_DATACENTER_NAME = re.compile(
+    r"\b(Tesla|A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|B300|GB200|GB300|"
+    r"L4|L40S?|L20|T4|V100|P100|P40|P4|K80|M60|M40)\b"
+)
+
+
+def parse_version(text: Optional[str]) -> Optional[Version]:
+    """"12.4.1" -> (12, 4); None for anything else."""
+    if not text:
+        return None
+    m = _VERSION_RE.match(str(text))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def version_from_nvml(value: Optional[int]) -> Optional[Version]:
+    """nvmlSystemGetCudaDriverVersion's integer (12040) -> (12, 4)."""
+    if not value or value <= 0:
+        return None
+    return (value // 1000, (value % 1000) // 10)
+
+
+def fmt(version: Optional[Version]) -> Optional[str]:
+    return f"{version[0]}.{version[1]}" if version else None
+
+
+def image_cuda_from_env(environ: Mapping[str, str]) -> Tuple[Optional[Version], Optional[str]]:
+    """The CUDA version an image declares: ``CUDA_VERSION`` (NVIDIA's base images), else the
+    ``cuda>=X.Y`` term of ``NVIDIA_REQUIRE_CUDA``. Returns (version, source)."""
+    v = parse_version(environ.get("CUDA_VERSION"))
+    if v is not None:
+        return v, "CUDA_VERSION"
+    m = _REQUIRE_RE.search(environ.get("NVIDIA_REQUIRE_CUDA", ""))
+    if m:
+        return (int(m.group(1)), int(m.group(2))), "NVIDIA_REQUIRE_CUDA"
+    return None, None
+
+
+def find_compat_dirs(root: str = "/") -> List[str]:
+    """``/usr/local/cuda*/compat`` folders that hold a ``libcuda.so*``."""
+    found = []
+    for d in sorted(glob.glob(os.path.join(root, "usr/local/cuda*/compat"))):
+        if os.path.isdir(d) and glob.glob(os.path.join(d, "libcuda.so*")):
+            found.append(d)
+    return found
+
+
+def is_datacenter_gpu(name: str, brand: Optional[str] = None) -> Optional[bool]:
+    """True for data-center parts (forward compatibility supported), False for GeForce/RTX
+    workstation parts, None when neither the brand nor the name tells."""
+    b = (brand or "").upper()
+    if b in _CONSUMER_BRANDS or re.search(r"\b(GeForce|TITAN|Quadro|RTX)\b", name or ""):
+        return False
+    if b == "TESLA" or _DATACENTER_NAME.search(name or ""):
+        return True
+    return None
+
+
+@dataclass(frozen=True)
+class CompatDecision:
+    mode: str
+    status: str
+    use_compat_libs: bool
+    reason: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"mode": self.mode, "status": self.status, "useCompatLibs": self.use_compat_libs,
+                "reason": self.reason}
+
+
+def decide_compat(*, device: str, host_cuda: Optional[Version], image_cuda: Optional[Version],
+                  datacenter: Optional[bool], compat_dir: Optional[str]) -> CompatDecision:
+    """The compatibility mode to run the image in, and whether that is expected to work.
+
+    device      "cuda" or "cpu"
+    host_cuda   the newest CUDA the host driver supports (NVML), None when unknown
+    image_cuda  the CUDA the image was built for, None when it declares none
+    datacenter  whether the selected GPUs are data-center parts (None: cannot tell)
+    compat_dir  the image's forward-compatibility libraries, None when it has none
+    """
+    if device != "cuda":
+        return CompatDecision(MODE_NOT_APPLICABLE, SKIP, False, "CPU run: no driver/CUDA compatibility to check")
+    if host_cuda is None:
+        return CompatDecision(MODE_UNKNOWN, SKIP, False,
+                              "the host driver's CUDA version is unknown (NVML unavailable)")
+    h, i = fmt(host_cuda), fmt(image_cuda)
+    if image_cuda is None:
+        return CompatDecision(MODE_NATIVE, WARN, False,
+                              f"the image declares no CUDA version (CUDA_VERSION, NVIDIA_REQUIRE_CUDA); "
+                              f"running natively on the driver's CUDA {h}")
+    if host_cuda >= image_cuda:
+        note = (f"; the image's compat libraries ({compat_dir}) are NOT used: forcing them on a newer "
+                "driver fails with error 803") if compat_dir else ""
+        return CompatDecision(MODE_NATIVE, PASS, False,
+                              f"driver supports CUDA {h} >= image CUDA {i}: native{note}")
+    same_major = host_cuda[0] == image_cuda[0]
+    if compat_dir and datacenter is not False:
+        if datacenter:
+            return CompatDecision(MODE_FORWARD, PASS, True,
+                                  f"image CUDA {i} > driver CUDA {h}: forward compatibility with {compat_dir} "
+                                  "first on LD_LIBRARY_PATH (data-center GPU)")
+        return CompatDecision(MODE_FORWARD, WARN, True,
+                              f"image CUDA {i} > driver CUDA {h}: forward compatibility with {compat_dir}; "
+                              "could not tell whether the GPU is a data-center part (error 804 if not)")
+    unsupported = ""
+    if compat_dir:
+        unsupported = (f"; the image has compat libraries ({compat_dir}) but forward compatibility is "
+                       "unsupported on non-data-center GPUs (error 804)")
+    if same_major:
+        return CompatDecision(MODE_NATIVE, WARN, False,
+                              f"image CUDA {i} > driver CUDA {h}: minor-version compatibility; kernels "
+                              f"JIT-compiled from PTX may fail (error 222){unsupported}")
+    return CompatDecision(MODE_NATIVE, FAIL, False,
+                          f"image needs CUDA {i}, the driver supports up to {h} and the image cannot bridge "
+                          f"the gap (CUDA init fails with error 35 or `unsatisfied condition: cuda>="
+                          f"{i}`){unsupported or '; the image has no /usr/local/cuda*/compat libraries'}")

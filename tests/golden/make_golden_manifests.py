@@ -1,0 +1,403 @@
+#!/usr/bin/env python3
+"""Write the golden bundle.json documents under tests/golden/manifests/{valid,invalid}/.
+
+Deterministic: digests are sha256 of fixed labels, no clocks, sorted output. Every invalid
+document is one valid document broken in exactly one way. Run from anywhere:
+
+    python3 tests/golden/make_golden_manifests.py          # (re)write the files
+    python3 tests/golden/make_golden_manifests.py --check  # exit 1 if they are out of date
+
+Constants are spelled out here on purpose (not imported from importer/): the golden files are
+an oracle for both the JSON Schema and importer.manifest.check_structure. File-name prefixes of
+invalid documents tell tests/test_schemas.py who must reject them (see tests/golden/README.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "manifests"
+
+BUNDLE_MEDIA_TYPE = "application/vnd.sneakernet.bundle.v3+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
+DOCKER_LAYER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+
+Doc = Dict[str, Any]
+
+
+def hexof(label: str) -> str:
+    return hashlib.sha256(label.encode("utf-8")).hexdigest()
+
+
+def digest(label: str) -> str:
+    return "sha256:" + hexof(label)
+
+
+def blob_path(dg: str) -> str:
+    return "blobs/sha256/" + dg.split(":", 1)[1]
+
+
+def layer(label: str, media_type: str, size: int, usize: int) -> Doc:
+    return {
+        "mediaType": media_type,
+        "digest": digest(f"{label} blob"),
+        "size": size,
+        "diffId": digest(f"{label} tar"),
+        "uncompressedSize": usize,
+    }
+
+
+def image(label: str, refs: List[str], layers: List[Doc], platform: Dict[str, str] | None = None) -> Doc:
+    return {
+        "refs": refs,
+        "platform": {"os": "linux", "architecture": "amd64"} if platform is None else platform,
+        "manifest": {"mediaType": OCI_MANIFEST, "digest": digest(f"{label} manifest"),
+                     "size": 400 + 93 * len(layers)},
+        "config": {"mediaType": OCI_CONFIG, "digest": digest(f"{label} config"), "size": 1469},
+        "layers": layers,
+    }
+
+
+def bundle(images: List[Doc], *, with_importer: bool = True, version: str = "3.0") -> Doc:
+    """A consistent document: every blob listed in files with its size, files sorted."""
+    files: Dict[str, Doc] = {}
+
+    def add(path: str, dg: str, size: int) -> None:
+        files[path] = {"path": path, "digest": dg, "size": size}
+
+    for img in images:
+        stored = [x for x in img["layers"] if not x.get("external")]  # delta: external layers have no file
+        for blob in [img["manifest"], img["config"], *stored]:
+            add(blob_path(blob["digest"]), blob["digest"], blob["size"])
+    add("index.json", digest("index.json"), 311 * len(images))
+    add("oci-layout", digest("oci-layout"), 30)
+    importer = {"path": "bundle-import.pyz", "digest": digest("bundle-import.pyz"), "size": 81234}
+    if with_importer:
+        add(importer["path"], importer["digest"], importer["size"])
+    doc: Doc = {
+        "schemaVersion": version,
+        "mediaType": BUNDLE_MEDIA_TYPE,
+        "created": "2024-05-01T12:00:00Z",
+        "tool": {"name": "sneakernet", "version": "0.1.0"},
+        "source": {"kind": "docker-daemon", "engineVersion": "26.1.5", "storageDriver": "overlay2"},
+    }
+    if with_importer:
+        doc["importer"] = importer
+    doc["images"] = images
+    doc["files"] = [files[p] for p in sorted(files)]
+    return doc
+
+
+# ---------------------------------------------------------------------------- valid documents
+
+def single_image() -> Doc:
+    return bundle([image("app", ["registry.example/team/app:1.0"], [
+        layer("app base", LAYER_ZSTD, 2_811_093, 7_372_800),
+        layer("app code", LAYER_ZSTD, 10_455, 40_960),
+    ])])
+
+
+def two_images_sharing_a_layer() -> Doc:
+    base = layer("shared base", LAYER_ZSTD, 2_811_093, 7_372_800)
+    return bundle([
+        image("base", ["registry.example/base:2024.05", "base:latest"], [base]),
+        image("child", ["registry.example/child:1.0"], [
+            copy.deepcopy(base),
+            layer("child layer", LAYER_ZSTD, 1_337, 10_240),
+        ], platform={"os": "linux", "architecture": "arm64", "variant": "v8"}),
+    ])
+
+
+def untagged_gzip() -> Doc:
+    return bundle([image("untagged", [], [
+        layer("untagged 1", LAYER_GZIP, 3_004_117, 7_372_800),
+        layer("untagged 2", DOCKER_LAYER_GZIP, 120, 2_048),
+        layer("untagged 3", LAYER_TAR, 10_240, 10_240),
+    ])])
+
+
+def unknown_extra_fields() -> Doc:
+    """A later 3.x minor: unknown fields at every level are ignored by readers."""
+    doc = single_image()
+    doc["schemaVersion"] = "3.7"
+    doc["signing"] = {"keyId": "ed25519:abcd", "required": False}
+    doc["comment"] = "fields a later minor version may add"
+    doc["tool"]["commit"] = "0123abcd"
+    img = doc["images"][0]
+    img["annotations"] = {"org.opencontainers.image.source": "https://example.invalid/app"}
+    img["platform"]["os.version"] = "10.0.17763.1"
+    img["layers"][0]["annotations"] = {"note": "unknown layer field"}
+    doc["files"][0]["mode"] = 420
+    return doc
+
+
+def external_layer(label: str, usize: int) -> Doc:
+    """A layer a delta bundle leaves out: described uncompressed (tar, digest = diffId)."""
+    dg = digest(f"{label} tar")
+    return {"mediaType": LAYER_TAR, "digest": dg, "size": usize, "diffId": dg,
+            "uncompressedSize": usize, "external": True}
+
+
+def delta() -> Doc:
+    """Schema 3.1: the base layer is external (the offline host holds it), the new one stored."""
+    return bundle([image("app v2", ["registry.example/team/app:2.0"], [
+        external_layer("app base", 7_372_800),
+        layer("app v2 code", LAYER_ZSTD, 11_002, 40_960),
+    ])], version="3.1")
+
+
+def minimal() -> Doc:
+    """Only what readers require: no importer, no platform, an image without layers."""
+    doc = bundle([image("minimal", ["minimal:1"], [])], with_importer=False)
+    del doc["images"][0]["platform"]
+    return doc
+
+
+VALID: Dict[str, Callable[[], Doc]] = {
+    "single-image": single_image,
+    "two-images-sharing-a-layer": two_images_sharing_a_layer,
+    "untagged-gzip-layers": untagged_gzip,
+    "unknown-extra-fields": unknown_extra_fields,
+    "minimal-no-importer": minimal,
+    "delta-external-layer": delta,
+}
+
+
+# -------------------------------------------------------------------------- invalid documents
+# name -> a function that breaks a fresh single_image() document in place (or returns a new one).
+
+def _first_layer(doc: Doc) -> Doc:
+    layers: List[Doc] = doc["images"][0]["layers"]
+    return layers[0]
+
+
+def _file(doc: Doc, path: str) -> Doc:
+    for f in doc["files"]:
+        if f["path"] == path:
+            return f  # type: ignore[no-any-return]
+    raise KeyError(path)
+
+
+def _set(path: Tuple[Any, ...], value: Any) -> Callable[[Doc], None]:
+    def apply(doc: Doc) -> None:
+        target: Any = doc
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return apply
+
+
+def _delete(path: Tuple[Any, ...]) -> Callable[[Doc], None]:
+    def apply(doc: Doc) -> None:
+        target: Any = doc
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+    return apply
+
+
+def _set_file_path(old: str, new: str) -> Callable[[Doc], None]:
+    def apply(doc: Doc) -> None:
+        _file(doc, old)["path"] = new
+    return apply
+
+
+def _layer_digest_everywhere(new: str) -> Callable[[Doc], None]:
+    """Change the first layer's digest and its files entry alike (so only the digest is bad)."""
+    def apply(doc: Doc) -> None:
+        lay = _first_layer(doc)
+        entry = _file(doc, blob_path(lay["digest"]))
+        lay["digest"] = new
+        entry["digest"] = new
+    return apply
+
+
+def _size_everywhere(value: Any) -> Callable[[Doc], None]:
+    """Set the config size and its files entry alike."""
+    def apply(doc: Doc) -> None:
+        cfg = doc["images"][0]["config"]
+        _file(doc, blob_path(cfg["digest"]))["size"] = value
+        cfg["size"] = value
+    return apply
+
+
+def _duplicate_file(doc: Doc) -> None:
+    entry = copy.deepcopy(_file(doc, "oci-layout"))
+    entry["digest"] = digest("another oci-layout")
+    doc["files"].append(entry)
+
+
+def _unlist_blob(doc: Doc) -> None:
+    gone = blob_path(_first_layer(doc)["digest"])
+    doc["files"] = [f for f in doc["files"] if f["path"] != gone]
+
+
+def _blob_size_differs(doc: Doc) -> None:
+    _first_layer(doc)["size"] += 1
+
+
+def _unlist_importer(doc: Doc) -> None:
+    doc["files"] = [f for f in doc["files"] if f["path"] != "bundle-import.pyz"]
+
+
+def _blob_file_digest_differs(doc: Doc) -> None:
+    _file(doc, blob_path(_first_layer(doc)["digest"]))["digest"] = digest("something else")
+
+
+def _importer_digest_differs(doc: Doc) -> None:
+    doc["importer"]["digest"] = digest("another importer")
+
+
+def _not_an_object(doc: Doc) -> Any:
+    return [doc]
+
+
+def _delta_with(change: Callable[[Doc], None]) -> Callable[[Doc], Doc]:
+    """Break a fresh delta() document instead of the single-image one."""
+    def apply(_: Doc) -> Doc:
+        doc = delta()
+        change(doc["images"][0]["layers"][0])  # the external layer
+        return doc
+    return apply
+
+
+HEX_UPPER = hexof("app base blob").upper()
+
+INVALID: Dict[str, Callable[[Doc], Any]] = {
+    # both the schema and check_structure reject these
+    "digest-uppercase-hex": _layer_digest_everywhere("sha256:" + HEX_UPPER),
+    "digest-wrong-length": _layer_digest_everywhere("sha256:" + hexof("x")[:63]),
+    "digest-sha512": _layer_digest_everywhere("sha512:" + hashlib.sha512(b"x").hexdigest()),
+    "digest-no-algorithm": _layer_digest_everywhere(hexof("app base blob")),
+    "digest-trailing-newline": _layer_digest_everywhere(digest("app base blob") + "\n"),
+    "diffid-uppercase-hex": _set(("images", 0, "layers", 0, "diffId"), "sha256:" + HEX_UPPER),
+    "size-negative": _size_everywhere(-1),
+    "size-boolean": _size_everywhere(True),
+    "size-string": _size_everywhere("1469"),
+    "uncompressed-size-negative": _set(("images", 0, "layers", 0, "uncompressedSize"), -5),
+    "files-path-traversal": _set_file_path("oci-layout", "../x"),
+    "files-path-traversal-inner": _set_file_path("oci-layout", "blobs/../../x"),
+    "files-path-absolute": _set_file_path("oci-layout", "/etc/passwd"),
+    "files-path-dot-segment": _set_file_path("oci-layout", "./oci-layout"),
+    "files-path-empty-segment": _set_file_path("oci-layout", "blobs//oci-layout"),
+    "files-path-trailing-slash": _set_file_path("oci-layout", "oci-layout/"),
+    "files-path-backslash": _set_file_path("oci-layout", "blobs\\oci-layout"),
+    "files-path-empty": _set_file_path("oci-layout", ""),
+    "files-path-nul": _set_file_path("oci-layout", "oci-layout\x00.txt"),
+    "files-path-newline": _set_file_path("oci-layout", "oci-\nlayout"),
+    "files-path-too-long": _set_file_path("oci-layout", "/".join(["d" * 99] * 41)),
+    "importer-path-traversal": _set(("importer", "path"), "../bundle-import.pyz"),
+    "importer-null": _set(("importer",), None),
+    "layer-mediatype-unknown": _set(("images", 0, "layers", 0, "mediaType"),
+                                    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"),
+    "layer-mediatype-missing": _delete(("images", 0, "layers", 0, "mediaType")),
+    "layer-diffid-missing": _delete(("images", 0, "layers", 0, "diffId")),
+    "layer-uncompressed-size-missing": _delete(("images", 0, "layers", 0, "uncompressedSize")),
+    "layer-not-an-object": _set(("images", 0, "layers", 0), "sha256:" + hexof("x")),
+    "layer-external-not-a-boolean": _set(("images", 0, "layers", 0, "external"), "yes"),
+    "layer-external-compressed": _delta_with(lambda lay: lay.update(mediaType=LAYER_ZSTD)),
+    "manifest-mediatype-missing": _delete(("images", 0, "manifest", "mediaType")),
+    "config-missing": _delete(("images", 0, "config")),
+    "images-missing": _delete(("images",)),
+    "images-empty": _set(("images",), []),
+    "images-not-an-array": _set(("images",), {"app": {}}),
+    "image-refs-missing": _delete(("images", 0, "refs")),
+    "image-layers-missing": _delete(("images", 0, "layers")),
+    "ref-with-space": _set(("images", 0, "refs", 0), "registry.example/team/app: 1.0"),
+    "ref-empty": _set(("images", 0, "refs", 0), ""),
+    "ref-trailing-newline": _set(("images", 0, "refs", 0), "registry.example/team/app:1.0\n"),
+    "ref-too-long": _set(("images", 0, "refs", 0), "r/" + "a" * 1023),
+    "platform-not-an-object": _set(("images", 0, "platform"), "linux/amd64"),
+    "platform-os-not-a-string": _set(("images", 0, "platform", "os"), 5),
+    "platform-value-not-a-string": _set(("images", 0, "platform", "os.features"), ["win32k"]),
+    "layer-mediatype-empty": _set(("images", 0, "layers", 0, "mediaType"), ""),
+    "tool-name-missing": _delete(("tool", "name")),
+    "files-missing": _delete(("files",)),
+    "file-digest-missing": lambda doc: _file(doc, "oci-layout").pop("digest"),
+    "mediatype-wrong": _set(("mediaType",), "application/vnd.sneakernet.bundle.v2+json"),
+    "mediatype-missing": _delete(("mediaType",)),
+    "schema-version-not-a-string": _set(("schemaVersion",), 3.0),
+    "schema-version-missing": _delete(("schemaVersion",)),
+    "created-missing": _delete(("created",)),
+    "created-not-a-string": _set(("created",), 1714564800),
+    "tool-version-missing": _delete(("tool", "version")),
+    "source-not-an-object": _set(("source",), "docker"),
+    "not-an-object": _not_an_object,
+    # the schema rejects these; check_structure does not look at the version string (only at
+    # its type), load_bundle_manifest (parse_schema_version and the major check) rejects them
+    "version-major-4": _set(("schemaVersion",), "4.0"),
+    "version-major-2": _set(("schemaVersion",), "2.1"),
+    "version-no-minor": _set(("schemaVersion",), "3"),
+    "version-minor-too-long": _set(("schemaVersion",), "3.12345"),
+    "version-trailing-newline": _set(("schemaVersion",), "3.0\n"),
+    "version-semver": _set(("schemaVersion",), "3.0.0"),
+    "version-leading-zero-major": _set(("schemaVersion",), "03.0"),
+    "version-leading-zero-minor": _set(("schemaVersion",), "3.01"),
+    "version-fullwidth-digits": _set(("schemaVersion",), "\uff13.\uff10"),
+    # cross-references and uniqueness: JSON Schema cannot express them, so the schema accepts
+    # and only check_structure rejects
+    "xref-blob-not-listed": _unlist_blob,
+    "xref-blob-size-differs": _blob_size_differs,
+    "xref-duplicate-file-path": _duplicate_file,
+    "xref-importer-not-listed": _unlist_importer,
+    "xref-importer-differs-from-files": _importer_digest_differs,
+    "xref-blob-digest-differs-from-path": _blob_file_digest_differs,
+    "xref-layer-external-digest-not-diffid": _delta_with(lambda lay: lay.update(digest=digest("other"))),
+    # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
+    "stdlib-size-float": _size_everywhere(1469.0),
+}
+
+
+def build() -> Dict[str, bytes]:
+    """Relative path -> file bytes for every golden document."""
+    out: Dict[str, bytes] = {}
+
+    def dump(doc: Any) -> bytes:
+        return (json.dumps(doc, indent=2, ensure_ascii=True) + "\n").encode("ascii")
+
+    for name, make in VALID.items():
+        out[f"valid/{name}.json"] = dump(make())
+    for name, breaks in INVALID.items():
+        doc = single_image()
+        result = breaks(doc)
+        out[f"invalid/{name}.json"] = dump(result if isinstance(result, (list, dict)) else doc)
+    return out
+
+
+def main(argv: List[str]) -> int:
+    check = "--check" in argv
+    wanted = build()
+    stale = sorted(
+        str(p.relative_to(OUT)) for p in OUT.glob("*/*.json") if str(p.relative_to(OUT)) not in wanted
+    )
+    differ = sorted(
+        rel for rel, data in wanted.items()
+        if not (OUT / rel).is_file() or (OUT / rel).read_bytes() != data
+    )
+    if check:
+        for rel in differ:
+            print(f"out of date: {rel}", file=sys.stderr)
+        for rel in stale:
+            print(f"not produced by this script: {rel}", file=sys.stderr)
+        return 1 if differ or stale else 0
+    for rel in stale:
+        (OUT / rel).unlink()
+    for rel in differ:
+        (OUT / rel).parent.mkdir(parents=True, exist_ok=True)
+        (OUT / rel).write_bytes(wanted[rel])
+    print(f"{len(wanted)} golden documents under {OUT} ({len(differ)} written, {len(stale)} removed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,82 @@
+"""The smoke suite for real in this Python (``--no-container``), on the CPU, with the cheapest
+gates: injected faults (a rank dying by SIGSEGV, a rank hanging past its timeout) and a CUDA
+run on a host without a GPU (SKIP, never PASS)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.smokekit import gate, require_torch, schema_errors, smoke
+
+
+@pytest.fixture(autouse=True)
+def _torch() -> None:
+    require_torch()
+
+
+def test_rank_dying_by_sigsegv_fails_shutdown_naming_rank_and_signal(tmp_path: Path) -> None:
+    receipt_path = tmp_path / "q.json"
+    proc, receipt = smoke("--no-container", "--device", "cpu", "--gates", "allreduce,shutdown",
+                          "--inject-fault", "segv:0", "--receipt", str(receipt_path), "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert not schema_errors(receipt)
+    assert receipt["verdict"] == "fail" and receipt["exitCode"] == 1
+    down = gate(receipt, "shutdown")
+    assert down["status"] == "FAIL"
+    assert "rank 0 exited by signal SIGSEGV (11) after destroy_process_group" in down["error"]
+    assert down["metrics"]["ranks"][0]["signal"] == "SIGSEGV" and down["metrics"]["ranks"][1]["exitCode"] == 0
+    assert gate(receipt, "allreduce")["status"] == "PASS"  # the sums were right; the exit was not
+    assert receipt["environment"]["inForce"]["NCCL_RAS_ENABLE"] == "0"
+    assert receipt_path.read_text().strip() == proc.stdout.strip()
+
+
+def test_hung_rank_is_killed_and_the_receipt_still_written(tmp_path: Path) -> None:
+    receipt_path = tmp_path / "q.json"
+    t0 = time.monotonic()
+    proc, receipt = smoke("--no-container", "--device", "cpu", "--gates", "shutdown", "--rank-timeout", "12",
+                          "--inject-fault", "hang:1", "--receipt", str(receipt_path), "--json")
+    assert time.monotonic() - t0 < 60
+    assert proc.returncode == 1, proc.stderr
+    assert receipt_path.exists() and not schema_errors(receipt)
+    down = gate(receipt, "shutdown")
+    assert down["status"] == "FAIL"
+    assert "rank 1 hung: still running after 12 s after destroy_process_group; killed (SIGKILL)" in down["error"]
+    assert down["metrics"]["ranks"][1]["killed"] is True
+    assert gate(receipt, "allreduce")["detail"] == "not selected (--gates)"
+
+
+def test_cuda_without_a_gpu_skips_and_never_passes(tmp_path: Path) -> None:
+    proc, receipt = smoke("--no-container", "--gates", "allreduce", "--gpus", "0", "--env", "NCCL_NVLS_ENABLE=0",
+                          "--receipt", str(tmp_path / "q.json"), "--json")
+    assert proc.returncode == 2, proc.stderr  # candidate: required gates skipped
+    assert not schema_errors(receipt)
+    assert receipt["verdict"] == "candidate" and receipt["device"] == "cuda"
+    statuses = {g["name"]: g["status"] for g in receipt["gates"]}
+    assert "PASS" not in {statuses[g] for g in ("host", "compat", "torch", "allreduce")}
+    assert statuses["torch"] == "SKIP" and "use --device cpu" in gate(receipt, "torch")["detail"]
+    assert gate(receipt, "allreduce")["detail"].startswith("not run: the torch gate did not pass")
+    assert receipt["environment"]["job"] == {"CUDA_VISIBLE_DEVICES": "0", "NCCL_NVLS_ENABLE": "0",
+                                             "NCCL_RAS_ENABLE": "0"}
+    assert receipt["environment"]["inForce"]["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_gpu_check_script_prints_the_receipt(tmp_path: Path) -> None:
+    """scripts/gpu-check.sh on this GPU-less machine: the receipt on stdout, CUDA gates SKIP."""
+    import json
+    import subprocess
+
+    from tests.helpers import REPO
+
+    receipt_path = tmp_path / "gpu.json"
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu-check.sh"), str(receipt_path), "--gates", "shutdown"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    receipt = json.loads(proc.stdout)
+    assert receipt == json.loads(receipt_path.read_text()) and not schema_errors(receipt)
+    assert receipt["device"] == "cuda" and receipt["settings"]["container"] is False
+    assert f"gpu-check: verdict {receipt['verdict']}" in proc.stderr
+    if not receipt["host"]["gpus"]:
+        assert proc.returncode == 2 and gate(receipt, "torch")["status"] == "SKIP"
