@@ -33,6 +33,7 @@ from importer.errors import (
 )
 from importer.limits import parse_json, read_file_limited
 from importer.manifest import FileRecord, safe_relpath
+from importer.problems import Problem
 
 PARTS_MEDIA_TYPE = "application/vnd.sneakernet.parts.v1+json"
 PARTS_SCHEMA_MAJOR = 1
@@ -219,16 +220,8 @@ def locate(path: str) -> Location:
     )
 
 
-class PartIssue(NamedTuple):
-    id: str
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"[{self.id}] {self.path}: {self.message}"
-
-    def to_dict(self) -> Dict[str, str]:
-        return {"id": self.id, "path": self.path, "message": self.message}
+#: A defect of one part: the same shape as every other verification problem.
+PartIssue = Problem
 
 
 class ConcatFile(io.RawIOBase):

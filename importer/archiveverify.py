@@ -34,9 +34,10 @@ from importer.manifest import (
     load_bundle_manifest,
 )
 from importer.mediatypes import compression_of
+from importer.problems import Problem
 from importer.safetar import BUNDLE_POLICY, DIR, SafeTarReader, UnsafeArchive
 from importer.sums import parse_sums
-from importer.verify import Problem, VerifyReport, _check_layout, _layer_names, verify_bundle
+from importer.verify import VerifyReport, _check_layout, _layer_names, verify_bundle
 
 ProgressFn = Callable[[int], None]
 

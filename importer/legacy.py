@@ -40,8 +40,9 @@ from importer.manifest import (
     valid_ref,
 )
 from importer.mediatypes import DOCKER_CONFIG, OCI_LAYER_TAR
+from importer.problems import Problem
 from importer.sums import parse_sums
-from importer.verify import Problem, VerifyReport, _walk_files
+from importer.verify import VerifyReport, _walk_files
 
 MEDIA_TYPES = {1: "application/vnd.sneakernet.bundle.v1+json", 2: "application/vnd.sneakernet.bundle.v2+json"}
 ARCHIVES = {1: "images.tar", 2: "images.tar.zst"}

@@ -19,6 +19,7 @@ import tarfile
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from importer.digest import CHUNK, Digest
+from importer.dockerarchive import _member
 from importer.errors import DigestMismatch, SizeMismatch
 from importer.manifest import ImageRecord
 from importer.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
@@ -28,13 +29,6 @@ CONTAINERD_NAME_ANNOTATION = "io.containerd.image.name"
 _HINT = "the bundle changed after verification; re-copy it and import again"
 
 
-def _member(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mode = 0o644
-    info.mtime = 0
-    info.uname = info.gname = ""
-    return info
 
 
 def index_document(named: Sequence[Tuple[ImageRecord, str]]) -> Dict[str, object]:

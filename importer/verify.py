@@ -30,24 +30,10 @@ from importer.manifest import (
     load_bundle_manifest,
 )
 from importer.mediatypes import REF_NAME_ANNOTATION
+from importer.problems import Problem
 from importer.sums import parse_sums
 
 ProgressFn = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a bundle: a stable id, the file or blob, and what was found."""
-
-    id: str
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"[{self.id}] {self.path}: {self.message}"
-
-    def to_dict(self) -> Dict[str, str]:
-        return {"id": self.id, "path": self.path, "message": self.message}
 
 
 @dataclass

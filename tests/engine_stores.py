@@ -10,6 +10,7 @@ changed). ``podman run`` here needs ``--ulimit nofile=1024:1024 --ulimit nproc=1
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -71,7 +72,9 @@ class PodmanStore:
 
     @property
     def runroot(self) -> Path:
-        return self.dir / "runroot"
+        """podman refuses a runroot longer than 50 characters: a short path keyed by the store."""
+        key = hashlib.sha256(str(self.dir).encode()).hexdigest()[:12]
+        return Path(f"/tmp/snpr-{key}")
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -119,8 +122,9 @@ def podman_store(name: str, driver: str) -> PodmanStore:
     """A fresh private podman store ``name`` with storage driver ``driver`` (vfs, overlay)."""
     store = PodmanStore(run_dir() / f"podman-{name}", driver)
     purge_podman_store(store)
-    for sub in ("root", "runroot", "tmp"):
+    for sub in ("root", "tmp"):
         (store.dir / sub).mkdir(parents=True, exist_ok=True)
+    store.runroot.mkdir(parents=True, exist_ok=True)
     (store.dir / "containers.conf").write_text(
         "[engine]\n"
         'events_logger = "file"\n'
@@ -142,14 +146,15 @@ def podman_store(name: str, driver: str) -> PodmanStore:
 
 def purge_podman_store(store: PodmanStore) -> None:
     """Unmount anything under the store (innermost first), then remove it."""
-    if not store.dir.exists():
-        return
-    prefix = str(store.dir)
-    mounts = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        target = line.split()[4].encode().decode("unicode_escape")
-        if target == prefix or target.startswith(prefix + "/"):
-            mounts.append(target)
-    for target in reversed(mounts):
-        subprocess.run(["umount", target], capture_output=True, check=False)
-    shutil.rmtree(store.dir, ignore_errors=True)
+    for folder in (store.dir, store.runroot):
+        if not folder.exists():
+            continue
+        prefix = str(folder)
+        mounts = []
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            target = line.split()[4].encode().decode("unicode_escape")
+            if target == prefix or target.startswith(prefix + "/"):
+                mounts.append(target)
+        for target in reversed(mounts):
+            subprocess.run(["umount", target], capture_output=True, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
