@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verify every byte before loading and the engine's copy after (always on; "
                    "accepted for explicit scripts)")
     p.add_argument("--verify-only", action="store_true", help="verify the bundle and stop; needs no engine")
+    p.add_argument("--shallow", action="store_true",
+                   help="with --verify-only on a bundle folder: check every file's size and digest (every "
+                   "byte) but do not decompress layers to re-derive their diff_ids (about 4x faster)")
     p.add_argument("--engine", choices=[*ENGINES, "registry"], default=None,
                    help="where to load (default: detected: the engine the options name, else $DOCKER_HOST, "
                    "else the first of Docker, containerd, podman that answers; see docs/engines.md)")
@@ -133,7 +136,8 @@ def cmd_verify_only(args: argparse.Namespace) -> int:
         report = verify_legacy(args.bundle, load_legacy_manifest(raw, major), raw)
         raise_if_problems(args.bundle, report)
     else:
-        report = verify_or_raise(args.bundle, progress=_progress(args.quiet), expect_bundle_digest=sig.bundle_digest)
+        report = verify_or_raise(args.bundle, progress=_progress(args.quiet), expect_bundle_digest=sig.bundle_digest,
+                                 deep=not args.shallow)
     report.signature = sig.to_dict()
     if args.json:
         print(json.dumps({"ok": True, "verification": report.to_dict()}, indent=2))

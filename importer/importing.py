@@ -70,7 +70,7 @@ def bundle_digest(root: str) -> str:
 
 
 def verify_or_raise(root: str, *, progress: Optional[ProgressFactory] = None,
-                    expect_bundle_digest: Optional[str] = None) -> VerifyReport:
+                    expect_bundle_digest: Optional[str] = None, deep: bool = True) -> VerifyReport:
     """Verify the bundle; raise VerificationFailed listing every problem. ``expect_bundle_digest``:
     the bundle.json digest the signature step judged (a different bundle.json is a problem)."""
     on_bytes = None
@@ -82,7 +82,7 @@ def verify_or_raise(root: str, *, progress: Optional[ProgressFactory] = None,
             total = 0
         on_bytes = progress("verify", total)
     if os.path.isdir(root):
-        report = verify_bundle(root, deep=True, on_bytes=on_bytes, expect_bundle_digest=expect_bundle_digest)
+        report = verify_bundle(root, deep=deep, on_bytes=on_bytes, expect_bundle_digest=expect_bundle_digest)
     else:  # a tar or a set of parts: one sequential read, nothing unpacked (importer/archiveverify.py)
         report = verify_archive_at(root, on_bytes=on_bytes, expect_bundle_digest=expect_bundle_digest)
     if not report.ok:

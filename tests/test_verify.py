@@ -198,3 +198,12 @@ def test_gzip_bundle_tamper_is_found(tmp_path: Path) -> None:
     b = make_bundle(tmp_path / "gz", compression="gzip")
     _flip(_blob(b, "layer"))
     assert ("digest-mismatch", rel(b, _blob(b, "layer"))) in _ids(b)
+
+
+def test_shallow_verify_checks_every_byte_without_decompressing(bundle: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert import_main([str(bundle), "--verify-only", "--shallow", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verification"]["layersChecked"] == 0
+    expected = flipped_layer(bundle)
+    assert import_main([str(bundle), "--verify-only", "--shallow"]) == 3
+    assert f"[{expected[0]}] {expected[1]}" in capsys.readouterr().err
