@@ -30,12 +30,8 @@ REGISTRY_BIN=${SNEAKERNET_REGISTRY_BIN:-/usr/bin/docker-registry}
 START_TIMEOUT=30
 STOP_TIMEOUT=20
 
-pid_alive() {
-    local pid=$1 state
-    [ -n "$pid" ] && [ -e "/proc/$pid" ] || return 1
-    state=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
+SCRIPT=registry.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 
 # Running registry pid, checked against its command line (pid reuse guard).
 registry_pid() {
@@ -71,11 +67,6 @@ EOF
 )
     fi
     [ "$code" = 200 ] || [ "$code" = 401 ]  # 401: it answers, and wants a login (htpasswd)
-}
-
-port_in_use() {
-    local port=$1
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
 }
 
 do_start() {

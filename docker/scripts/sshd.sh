@@ -32,12 +32,8 @@ SSHD_BIN=${SNEAKERNET_SSHD_BIN:-/usr/sbin/sshd}
 START_TIMEOUT=20
 STOP_TIMEOUT=20
 
-pid_alive() {
-    local pid=$1 state
-    [ -n "$pid" ] && [ -e "/proc/$pid" ] || return 1
-    state=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
+SCRIPT=sshd.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 
 # Running sshd pid, checked against its command line (pid reuse guard).
 sshd_pid() {
@@ -60,10 +56,6 @@ answering() {
     local port=$1 banner
     banner=$(timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && head -c 4 <&3" 2>/dev/null) || return 1
     [ "$banner" = "SSH-" ]
-}
-
-port_in_use() {
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
 do_start() {
