@@ -21,7 +21,7 @@ from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import UsageError
-from importer.have import load_have
+from importer.have import merge_have
 from importer.manifest import BundleManifest
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -72,7 +72,7 @@ def export_images(
                          hint="choose another -o, or pass --force to replace it")
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    have_ids = set().union(*(load_have(p) for p in have)) if have else None
+    have_layers = merge_have(have) if have else None
     source = DockerDaemonSource(docker_host)
     source_info = source.info()
     total = source.check_refs(refs)
@@ -88,7 +88,7 @@ def export_images(
         else:
             store = BlobStore(staging)
             images = source.export(refs, store, compression=compression, level=level, on_bytes=on_bytes,
-                                   have=have_ids)
+                                   have=have_layers)
             # keep the user's order (docker save lists images in its own order)
             images.sort(key=lambda im: min((refs.index(r) for r in im.refs if r in refs), default=len(refs)))
             manifest = write_bundle(staging, store, images, source_doc)

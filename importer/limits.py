@@ -15,6 +15,11 @@ MAX_SUMS = 64 * 1024 * 1024
 MAX_DOCKER_SAVE_JSON = 64 * 1024 * 1024
 MAX_SIGNATURE = 64 * 1024
 MAX_ENGINE_JSON = 256 * 1024 * 1024
+# a registry's listing (bundle-import --inventory --registry, delta pushes searching for a mount source)
+MAX_REGISTRY_REPOSITORIES = 10_000
+MAX_REGISTRY_TAGS = 10_000  # per repository
+MAX_REGISTRY_IMAGES = 20_000  # tags described, all repositories together
+REGISTRY_PAGE = 1_000  # `n` asked for per page of /v2/_catalog and /v2/<repo>/tags/list
 
 
 def read_limited(stream: BinaryIO, limit: int, what: str) -> bytes:

@@ -48,8 +48,14 @@ class LayerRecord:
     size: int
     diff_id: Digest
     uncompressed_size: int
-    #: Not stored in this (delta) bundle: the offline host must already hold it.
+    #: Not stored in this (delta) bundle: the offline host must already hold it. Described either
+    #: uncompressed (digest = diff_id, mediaType tar) or as the compressed blob the host holds.
     external: bool = False
+
+    @property
+    def names_compressed_blob(self) -> bool:
+        """True when the descriptor names a compressed blob (not the uncompressed tar by diff_id)."""
+        return self.digest != self.diff_id
 
     def to_dict(self) -> Dict[str, Any]:
         doc: Dict[str, Any] = {
@@ -286,9 +292,9 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
             if not isinstance(external, bool):
                 c.fail(f"{lw}.external", f"expected true or false, found {external!r}"[:200])
                 external = False
-            if external and (dg != did or mt != OCI_LAYER_TAR or sz != usz):
-                c.fail(lw, "an external layer is described uncompressed: digest = diffId, size = "
-                       "uncompressedSize, mediaType tar")
+            if external and mt == OCI_LAYER_TAR and (dg != did or sz != usz):
+                c.fail(lw, "an external layer described uncompressed (mediaType tar) has digest = diffId "
+                       "and size = uncompressedSize")
             if dg is not None and did is not None:
                 layers.append(LayerRecord(mt, dg, sz, did, usz, bool(external)))
         for j, ref in enumerate(refs):

@@ -401,7 +401,7 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
 # Issues that only check_structure can find: cross-references, uniqueness, 1.0 as a size.
 _XREF_ISSUE = re.compile(r"is not listed in files|differs from files entry \(|differs from its files entry"
                          r"|expected each path once|to hold the blob of its name"
-                         r"|an external layer is described uncompressed")
+                         r"|an external layer described uncompressed")
 _FLOAT_SIZE_ISSUE = re.compile(r"expected a non-negative integer, found ([0-9.e+]+)$")
 
 

@@ -14,13 +14,14 @@ import contextlib
 import io
 import posixpath
 import tarfile
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
 from importer.digest import Digest
 from importer.engines import command_stdout, run
 from importer.errors import CommandFailed, ImageNotFound, SourceError
+from importer.have import HaveLayers
 from importer.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
 from importer.manifest import LayerRecord
 from importer.mediatypes import OCI_LAYER_TAR
@@ -91,7 +92,7 @@ class DockerDaemonSource:
         return total
 
     def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-               on_bytes: Optional[ProgressFn] = None, have: Optional[Set[Digest]] = None) -> List[SourceImage]:
+               on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
         argv = self.docker.argv("save", *refs)
         try:
             with command_stdout(argv, what=f"streaming `docker save` of {', '.join(refs)}") as stream:
@@ -115,25 +116,31 @@ def read_docker_save(
     compression: str = "zstd",
     level: Optional[int] = None,
     on_bytes: Optional[ProgressFn] = None,
-    have: Optional[Set[Digest]] = None,
+    have: Optional[HaveLayers] = None,
 ) -> List[SourceImage]:
     """Parse a ``docker save`` tar stream (classic or Docker 25+ layout) in one pass.
 
     Layers whose diff_id is in ``have`` are left out of the store and recorded as external
-    (a delta bundle): the offline host already holds them."""
+    (a delta bundle): the offline host already holds them. An external layer names the
+    compressed blob the host keeps where ``have`` knows it, else its uncompressed tar."""
     images = _read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes)
     if not have:
         return images
     return [_externalize(image, store, have) for image in images]
 
 
-def _externalize(image: SourceImage, store: BlobStore, have: Set[Digest]) -> SourceImage:
+def _externalize(image: SourceImage, store: BlobStore, have: HaveLayers) -> SourceImage:
     layers = []
     for layer in image.layers:
         if layer.diff_id in have:
             store.discard(layer.digest)
-            layer = LayerRecord(OCI_LAYER_TAR, layer.diff_id, layer.uncompressed_size, layer.diff_id,
-                                layer.uncompressed_size, external=True)
+            blob = have[layer.diff_id]
+            if blob is not None:
+                layer = LayerRecord(blob.media_type, blob.digest, blob.size, layer.diff_id,
+                                    layer.uncompressed_size, external=True)
+            else:
+                layer = LayerRecord(OCI_LAYER_TAR, layer.diff_id, layer.uncompressed_size, layer.diff_id,
+                                    layer.uncompressed_size, external=True)
         layers.append(layer)
     return SourceImage(image.refs, image.raw_config, tuple(layers), image.platform)
 

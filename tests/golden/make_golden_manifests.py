@@ -156,6 +156,17 @@ def delta() -> Doc:
     ])], version="3.1")
 
 
+def delta_compressed() -> Doc:
+    """Schema 3.1: the external layer names the compressed blob the host keeps (the --have file
+    was an earlier bundle.json or a containerd/registry inventory)."""
+    base = layer("app base", LAYER_ZSTD, 2_100_000, 7_372_800)
+    base["external"] = True
+    return bundle([image("app v2 compressed base", ["registry.example/team/app:2.1"], [
+        base,
+        layer("app v2.1 code", LAYER_ZSTD, 11_002, 40_960),
+    ])], version="3.1")
+
+
 def minimal() -> Doc:
     """Only what readers require: no importer, no platform, an image without layers."""
     doc = bundle([image("minimal", ["minimal:1"], [])], with_importer=False)
@@ -170,6 +181,7 @@ VALID: Dict[str, Callable[[], Doc]] = {
     "unknown-extra-fields": unknown_extra_fields,
     "minimal-no-importer": minimal,
     "delta-external-layer": delta,
+    "delta-external-compressed-blob": delta_compressed,
 }
 
 
@@ -305,7 +317,6 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "layer-uncompressed-size-missing": _delete(("images", 0, "layers", 0, "uncompressedSize")),
     "layer-not-an-object": _set(("images", 0, "layers", 0), "sha256:" + hexof("x")),
     "layer-external-not-a-boolean": _set(("images", 0, "layers", 0, "external"), "yes"),
-    "layer-external-compressed": _delta_with(lambda lay: lay.update(mediaType=LAYER_ZSTD)),
     "manifest-mediatype-missing": _delete(("images", 0, "manifest", "mediaType")),
     "config-missing": _delete(("images", 0, "config")),
     "images-missing": _delete(("images",)),
@@ -353,6 +364,7 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "xref-importer-differs-from-files": _importer_digest_differs,
     "xref-blob-digest-differs-from-path": _blob_file_digest_differs,
     "xref-layer-external-digest-not-diffid": _delta_with(lambda lay: lay.update(digest=digest("other"))),
+    "xref-layer-external-tar-size-not-usize": _delta_with(lambda lay: lay.update(size=lay["size"] + 1)),
     # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
     "stdlib-size-float": _size_everywhere(1469.0),
 }
