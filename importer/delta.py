@@ -10,33 +10,38 @@ from typing import Any, BinaryIO, Dict, List, Optional, Set
 from importer.digest import CHUNK, Digest
 from importer.engines import command_stdout
 from importer.errors import DeltaBaseMissing, DiffIDMismatch
-from importer.manifest import BundleManifest
+from importer.manifest import BundleManifest, LayerRecord
 
 ProgressFn = Any
 
 
+def users_of(manifest: BundleManifest, layer: LayerRecord) -> List[str]:
+    """The names of the bundle's images that need ``layer``."""
+    return [img.name for img in manifest.images if any(x.diff_id == layer.diff_id for x in img.layers)]
+
+
 def missing_base_layers(manifest: BundleManifest, held: Dict[Digest, str]) -> List[str]:
     """Lines naming every external layer the engine lacks and which images need it."""
-    lines = []
-    for layer in manifest.external_layers():
-        if layer.diff_id in held:
-            continue
-        users = [img.name for img in manifest.images if any(x.diff_id == layer.diff_id for x in img.layers)]
-        lines.append(f"host lacks layer {layer.diff_id} required by {', '.join(users)}")
-    return lines
+    return [f"host lacks layer {layer.diff_id} required by {', '.join(users_of(manifest, layer))}"
+            for layer in manifest.external_layers() if layer.diff_id not in held]
+
+
+def base_missing(manifest: BundleManifest, lines: List[str], engine: str = "the engine") -> DeltaBaseMissing:
+    """The error for a delta whose base is incomplete; ``lines``: one per missing layer."""
+    return DeltaBaseMissing(
+        f"checking the base of a delta bundle: expected {engine} to hold {len(manifest.external_layers())} "
+        f"layer(s) the bundle leaves out, found {len(lines)} missing",
+        context="\n".join(lines),
+        hint="nothing was loaded; import the base bundle first, or re-export without --have "
+        "(or with --have from this host's current inventory)",
+    )
 
 
 def require_base(manifest: BundleManifest, held: Dict[Digest, str]) -> Dict[Digest, str]:
     """The engine image holding each external layer; DeltaBaseMissing if any is absent."""
     missing = missing_base_layers(manifest, held)
     if missing:
-        raise DeltaBaseMissing(
-            f"checking the base of a delta bundle: expected the engine to hold {len(manifest.external_layers())} "
-            f"layer(s) the bundle leaves out, found {len(missing)} missing",
-            context="\n".join(missing),
-            hint="nothing was loaded; import the base bundle first, or re-export without --have "
-            "(or with --have from this host's current inventory)",
-        )
+        raise base_missing(manifest, missing)
     return {x.diff_id: held[x.diff_id] for x in manifest.external_layers()}
 
 

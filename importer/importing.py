@@ -15,7 +15,6 @@ from importer import testhooks
 from importer.archiveverify import verify_archive_at
 from importer.bundlefiles import bundle_json_digest, open_root
 from importer.deepcheck import run_deep
-from importer.delta import require_base
 from importer.digest import Digest
 from importer.enginelock import engine_lock
 from importer.errors import (
@@ -192,12 +191,13 @@ def _load_verified(
     # === a delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise)
     external = None
     if manifest.is_delta and to_load:
-        held = getattr(sink, "held_diff_ids", None)
-        if held is None:
+        prepare = getattr(sink, "prepare_delta", None)
+        if prepare is None:
             raise UsageError(f"importing a delta bundle into {getattr(sink, 'kind', 'this engine')}: "
-                             "expected the docker engine, found another",
-                             hint="re-export without --have for this engine")
-        external = require_base(manifest, held())
+                             "expected an engine that can complete it (docker, containerd, a registry), "
+                             f"found {getattr(sink, 'kind', 'another')}",
+                             hint="nothing was loaded; re-export without --have for this host")
+        external = prepare(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
 
     # === load under staging tags, then read back and compare
     t_load = time.monotonic()

@@ -66,8 +66,11 @@ def write_oci_archive(
     named: Sequence[Tuple[ImageRecord, str]],
     *,
     on_bytes: Optional[ProgressFn] = None,
+    external: Optional[Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]]] = None,
 ) -> None:
-    """Stream an OCI archive of the (image, full reference) pairs into ``out``."""
+    """Stream an OCI archive of the (image, full reference) pairs into ``out``. ``external``
+    (delta bundles): blobs the bundle does not hold, each left out (None: the engine holds it)
+    or written by the given function in its place."""
     images = [image for image, _ in named]
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1024 * 1024) as tar:
         for name, data in (
@@ -76,6 +79,11 @@ def write_oci_archive(
         ):
             tar.addfile(_member(name, len(data)), io.BytesIO(data))
         for digest, size, what in _blobs(images):
+            if external is not None and digest in external:
+                write = external[digest]
+                if write is not None:
+                    write(tar)
+                continue
             copy_blob(tar, root, digest, size, what, on_bytes)
 
 

@@ -110,3 +110,38 @@ def test_have_from_the_engine_inventory_and_a_damaged_inventory(docker_host: str
                    str(tmp_path / "x"), docker_host=docker_host)
     assert proc.returncode == 3 and "error[inventory-damaged]" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_delta_names_the_base_bundle_blobs_and_completes_in_an_oci_layout(
+        docker_host: str, base_and_update: dict, tmp_path: Path) -> None:
+    """--have bundle.json: the external layers name the base bundle's compressed blobs, so a
+    layout that holds the base completes the delta without them; an empty one refuses (exit 9)."""
+    out = tmp_path / "b.delta"
+    doc = _export_delta(docker_host, base_and_update["full_a"] / "bundle.json", out)
+    base = json.loads((base_and_update["full_a"] / "bundle.json").read_text())["images"][0]["layers"]
+    external = [x for x in doc["images"][0]["layers"] if x.get("external")]
+    assert [(x["digest"], x["mediaType"], x["size"]) for x in external] == [
+        (x["digest"], x["mediaType"], x["size"]) for x in base]
+    empty = tmp_path / "empty-layout"
+    proc = run_pyz(out, "--oci-dir", str(empty), "--no-receipt")
+    assert proc.returncode == 9, proc.stderr
+    assert f"(the layout holds no blob {external[0]['digest']})" in proc.stderr
+    assert not (empty / "index.json").exists()
+    layout = tmp_path / "layout"
+    assert run_pyz(base_and_update["full_a"], "--oci-dir", str(layout), "--no-receipt").returncode == 0
+    proc = run_pyz(out, "--oci-dir", str(layout), "--json", "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    index = json.loads((layout / "index.json").read_text())
+    named = {m["annotations"]["org.opencontainers.image.ref.name"]: m["digest"] for m in index["manifests"]}
+    assert named["delta/train:2"] == doc["images"][0]["manifest"]["digest"]
+
+
+def test_delta_into_podman_is_refused_before_anything_loads(base_and_update: dict, podman_vfs: object,
+                                                            docker_host: str, tmp_path: Path) -> None:
+    out = tmp_path / "b.delta"
+    _export_delta(docker_host, base_and_update["full_a"] / "bundle.json", out)
+    before = podman_vfs.podman("images", "-q", "--no-trunc").stdout  # type: ignore[attr-defined]
+    proc = run_pyz(out, *podman_vfs.importer_args(), "--no-receipt")  # type: ignore[attr-defined]
+    assert proc.returncode == 2, proc.stderr
+    assert "importing a delta bundle into podman: expected an engine that can complete it" in proc.stderr
+    assert podman_vfs.podman("images", "-q", "--no-trunc").stdout == before  # type: ignore[attr-defined]

@@ -11,18 +11,21 @@ every layer chain ID (``ctr snapshots ls``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import re
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+import tarfile
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from importer.containerddelta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
 from importer.digest import Digest, is_digest
 from importer.engines import StdinCommand, command_stdout, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
 from importer.identity import OCI, chain_ids
 from importer.limits import MAX_CONFIG
-from importer.manifest import ImageRecord
+from importer.manifest import BundleManifest, ImageRecord
 from importer.ociarchive import write_oci_archive
 from importer.reexport import ArchiveScan, hash_member, layer_bound, scan_tar
 from importer.refs import familiar, normalize
@@ -178,13 +181,26 @@ class ContainerdSink:
         return {line.split()[0] for line in out.splitlines()[1:] if line.strip()}
 
     # === load
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+    def prepare_delta(self, manifest: BundleManifest) -> ContainerdPlan:
+        """How each layer a delta leaves out is completed from the content store; raises
+        DeltaBaseMissing (nothing loaded) when one cannot be (importer/containerddelta.py)."""
+        out = self._ctr("content", "ls", what="listing containerd's content store")
+        return plan_delta(manifest, parse_content_rows(out), f"containerd ({self.namespace})")
+
+    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+             external: Optional[ContainerdPlan] = None) -> None:
+        """``external`` (delta bundles): from :meth:`prepare_delta`."""
+        writers: Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]] = {}
+        layers = {x.digest: x for image in images for x in image.layers}
+        for digest, source in (external or {}).items():
+            writers[digest] = None if source is None else functools.partial(
+                write_unpacked_layer, ctr_argv=self.argv(), source=source, layer=layers[digest], on_bytes=on_bytes)
         named = [(image, normalize(ref)) for image in images for ref in image.refs]
         named += [(image, f"{UNTAGGED_REPO}@{image.manifest.digest}") for image in images if not image.refs]
         cmd = StdinCommand(self.argv("images", "import", "--snapshotter", self.snapshotter, "-"),
                            what="importing the bundle into containerd", hint=_hint(self.address))
         try:
-            write_oci_archive(cmd.stdin, root, named, on_bytes=on_bytes)
+            write_oci_archive(cmd.stdin, root, named, on_bytes=on_bytes, external=writers if external else None)
         except BrokenPipeError:
             cmd.finish()  # raises CommandFailed with ctr's own words
             raise

@@ -10,12 +10,12 @@ import re
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence
 
-from importer.delta import splice_engine_layers
+from importer.delta import require_base, splice_engine_layers
 from importer.digest import Digest, is_digest
 from importer.dockerarchive import write_docker_archive
 from importer.engines import StdinCommand, command_stdout, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
-from importer.manifest import ImageRecord
+from importer.manifest import BundleManifest, ImageRecord
 from importer.reexport import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
 
@@ -89,6 +89,11 @@ class DockerSink:
             cmd.abort()
             raise
         cmd.finish()
+
+    def prepare_delta(self, manifest: BundleManifest) -> Dict[Digest, str]:
+        """The image holding each layer a delta leaves out (re-exported by :meth:`load`);
+        DeltaBaseMissing (nothing loaded) if the engine lacks one."""
+        return require_base(manifest, self.held_diff_ids())
 
     def held_diff_ids(self) -> Dict[Digest, str]:
         """Every layer diff_id the engine holds -> the image (with the fewest layers) holding it."""

@@ -13,14 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
+from importer.delta import base_missing, users_of
 from importer.digest import CHUNK, Digest, hash_file, is_digest
 from importer.errors import DigestMismatch, EngineUnavailable, ManifestError, SinkError, SizeMismatch
 from importer.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 from importer.identity import OCI
 from importer.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
-from importer.manifest import ImageRecord
+from importer.manifest import BundleManifest, ImageRecord
 from importer.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.reexport import ArchiveScan, layer_bound, scan_layout_blobs
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
@@ -128,7 +129,23 @@ class OciLayoutSink:
                            blobs=blobs, problems=problems)
 
     # === load
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+    def prepare_delta(self, manifest: BundleManifest) -> Set[Digest]:
+        """The blobs a delta leaves out, each already in the layout (checked by hashing it);
+        DeltaBaseMissing (nothing written) if one is absent or damaged."""
+        missing = []
+        for layer in manifest.external_layers():
+            path = os.path.join(self.dir, layer.digest.blob_path)
+            if not (os.path.isfile(path) and os.path.getsize(path) == layer.size
+                    and hash_file(path)[0] == layer.digest):
+                missing.append(f"host lacks layer {layer.diff_id} required by "
+                               f"{', '.join(users_of(manifest, layer))} (the layout holds no blob {layer.digest})")
+        if missing:
+            raise base_missing(manifest, missing, engine=f"the OCI layout {self.dir}")
+        return {x.digest for x in manifest.external_layers()}
+
+    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+             external: Optional[Set[Digest]] = None) -> None:
+        """``external`` (delta bundles): blobs the layout already holds, from :meth:`prepare_delta`."""
         os.makedirs(os.path.join(self.dir, "blobs", "sha256"), exist_ok=True)
         layout = os.path.join(self.dir, "oci-layout")
         if not os.path.isfile(layout):
@@ -140,7 +157,7 @@ class OciLayoutSink:
             blobs += [(x.digest, x.size, f"layer {i + 1}/{len(image.layers)} of {image.name}")
                       for i, x in enumerate(image.layers)]
             for digest, size, what in blobs:
-                if digest not in done:
+                if digest not in done and not (external and digest in external):
                     self._copy_blob(root, digest, size, what, on_bytes)
                     done[digest] = True
         fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
