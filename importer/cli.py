@@ -163,7 +163,13 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     from importer.inventory import take_inventory
 
     sink = make_sink(args)
-    print(json.dumps(take_inventory(sink, selected_by=args.selected_by), indent=2))
+    try:
+        doc = take_inventory(sink, selected_by=args.selected_by)
+    finally:
+        close = getattr(sink, "close", None)
+        if callable(close):
+            close()
+    print(json.dumps(doc, indent=2))
     return EXIT_OK
 
 
@@ -235,7 +241,8 @@ def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[Bundle
         timings=res.timings,
         result="pass" if error is None and res.ok else "fail",
         error=error.to_dict() if error is not None else None,
-        extra=_security_sections(res),
+        extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
+               **({"push": res.registry_push} if getattr(res, "registry_push", None) else {})},  # type: ignore[attr-defined]
     )
 
 

@@ -1,5 +1,7 @@
 """push_bundle(): the images of a verified bundle into a registry, then proof by reading back.
 
+A delta bundle first has every layer it leaves out found in the registry (importer/registrydelta.py:
+HEAD, else a repository to mount it from; none anywhere: exit 9, nothing pushed), then mounted.
 Order: every blob the registry lacks (HEAD each; a blob shared by several repositories is
 uploaded once and mounted into the others), then each manifest by its digest with its exact
 bytes and media type, then the tags (last: a tag never names an incomplete image), then read
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -20,6 +21,8 @@ from importer.errors import DigestMismatch, PolicyRejected, UsageError
 from importer.limits import MAX_CONFIG, MAX_MANIFEST
 from importer.manifest import BundleManifest, ImageRecord
 from importer.registry import Destination, RegistryClient, map_ref
+from importer.registrydelta import DeltaPlan, external_blobs, mount_external, plan_external
+from importer.threads import each as _each
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -81,6 +84,7 @@ class PushReport:
     bytes_uploaded: int = 0
     seconds: float = 0.0
     stats: Dict[str, int] = field(default_factory=dict)
+    delta: Optional[DeltaPlan] = None  # a delta bundle: where its external layers were found
 
     @property
     def ok(self) -> bool:
@@ -96,6 +100,7 @@ class PushReport:
                       "bytesUploaded": self.bytes_uploaded},
             "requests": dict(self.stats),
             "seconds": round(self.seconds, 3),
+            "delta": self.delta.to_dict() if self.delta is not None else None,
         }
 
 
@@ -146,9 +151,6 @@ def push_bundle(
     if not refs:
         raise UsageError("pushing: expected at least one image with a name, found only untagged images",
                          hint="a registry names images by repository:tag; re-export them tagged")
-    if getattr(manifest, "is_delta", False):
-        raise UsageError("pushing a delta bundle: expected every layer in the bundle, found layers left out",
-                         hint="re-export without --have to push into a registry")
     raw_manifests = {r.image.manifest.digest: _manifest_bytes(root, r.image) for r in refs}
     workers = max(1, concurrency)
 
@@ -168,6 +170,13 @@ def push_bundle(
             hint="nothing was pushed; re-run with --force to move the tag",
         )
 
+    # === a delta: every layer the bundle leaves out is in place or can be mounted, before any upload
+    outside = external_blobs([(r.destination, r.image.name, r.image.layers) for r in refs])
+    if outside:
+        report.delta = plan_external(client, outside, workers=workers)
+        mount_external(client, report.delta, workers=workers)
+    elsewhere = {(b.repository, b.layer.digest) for b in outside}
+
     # === blobs: which (repository, blob) pairs are missing
     sizes: Dict[Digest, int] = {}
     needed: Dict[Tuple[str, Digest], None] = {}
@@ -175,7 +184,8 @@ def push_bundle(
         blobs = [(r.image.config.digest, r.image.config.size)] + [(x.digest, x.size) for x in r.image.layers]
         for blob_digest, blob_size in blobs:
             sizes[blob_digest] = blob_size
-            needed.setdefault((r.destination.repository, blob_digest), None)
+            if (r.destination.repository, blob_digest) not in elsewhere:  # never upload an external blob
+                needed.setdefault((r.destination.repository, blob_digest), None)
     pairs = list(needed)
 
     def present(pair: Tuple[str, Digest]) -> bool:
@@ -212,6 +222,10 @@ def push_bundle(
     report.blobs_mounted = sum(1 for m in mounted if m)
     report.blobs_uploaded += sum(1 for m in mounted if not m)
     report.bytes_uploaded += sum(sizes[d] for (_, d), m in zip(others, mounted) if not m)
+    if report.delta is not None:
+        report.blobs_present += report.delta.count("present")
+        report.blobs_mounted += report.delta.count("mounted")
+        missing += report.delta.pairs("mounted")
 
     # === manifests by digest, then the tags
     sent_manifests = set()
@@ -244,28 +258,6 @@ def push_bundle(
     report.stats = client.stats.to_dict()
     report.seconds = time.monotonic() - started
     return report
-
-
-def _each(workers: int, fn: Callable[[Any], Any], items: List[Any],
-          on_abort: Optional[Callable[[], None]] = None) -> List[Any]:
-    """``fn`` over ``items`` on ``workers`` threads, in order; the first failure cancels what has
-    not started yet and is raised. On Ctrl-C/SIGTERM ``on_abort`` stops what is running."""
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        try:
-            wait(futures, return_when=FIRST_EXCEPTION)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            if on_abort is not None:
-                on_abort()
-            raise
-        for f in futures:
-            f.cancel()
-        for f in futures:
-            if f.done() and not f.cancelled() and f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
-        return [f.result() for f in futures]
 
 
 def _uses_any(r: PushedRef, pairs: List[Tuple[str, Digest]]) -> bool:

@@ -4,7 +4,9 @@ The multi-node path: the offline host's registry receives the verified bundle an
 pulls from it. The same push code as ``bundle push`` (importer/registrypush.py); the check after
 "loading" is the read-back: the registry keeps the bundle's own manifests, so the image ID is
 the bundle's manifest digest (identity rule ``manifest-digest``) and the config and diff_ids
-must be the bundle's. Tags already naming another manifest are refused without ``--force``."""
+must be the bundle's. Tags already naming another manifest are refused without ``--force``.
+A delta bundle completes from the registry: its left-out layers must be there or be mounted from
+another repository (importer/registrydelta.py), else exit 9 with nothing pushed."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from importer.importing import ImportResult, verify_or_raise
 from importer.postload import ImageCheck, check_image
 from importer.registry import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registryauth import Credentials
+from importer.registryinventory import registry_inventory
 from importer.registrypush import PushedRef, PushReport, push_bundle
 from importer.sinks import EngineImage, EngineInfo
 from importer.sizes import parse_size
@@ -45,6 +48,10 @@ class RegistrySink:
         return EngineInfo(kind="registry", version=version, storage_driver="", image_store=OCI,
                           address=str(self.target), data_root=None,
                           extra={"scheme": self.client.scheme})
+
+    def inventory(self) -> List[EngineImage]:
+        """Every image in the registry (under the namespace, if one is named): ``--inventory``."""
+        return registry_inventory(self.client, workers=self.concurrency)
 
     def close(self) -> None:
         self.client.close()
@@ -97,6 +104,7 @@ def import_to_registry(
     finally:
         sink.close()
     sink.last_push = report
+    setattr(res, "registry_push", report.to_dict())  # noqa: B010 - the receipt's "push" section (importer/cli.py)
     res.timings["loadSeconds"] = time.monotonic() - t_push
     res.checks = checks_from_push(report)
     bad = [c for c in res.checks if not c.ok]
