@@ -165,8 +165,12 @@ def _load_verified(
     res = result or ImportResult(root=root, bundle_digest="", report=VerifyReport(root=root))
     res.bundle_digest = bundle_digest(root)
 
-    # === verify every byte before touching the engine
-    res.report = verify_or_raise(root, progress=progress, expect_bundle_digest=expect_bundle_digest)
+    # === verify every byte before touching the engine. A sink whose load stream decompresses each
+    # layer once and checks its diff_id and size on the way (aborting the load before the engine
+    # can name an image) gets the compressed digests checked here, the diff_ids during the load.
+    streams = bool(getattr(sink, "checks_diff_ids_while_loading", False))
+    res.report = verify_or_raise(root, progress=progress, expect_bundle_digest=expect_bundle_digest,
+                                 deep=not streams)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
@@ -275,7 +279,7 @@ def _load_verified(
 
 
 def _with_refs(image: ImageRecord, refs: tuple) -> ImageRecord:  # type: ignore[type-arg]
-    return ImageRecord(refs, image.manifest, image.config, image.layers, image.platform)
+    return ImageRecord(refs, image.manifest, image.config, image.layers, image.platform, label=image.name)
 
 
 def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, engine: EngineInfo, force: bool) -> None:

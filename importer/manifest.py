@@ -77,11 +77,13 @@ class ImageRecord:
     config: BlobRef
     layers: Tuple[LayerRecord, ...]
     platform: Dict[str, str] = field(default_factory=dict)
+    #: what messages call the image when ``refs`` are stand-ins (the importer's staging tags)
+    label: str = field(default="", compare=False)
 
     @property
     def name(self) -> str:
-        """How to call this image in messages: its first ref, else its config digest."""
-        return self.refs[0] if self.refs else self.config.digest.short
+        """How to call this image in messages: its label or first ref, else its config digest."""
+        return self.label or (self.refs[0] if self.refs else self.config.digest.short)
 
     def to_dict(self) -> Dict[str, Any]:
         return {

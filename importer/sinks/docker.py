@@ -24,6 +24,12 @@ _HINT = "start the Docker engine, or point the importer at it with --docker-host
 
 class DockerSink:
     kind = "docker"
+    #: The docker-archive streamed into ``docker load`` decompresses each layer once and checks its
+    #: diff_id and size as it passes (importer/dockerarchive.py); a mismatch aborts ``docker load``
+    #: before manifest.json (the last member) arrives, so Docker creates no image. Docker also
+    #: compares every layer's diff_id with the config. So the pre-load verification checks the
+    #: compressed digests only and the layers are decompressed once (docs/security.md).
+    checks_diff_ids_while_loading = True
 
     def __init__(self, host: Optional[str] = None) -> None:
         self.host = host or os.environ.get("DOCKER_HOST") or None
