@@ -26,8 +26,9 @@ from importer.errors import (
     VerificationFailed,
 )
 from importer.identity import expected_image_id, lookup_name
+from importer.layers import check_layer
 from importer.limits import MAX_BUNDLE_JSON, read_file_limited
-from importer.manifest import BUNDLE_JSON, ImageRecord, load_bundle_manifest
+from importer.manifest import BUNDLE_JSON, BundleManifest, ImageRecord, load_bundle_manifest
 from importer.postload import ImageCheck, check_image
 from importer.preflight import images_to_load, run_preflight
 from importer.signature import SignatureCheck, TrustPolicy, check_signature
@@ -191,6 +192,10 @@ def _load_verified(
         else:
             to_load.append(image)
         _refuse_tag_conflicts(sink, image, engine, force)
+    if streams and os.path.isdir(root):
+        # layers that will not pass through the load stream (their images are already present)
+        # still get their diff_id checked, before anything is loaded
+        _check_unstreamed_layers(root, manifest, to_load)
 
     # === a delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise)
     external = None
@@ -276,6 +281,16 @@ def _load_verified(
     res.leftovers = _cleanup(sink, list(staged.values()), [])
     res.timings["totalSeconds"] = time.monotonic() - started
     return res
+
+
+def _check_unstreamed_layers(root: str, manifest: BundleManifest, to_load: List[ImageRecord]) -> None:
+    streamed = {x.digest for image in to_load for x in image.layers}
+    for image in manifest.images:
+        for i, layer in enumerate(image.layers):
+            if layer.external or layer.digest in streamed:
+                continue
+            check_layer(root, layer, f"layer {i + 1}/{len(image.layers)} of {image.name}")
+            streamed.add(layer.digest)
 
 
 def _with_refs(image: ImageRecord, refs: tuple) -> ImageRecord:  # type: ignore[type-arg]

@@ -15,7 +15,7 @@ import pytest
 import zstandard
 
 from tests.bundlegen import make_bundle
-from tests.helpers import image_ids, run_cli
+from tests.helpers import docker, image_ids, run_cli
 from tests.trustkit import regenerate_sums
 
 pytestmark = pytest.mark.engine
@@ -87,6 +87,7 @@ def test_a_layer_that_lies_about_its_diff_id_loads_nothing(docker_host: str, tmp
     assert shallow.returncode == 0, shallow.stderr  # every listed digest matches: only decompressing tells
     deep = run_cli("importer", str(bundle), "--verify-only")
     assert deep.returncode == 3 and diff_id in deep.stderr, deep.stderr
+    docker(docker_host, "image", "rm", "fake/app:2", "fake/base:1", check=False)  # nothing present: all streamed
     before = image_ids(docker_host)
     proc = run_cli("importer", str(bundle), "--verify", "--docker-host", docker_host, "--no-receipt")
     assert proc.returncode == 3, proc.stderr
@@ -94,3 +95,16 @@ def test_a_layer_that_lies_about_its_diff_id_loads_nothing(docker_host: str, tmp
     assert ("error[diffid-mismatch]" in proc.stderr or "error[verification-failed]" in proc.stderr), proc.stderr
     assert diff_id in proc.stderr
     assert image_ids(docker_host) == before  # no image, no staging tag, no dangling layer chain image
+
+
+def test_a_lying_layer_of_an_image_already_present_is_still_caught(docker_host: str, tmp_path: Path) -> None:
+    """The genuine fake/app:2 is in the engine, so nothing is streamed for it; its layers are
+    still decompressed and checked before the import reports success."""
+    genuine = make_bundle(tmp_path / "genuine")
+    assert run_cli("importer", str(genuine), "--docker-host", docker_host, "--force", "--no-receipt").returncode == 0
+    bundle, diff_id = lying_bundle(tmp_path / "lying")
+    before = image_ids(docker_host)
+    proc = run_cli("importer", str(bundle), "--docker-host", docker_host, "--no-receipt")
+    assert proc.returncode == 3, proc.stderr
+    assert "error[diffid-mismatch]" in proc.stderr and diff_id in proc.stderr
+    assert image_ids(docker_host) == before

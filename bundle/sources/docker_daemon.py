@@ -11,6 +11,7 @@ in memory."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import posixpath
 import tarfile
@@ -19,6 +20,7 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tupl
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
 from importer.digest import Digest
+from importer.dockerapi import api_save, socket_path
 from importer.engines import command_stdout, run
 from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.have import HaveLayers
@@ -93,9 +95,12 @@ class DockerDaemonSource:
 
     def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
                on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
-        argv = self.docker.argv("save", *refs)
+        what = f"streaming `docker save` of {', '.join(refs)}"
+        path = socket_path(self.docker.host)  # the API over the socket: no docker CLI copying every byte
+        opener = api_save(path, refs, what=what) if path else command_stdout(self.docker.argv("save", *refs),
+                                                                            what=what)
         try:
-            with command_stdout(argv, what=f"streaming `docker save` of {', '.join(refs)}") as stream:
+            with opener as stream:
                 images = read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes,
                                           have=have)
                 while stream.read(1024 * 1024):  # drain trailing padding so docker exits 0
@@ -105,6 +110,12 @@ class DockerDaemonSource:
                 f"exporting {', '.join(refs)}: `docker save` failed with status {e.returncode}",
                 context=e.stderr_tail.strip() or None,
                 hint="check that the engine is healthy and the images exist",
+            ) from e
+        except (http.client.HTTPException, ConnectionError) as e:
+            raise SourceError(
+                f"exporting {', '.join(refs)}: expected the whole `docker save` stream from the Docker API, "
+                f"found it cut off ({type(e).__name__}: {e})",
+                hint="check that the engine is healthy (its log says why it stopped) and export again",
             ) from e
         return images
 

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from importer.delta import require_base, splice_engine_layers
 from importer.digest import Digest, is_digest
+from importer.dockerapi import ApiLoad, socket_path
 from importer.dockerarchive import write_docker_archive
 from importer.engines import StdinCommand, command_stdout, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
@@ -64,6 +65,7 @@ class DockerSink:
             image_store=self.image_store,
             address=self.host or "unix:///var/run/docker.sock",
             data_root=info.get("DockerRootDir"),
+            extra={"transport": "api" if socket_path(self.host) else "cli"},
         )
 
     # === read back
@@ -81,14 +83,17 @@ class DockerSink:
     def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[Dict[Digest, str]] = None) -> None:
         """``external`` (delta bundles): diff_id -> engine image holding it, re-exported and spliced in."""
-        cmd = StdinCommand(self.argv("load", "-q"), what="loading the bundle into Docker", hint=_HINT)
+        what = "loading the bundle into Docker"
+        path = socket_path(self.host)  # the API over the socket: no docker CLI copying every byte
+        cmd = ApiLoad(path, what=what, hint=_HINT) if path else StdinCommand(self.argv("load", "-q"), what=what,
+                                                                            hint=_HINT)
         splice = None
         if external:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
                 return splice_engine_layers(tar, self.argv(), external, on_bytes)
         try:
             write_docker_archive(cmd.stdin, root, images, with_tags=True, on_bytes=on_bytes, splice=splice)
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):
             cmd.finish()  # raises CommandFailed with docker's own words
             raise
         except BaseException:

@@ -1,0 +1,91 @@
+"""The Docker Engine API transport (importer/dockerapi.py) against the real private dockerd:
+the bulk streams go over the socket, the CLI path stays equivalent, and daemon errors and cut
+streams surface as clear errors with nothing loaded."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from importer.dockerapi import TRANSPORT_ENV, ApiLoad, api_errors, api_save, socket_path
+from importer.errors import CommandFailed
+from tests.bundlegen import make_bundle
+from tests.helpers import docker, image_facts, image_ids, run_cli
+
+pytestmark = pytest.mark.engine
+
+
+def test_socket_path_only_for_unix_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    assert socket_path("unix:///run/d.sock") == "/run/d.sock"
+    assert socket_path("tcp://127.0.0.1:2375") is None
+    assert socket_path("ssh://user@host") is None
+    assert socket_path(None) is None  # the CLI knows contexts and the default socket
+    monkeypatch.setenv(TRANSPORT_ENV, "cli")
+    assert socket_path("unix:///run/d.sock") is None
+
+
+def test_api_errors_reads_the_message_stream() -> None:
+    raw = b'{"stream":"Loaded image: a:1\\n"}\n{"errorDetail":{"message":"unexpected EOF"},"error":"unexpected EOF"}\n'
+    assert api_errors(raw) == ["unexpected EOF"]
+    assert api_errors(b'{"stream":"Loaded image ID: sha256:ab\\n"}\n') == []
+
+
+@pytest.mark.parametrize("transport", ["api", "cli"])
+def test_both_transports_import_and_export_the_same_image(transport: str, docker_host: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    if transport == "cli":
+        monkeypatch.setenv(TRANSPORT_ENV, "cli")
+    else:
+        monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+    bundle = make_bundle(tmp_path / "b")
+    doc = json.loads((bundle / "bundle.json").read_text())
+    docker(docker_host, "image", "rm", "fake/app:2", "fake/base:1", check=False)  # so the load really happens
+    proc = run_cli("importer", str(bundle), "--docker-host", docker_host, "--json", "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    out_doc = json.loads(proc.stdout)
+    assert out_doc["engine"]["transport"] == transport  # the child inherited TRANSPORT_ENV
+    assert [i["status"] for i in out_doc["images"]] == ["loaded", "loaded"]
+    assert [i["result"] for i in out_doc["images"]] == ["match", "match"]
+    app = image_facts(docker_host, "fake/app:2")
+    assert app is not None and app[0] == doc["images"][1]["config"]["digest"]
+    out = tmp_path / "again"
+    run_cli("bundle", "export", "fake/app:2", "-o", str(out), docker_host=docker_host, check=True)
+    again = json.loads((out / "bundle.json").read_text())
+    assert again["images"][0]["config"] == doc["images"][1]["config"]
+    assert [x["diffId"] for x in again["images"][0]["layers"]] == [x["diffId"] for x in doc["images"][1]["layers"]]
+
+
+def test_a_cut_archive_loads_nothing_and_the_daemon_says_why(docker_host: str) -> None:
+    path = socket_path(docker_host)
+    assert path is not None
+    before = image_ids(docker_host)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = b'{"not": "a config"}'
+        info = tarfile.TarInfo("x.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    load = ApiLoad(path, what="loading a broken archive")
+    load.stdin.write(buf.getvalue())
+    with pytest.raises(CommandFailed) as err:
+        load.finish()  # no manifest.json: the daemon refuses it
+    assert "loading a broken archive" in str(err.value) and err.value.stderr_tail.strip()
+    load = ApiLoad(path, what="loading a cut archive")
+    load.stdin.write(buf.getvalue()[:700])
+    load.abort()
+    assert image_ids(docker_host) == before
+
+
+def test_saving_a_missing_image_names_it(docker_host: str) -> None:
+    path = socket_path(docker_host)
+    assert path is not None
+    with pytest.raises(CommandFailed) as err, api_save(path, ["no/such-image:1"], what="saving"):
+        pass
+    assert err.value.returncode == 404 and "no/such-image:1" in str(err.value) and err.value.stderr_tail.strip()
+    proc = run_cli("bundle", "export", "no/such-image:1", "-o", "/tmp/never-written", docker_host=docker_host)
+    assert proc.returncode == 5 and "no/such-image:1" in proc.stderr
