@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.pullprobe import push_uncompressed  # noqa: E402
 from bench.recipe import write_context  # noqa: E402
 
 REF = "bench/img:1"
@@ -178,6 +180,12 @@ def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="3G", help="image size (default 3G)")
@@ -201,7 +209,7 @@ def main() -> int:
                           text=True, check=True).stdout.strip()
     run_dir = run_root / "dockerd-bench"
     env = {**os.environ, "DOCKER_HOST": host, "DOCKER_BUILDKIT": "0", "PYTHONPATH": str(REPO)}
-    registry = None
+    registries: list[str] = []
     try:
         print(f"bench: building a {args.size} image in {work}", file=sys.stderr)
         ctx = write_context(work / "ctx", size, "/bin/busybox",
@@ -217,8 +225,10 @@ def main() -> int:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
 
+        pulled: list[str] = []  # the pull probe's ref, removed with the image
+
         def image_absent() -> None:
-            subprocess.run(["docker", "image", "rm", "-f", REF], env=env, capture_output=True)
+            subprocess.run(["docker", "image", "rm", "-f", REF, *pulled], env=env, capture_output=True)
 
         def image_present() -> None:
             if subprocess.run(["docker", "image", "inspect", REF], env=env, capture_output=True).returncode:
@@ -259,6 +269,19 @@ def main() -> int:
                 Case("import", "bundle-import --verify", True, image_absent,
                      lambda: [PY, "-m", "importer", str(bundle_dir), "--verify", "--no-receipt", "-q"]),
             ]
+        if "import" in groups and shutil.which("docker-registry"):
+            # probe for the loopback-registry load path: `docker pull` of uncompressed layers
+            # (Docker 20.10 cannot pull zstd) from a registry on 127.0.0.1
+            port = free_port()
+            registries.append(f"bench-pull-{port}")
+            subprocess.run(["bash", str(scripts / "registry.sh"), "start", registries[-1], str(port)],
+                           check=True, capture_output=True)
+            pulled.append(f"127.0.0.1:{port}/probe/img:1")
+            push_uncompressed(art / "plain.tar", work / "raw", pulled[0])
+            shutil.rmtree(work / "raw")
+            cases.insert(len(cases) - 1, Case(
+                "import", "docker pull (loopback registry, uncompressed)", False, image_absent,
+                lambda: ["docker", "pull", "-q", pulled[0]]))
         if "verify" in groups:
             cases += [
                 Case("verify", "sha256sum -c SHA256SUMS", False, None,
@@ -268,23 +291,21 @@ def main() -> int:
             ]
         has_push = subprocess.run([PY, "-m", "bundle", "push", "--help"], env=env, capture_output=True).returncode == 0
         if "push" in groups and has_push:
-            import socket
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            registry = f"bench-{port}"
+            push_port = free_port()
+            registries.append(f"bench-{push_port}")
+            registry = registries[-1]
 
             def fresh_registry() -> None:
                 subprocess.run(["bash", str(scripts / "registry.sh"), "purge", registry], capture_output=True)
-                subprocess.run(["bash", str(scripts / "registry.sh"), "start", registry, str(port)],
+                subprocess.run(["bash", str(scripts / "registry.sh"), "start", registry, str(push_port)],
                                check=True, capture_output=True)
 
             cases += [
                 Case("push", "skopeo copy oci -> registry", False, fresh_registry,
                      lambda: ["skopeo", "copy", "-q", "--dest-tls-verify=false", f"oci:{bundle_dir}:{REF}",
-                              f"docker://127.0.0.1:{port}/skopeo/img:1"]),
+                              f"docker://127.0.0.1:{push_port}/skopeo/img:1"]),
                 Case("push", "bundle push", True, fresh_registry,
-                     lambda: [PY, "-m", "bundle", "push", str(bundle_dir), f"127.0.0.1:{port}/ours",
+                     lambda: [PY, "-m", "bundle", "push", str(bundle_dir), f"127.0.0.1:{push_port}/ours",
                               "--insecure"]),
             ]
         # warm the page cache once so verify compares hashing, not the first read
@@ -311,8 +332,8 @@ def main() -> int:
         (Path(args.out) / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
         print(f"bench: results in {Path(args.out) / stem}.md", file=sys.stderr)
     finally:
-        if registry:
-            subprocess.run(["bash", str(scripts / "registry.sh"), "purge", registry], capture_output=True)
+        for name in registries:
+            subprocess.run(["bash", str(scripts / "registry.sh"), "purge", name], capture_output=True)
         subprocess.run(["bash", str(scripts / "dockerd.sh"), "purge", "bench"], capture_output=True)
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

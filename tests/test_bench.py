@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.engine
 def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
-    for tool in ("dockerd", "skopeo", "zstd", "sha256sum"):
+    for tool in ("dockerd", "skopeo", "zstd", "sha256sum", "docker-registry"):
         engines.require(tool)
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small", "--only", "export,import,verify",
                            "--work", str(tmp_path / "work")],
@@ -23,7 +23,8 @@ def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout
     for case in ("docker save -o", "bundle export", "docker load -i plain.tar", "bundle-import --verify",
-                 "sha256sum -c SHA256SUMS", "bundle-import --verify-only", "skopeo copy"):
+                 "sha256sum -c SHA256SUMS", "bundle-import --verify-only", "skopeo copy",
+                 "docker pull (loopback registry, uncompressed)"):
         assert case in table, case
     assert "ours/peer" in table
     results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
