@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
+from importer.archive import ArchiveReader, locate
+from importer.bundlefiles import read_bundle_file
 from importer.digest import Digest
+from importer.errors import ManifestError
 from importer.legacy import load_legacy_manifest
 from importer.limits import MAX_BUNDLE_JSON, parse_json, read_file_limited
 from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest, parse_schema_version
 
 
 def inspect_bundle(root: str) -> Dict[str, Any]:
-    raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+    """``root`` is a bundle folder, a bundle tar or its parts index (bundle.json read in place)."""
+    signed: Optional[bool] = None
+    if locate(root).kind == "folder":
+        if not os.path.isfile(os.path.join(root, BUNDLE_JSON)):
+            raise ManifestError(f"inspecting {root}: expected {BUNDLE_JSON} in the folder, found none",
+                                hint="pass the folder `bundle export -o` wrote, or its .tar / .tar.parts.json")
+        raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+    else:
+        reader = ArchiveReader(root)
+        raw = read_bundle_file(reader, BUNDLE_JSON, MAX_BUNDLE_JSON, BUNDLE_JSON)
+        signed = SIGNATURE_FILE in reader.members()
     major, _ = parse_schema_version(parse_json(raw, BUNDLE_JSON))
     if major in (1, 2):
         return _inspect_legacy(root, raw, major)
@@ -47,7 +60,7 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
         "created": manifest.created,
         "toolVersion": manifest.tool_version,
         "source": manifest.source,
-        "signed": os.path.exists(os.path.join(root, SIGNATURE_FILE)),
+        "signed": os.path.exists(os.path.join(root, SIGNATURE_FILE)) if signed is None else signed,
         "images": images,
         "sharedLayers": shared,
         "delta": None if not manifest.is_delta else {

@@ -37,6 +37,17 @@ def test_golden_bundle_inspects(version: str) -> None:
     assert [i["refs"] for i in info["images"]] == [["fake/base:1"], ["fake/app:2"]]
 
 
+def test_inspect_reads_a_packed_bundle_in_place_and_names_a_wrong_folder(tmp_path: Path) -> None:
+    run_cli("bundle", "pack", str(GOLDEN / "v3"), str(tmp_path / "v3.tar"), "--split", "64K", check=True)
+    packed = json.loads(run_cli("bundle", "inspect", str(tmp_path / "v3.tar.parts.json"), "--json", check=True).stdout)
+    folder = json.loads(run_cli("bundle", "inspect", str(GOLDEN / "v3"), "--json", check=True).stdout)
+    assert packed["bundleDigest"] == folder["bundleDigest"] and packed["images"] == folder["images"]
+    (tmp_path / "empty").mkdir()
+    proc = run_cli("bundle", "inspect", str(tmp_path / "empty"))
+    assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"inspecting {tmp_path / 'empty'}: expected bundle.json in the folder, found none" in proc.stderr
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize("version", VERSIONS)
 def test_golden_bundle_imports_into_docker(version: str, docker_host: str, tmp_path: Path) -> None:
