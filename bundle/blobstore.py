@@ -58,7 +58,7 @@ class BlobStore:
     def path_of(self, digest: Digest) -> str:
         return os.path.join(self.root, digest.blob_path)
 
-    def _commit(self, tmp: str, digest: Digest, size: int) -> WrittenBlob:
+    def commit(self, tmp: str, digest: Digest, size: int) -> WrittenBlob:
         final = self.path_of(digest)
         if os.path.exists(final):
             os.unlink(tmp)
@@ -69,7 +69,7 @@ class BlobStore:
         return blob
 
     @contextlib.contextmanager
-    def _temp(self) -> Any:
+    def temp(self) -> Any:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -92,9 +92,9 @@ class BlobStore:
     def write_bytes(self, data: bytes) -> WrittenBlob:
         """Store a small blob (manifest, config) byte-for-byte."""
         digest = Digest.of_bytes(data)
-        with self._temp() as (f, tmp):
+        with self.temp() as (f, tmp):
             f.write(data)
-        return self._commit(tmp, digest, len(data))
+        return self.commit(tmp, digest, len(data))
 
     def write_layer(
         self,
@@ -109,7 +109,7 @@ class BlobStore:
         level = DEFAULT_LEVELS[compression] if level is None else level
         raw_hash = hashlib.sha256()
         usize = 0
-        with self._temp() as (f, tmp):
+        with self.temp() as (f, tmp):
             out = _HashingWriter(f)
             sink: Any
             if compression == "zstd":
@@ -131,7 +131,7 @@ class BlobStore:
                         on_bytes(len(chunk))
             digest = Digest("sha256", out.hasher.hexdigest())
             size = out.count
-        blob = self._commit(tmp, digest, size)
+        blob = self.commit(tmp, digest, size)
         return LayerRecord(
             media_type=MEDIA_TYPES[compression],
             digest=blob.digest,

@@ -33,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
 
-    e = sub.add_parser("export", help="export images from a Docker engine into a bundle folder")
-    e.add_argument("images", nargs="+", metavar="IMAGE", help="image references (name:tag or ID)")
+    e = sub.add_parser("export", help="export images from Docker, containerd or an OCI layout into a bundle")
+    e.add_argument("images", nargs="+", metavar="IMAGE",
+                   help="image references: name:tag or ID (Docker; also docker-daemon:REF), containerd:REF "
+                   "(blobs copied as stored), oci:DIR[:REF]")
     e.add_argument("-o", "--output", metavar="DIR", help="the bundle folder to create (optional with --archive)")
     add_archive_options(e)
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
@@ -43,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--compression", choices=["zstd", "gzip"], default="zstd")
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
     e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
+    e.add_argument("--address", metavar="SOCKET",
+                   help="containerd socket for containerd: images (default: $CONTAINERD_ADDRESS, else "
+                   "/run/containerd/containerd.sock)")
+    e.add_argument("--namespace", metavar="NS",
+                   help="containerd namespace for containerd: images (default: $CONTAINERD_NAMESPACE, else default)")
     e.add_argument("--force", action="store_true", help="replace an existing output folder")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
@@ -87,7 +94,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         result = export_images(args.images, out_dir, docker_host=args.docker_host,
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=rp.factory if rp else None, have=args.have,
-                               sign_key=sign_key)
+                               sign_key=sign_key, address=args.address, namespace=args.namespace)
     finally:
         if rp is not None:
             rp.progress.stop()

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.blobstore import BlobStore
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
+from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import UsageError
@@ -48,6 +49,8 @@ def export_images(
     progress: Optional[ProgressFactory] = None,
     have: Sequence[str] = (),
     sign_key: Optional[Ed25519PrivateKey] = None,
+    address: Optional[str] = None,
+    namespace: Optional[str] = None,
 ) -> ExportResult:
     if schema not in (1, 2, 3):
         raise UsageError(f"exporting: expected --schema 1, 2 or 3, found {schema}")
@@ -72,25 +75,28 @@ def export_images(
                          hint="choose another -o, or pass --force to replace it")
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
+    source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace)
+    if schema < 3 and not isinstance(source, DockerDaemonSource):
+        raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
+                         "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
     have_layers = merge_have(have) if have else None
-    source = DockerDaemonSource(docker_host)
     source_info = source.info()
-    total = source.check_refs(refs)
+    total = source.check_refs(names)
     signed_by: Optional[str] = None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
         on_bytes = progress("export", total) if progress else None
         source_doc = {"kind": source_info.kind, **source_info.details}
         if schema < 3:
-            write_legacy_bundle(staging, source.docker.argv("save", *refs), refs, schema, source_doc, level=level,
-                                on_bytes=on_bytes)
+            write_legacy_bundle(staging, source.docker.argv("save", *names), names, schema, source_doc,
+                                level=level, on_bytes=on_bytes)
             manifest = None
         else:
             store = BlobStore(staging)
-            images = source.export(refs, store, compression=compression, level=level, on_bytes=on_bytes,
+            images = source.export(names, store, compression=compression, level=level, on_bytes=on_bytes,
                                    have=have_layers)
             # keep the user's order (docker save lists images in its own order)
-            images.sort(key=lambda im: min((refs.index(r) for r in im.refs if r in refs), default=len(refs)))
+            images.sort(key=lambda im: min((names.index(r) for r in im.refs if r in names), default=len(names)))
             manifest = write_bundle(staging, store, images, source_doc)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)

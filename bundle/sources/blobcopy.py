@@ -1,0 +1,225 @@
+"""Sources that already keep compressed layers (containerd's content store, an OCI layout):
+copy each blob byte for byte instead of decompressing and compressing it again.
+
+One read per layer: the compressed bytes go to the bundle's blob store (temp-then-rename) and
+through a hasher, and the same bytes are decompressed on the fly to compute the diff_id and the
+uncompressed size. The blob must hash to its descriptor's digest and the diff_ids must equal the
+config's, else the export stops naming the layer. A layer the source keeps uncompressed is
+compressed like a ``docker save`` layer. Layers the offline host already holds (``--have``) are
+not read at all: the config names their diff_ids."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
+
+import zstandard
+
+from bundle.blobstore import BlobStore
+from bundle.sources import SourceImage, platform_of
+from importer.digest import CHUNK, Digest, hash_stream, is_digest
+from importer.errors import SourceError
+from importer.have import HaveLayers
+from importer.limits import MAX_CONFIG, parse_json
+from importer.manifest import LayerRecord
+from importer.mediatypes import DOCKER_LAYER_GZIP, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
+
+ProgressFn = Callable[[int], None]
+
+#: layer media type -> (compression, the OCI media type the bundle records)
+LAYER_COMPRESSION: Dict[str, Tuple[str, str]] = {
+    OCI_LAYER_GZIP: ("gzip", OCI_LAYER_GZIP),
+    DOCKER_LAYER_GZIP: ("gzip", OCI_LAYER_GZIP),
+    OCI_LAYER_ZSTD: ("zstd", OCI_LAYER_ZSTD),
+    OCI_LAYER_TAR: ("none", OCI_LAYER_TAR),
+    "application/vnd.docker.image.rootfs.diff.tar": ("none", OCI_LAYER_TAR),
+}
+MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
+                  "application/vnd.docker.distribution.manifest.v2+json")
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")
+
+
+class BlobProvider(Protocol):
+    """Where the blobs are: reads JSON documents and opens blobs by digest."""
+
+    where: str
+
+    def read_json(self, digest: str, limit: int, what: str) -> Any: ...
+
+    def open_blob(self, digest: str, what: str) -> ContextManager[BinaryIO]: ...
+
+
+class _Tee:
+    """Reads ``src``; every byte read is also written to ``out`` and hashed."""
+
+    def __init__(self, src: BinaryIO, out: BinaryIO, on_bytes: Optional[ProgressFn]) -> None:
+        self.src, self.out, self.on_bytes = src, out, on_bytes
+        self.hasher = hashlib.sha256()
+        self.count = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.src.read(n)
+        if data:
+            self.hasher.update(data)
+            self.count += len(data)
+            self.out.write(data)
+            if self.on_bytes is not None:
+                self.on_bytes(len(data))
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def drain(self) -> None:
+        while self.read(CHUNK):
+            pass
+
+
+def _decompressed(tee: _Tee, compression: str) -> ContextManager[Any]:
+    src: Any = tee
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=src, mode="rb")
+    dctx = zstandard.ZstdDecompressor()
+    return dctx.stream_reader(src, read_size=CHUNK, read_across_frames=True, closefd=False)
+
+
+class _NullWriter:
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
+                on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int]:
+    """Read one compressed layer to its end: (diff_id, uncompressed size, compressed size),
+    every byte also written to ``out``; the blob must hash to the descriptor's digest and size."""
+    compression = LAYER_COMPRESSION[str(desc["mediaType"])][0]
+    want = Digest.parse(desc.get("digest"), what=f"{what}: digest")
+    raw_hash = hashlib.sha256()
+    usize = 0
+    tee = _Tee(src, out, on_bytes)
+    try:
+        with _decompressed(tee, compression) as reader:
+            while True:
+                chunk = reader.read(CHUNK)
+                if not chunk:
+                    break
+                raw_hash.update(chunk)
+                usize += len(chunk)
+    except (OSError, EOFError, zstandard.ZstdError) as e:
+        raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
+                          hint="the source's copy of this blob is corrupt; re-pull the image") from e
+    tee.drain()
+    got = Digest("sha256", tee.hasher.hexdigest())
+    if got != want or tee.count != desc.get("size"):
+        raise SourceError(
+            f"{what}: expected {want} ({desc.get('size')} bytes), found {got} ({tee.count} bytes)",
+            hint="the source's copy of this blob is corrupt; re-pull the image")
+    return Digest("sha256", raw_hash.hexdigest()), usize, tee.count
+
+
+def copy_layer(store: BlobStore, src: BinaryIO, desc: Dict[str, Any], what: str, *,
+               on_bytes: Optional[ProgressFn] = None) -> LayerRecord:
+    """Copy one compressed layer blob verbatim; its diff_id is computed on the way."""
+    media_type = LAYER_COMPRESSION[str(desc["mediaType"])][1]
+    with store.temp() as (f, tmp):
+        diff_id, usize, size = _read_layer(src, f, desc, what, on_bytes)
+    blob = store.commit(tmp, Digest.parse(desc["digest"]), size)
+    return LayerRecord(media_type, blob.digest, blob.size, diff_id, usize)
+
+
+def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Tuple[str, str], what: str) -> Any:
+    """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``)."""
+    doc = provider.read_json(str(desc["digest"]), MAX_CONFIG, f"{what}: manifest {str(desc['digest'])[:19]}")
+    if desc.get("mediaType") in INDEX_TYPES or isinstance(doc.get("manifests"), list):
+        want_os, want_arch = platform
+        for sub in doc.get("manifests") or []:
+            plat = sub.get("platform") if isinstance(sub, dict) else None
+            if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
+                return pick_manifest(provider, sub, platform, what)
+        found = [f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}"
+                 for m in doc.get("manifests") or [] if isinstance(m, dict)]
+        raise SourceError(f"{what}: expected a manifest for {want_os}/{want_arch} in the index, "
+                          f"found {', '.join(found) or 'none'}",
+                          hint="export on a host of the image's platform, or pull that platform first")
+    if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list) or not isinstance(doc.get("config"), dict):
+        raise SourceError(f"{what}: expected an image manifest with a config and layers, found something else")
+    return doc
+
+
+def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], store: BlobStore, *,
+               compression: str, level: Optional[int], what: str, on_bytes: Optional[ProgressFn] = None,
+               have: Optional[HaveLayers] = None, copied: Optional[Dict[str, LayerRecord]] = None) -> SourceImage:
+    """One image: its config byte for byte, each layer copied (or left out when ``have`` holds it)."""
+    config_desc = manifest["config"]
+    config_digest = Digest.parse(config_desc.get("digest"), what=f"{what}: config digest")
+    with provider.open_blob(str(config_digest), f"{what}: config") as f:
+        raw_config = f.read(MAX_CONFIG + 1)
+    if len(raw_config) > MAX_CONFIG or Digest.of_bytes(raw_config) != config_digest:
+        raise SourceError(f"{what}: expected the config to hash to {config_digest}, found other bytes",
+                          hint="the source's copy of the config is corrupt; re-pull the image")
+    config = parse_json(raw_config, f"{what}: config")
+    rootfs = config.get("rootfs") if isinstance(config, dict) else None
+    diff_ids = [str(d) for d in (rootfs.get("diff_ids") or [])] if isinstance(rootfs, dict) else []
+    descs = [d for d in manifest["layers"] if isinstance(d, dict)]
+    if len(descs) != len(diff_ids):
+        raise SourceError(f"{what}: expected as many layers as the config's diff_ids ({len(diff_ids)}), "
+                          f"found {len(descs)}")
+    copied = {} if copied is None else copied
+    measured: Dict[str, Tuple[Digest, int]] = {}
+    layers: List[LayerRecord] = []
+    for i, (desc, diff_id) in enumerate(zip(descs, diff_ids)):
+        label = f"{what}: layer {i + 1}/{len(descs)} {str(desc.get('digest'))[:19]}"
+        media_type = str(desc.get("mediaType"))
+        if media_type not in LAYER_COMPRESSION:
+            raise SourceError(f"{label}: expected a tar, tar+gzip or tar+zstd layer, found {media_type!r}",
+                              hint="foreign or non-distributable layers cannot be carried; rebuild the image")
+        if not is_digest(diff_id):
+            raise SourceError(f"{label}: expected a sha256 diff_id in the config, found {diff_id!r}")
+        key = str(desc.get("digest"))
+        external = have is not None and Digest.parse(diff_id) in have
+        if external and key not in copied and key not in measured:
+            with provider.open_blob(key, label) as f:  # the uncompressed size, checked; nothing written
+                if LAYER_COMPRESSION[media_type][0] == "none":
+                    got, usize = hash_stream(f)
+                else:
+                    got, usize, _ = _read_layer(f, _NullWriter(), desc, label, on_bytes)
+            measured[key] = (got, usize)
+        if external:
+            got, usize = measured[key] if key in measured else (copied[key].diff_id, copied[key].uncompressed_size)
+            if str(got) != diff_id:
+                raise SourceError(f"{label}: expected diff_id {diff_id} (the config's), found {got}",
+                                  hint="the source holds an inconsistent image; re-pull it")
+            layers.append(_external(Digest.parse(diff_id), usize, have))  # type: ignore[arg-type]
+            continue
+        if key not in copied:
+            if LAYER_COMPRESSION[media_type][0] == "none":
+                with provider.open_blob(key, label) as f:
+                    record = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
+                if str(record.diff_id) != key:
+                    raise SourceError(f"{label}: expected the uncompressed layer to hash to {key}, "
+                                      f"found {record.diff_id}", hint="re-pull the image")
+            else:
+                with provider.open_blob(key, label) as f:
+                    record = copy_layer(store, f, desc, label, on_bytes=on_bytes)
+            copied[key] = record
+        record = copied[key]
+        if str(record.diff_id) != diff_id:
+            raise SourceError(f"{label}: expected diff_id {diff_id} (the config's), found {record.diff_id}",
+                              hint="the source holds an inconsistent image; re-pull it")
+        layers.append(record)
+    return SourceImage(refs=refs, raw_config=raw_config, layers=tuple(layers), platform=platform_of(config))
+
+
+def _external(diff_id: Digest, usize: int, have: HaveLayers) -> LayerRecord:
+    """A layer the offline host holds: named by the blob it keeps, else uncompressed by diff_id
+    (the same two forms a ``docker save`` export writes)."""
+    blob = have[diff_id]
+    if blob is not None:
+        return LayerRecord(blob.media_type, blob.digest, blob.size, diff_id, usize, external=True)
+    return LayerRecord(OCI_LAYER_TAR, diff_id, usize, diff_id, usize, external=True)
+
+
+def total_size(provider: BlobProvider, manifests: Sequence[Any]) -> int:
+    return sum(int(d.get("size") or 0) for m in manifests for d in m["layers"] if isinstance(d, dict))

@@ -1,0 +1,50 @@
+"""Which source an export reads from, by the references' transport prefix (skopeo's spelling):
+``docker-daemon:REF`` or a bare ``REF`` (the Docker engine), ``containerd:REF`` (containerd's
+content store, blobs copied as stored), ``oci:DIR[:REF]`` (an OCI image layout)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional, Sequence, Tuple
+
+from bundle.sources.containerd import ContainerdSource
+from bundle.sources.docker_daemon import DockerDaemonSource
+from bundle.sources.oci_layout import OciLayoutSource, split_oci_ref
+from importer.errors import UsageError
+
+TRANSPORTS = ("docker-daemon", "containerd", "oci")
+
+
+def transport_of(ref: str) -> Tuple[str, str]:
+    head, sep, rest = ref.partition(":")
+    if sep and head in TRANSPORTS:
+        return head, rest
+    if sep and head in ("docker", "oci-archive", "docker-archive", "podman", "dir"):
+        raise UsageError(f"exporting {ref}: the {head}: source is not supported by bundle export",
+                         hint="use docker-daemon:REF (or a bare REF), containerd:REF or oci:DIR[:REF]; "
+                              "for a registry or an archive, `skopeo copy` it into oci:DIR first")
+    return "docker-daemon", ref
+
+
+def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
+                address: Optional[str] = None, namespace: Optional[str] = None) -> Tuple[Any, List[Any]]:
+    """(source, refs as that source names them). All references must come from one source."""
+    parsed = [transport_of(r) for r in refs]
+    kinds = sorted({k for k, _ in parsed})
+    if len(kinds) > 1:
+        raise UsageError(f"exporting {', '.join(refs)}: expected images from one source, found {', '.join(kinds)}",
+                         hint="export each source into its own bundle")
+    kind = kinds[0]
+    if kind == "containerd":
+        return ContainerdSource(address, namespace), [r for _, r in parsed]
+    if kind == "oci":
+        split = [split_oci_ref(r) for _, r in parsed]
+        dirs = sorted({os.path.abspath(d) for d, _ in split})
+        if len(dirs) > 1:
+            raise UsageError(f"exporting {', '.join(refs)}: expected images from one OCI layout, "
+                             f"found {len(dirs)} ({', '.join(dirs)})", hint="export each layout into its own bundle")
+        return OciLayoutSource(dirs[0]), [r for _, r in split]
+    if address or namespace:
+        raise UsageError("exporting from Docker: --address/--namespace name a containerd source",
+                         hint="prefix the images with containerd: to read them from containerd")
+    return DockerDaemonSource(docker_host), [r for _, r in parsed]

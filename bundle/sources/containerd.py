@@ -1,0 +1,99 @@
+"""``containerd:`` source: images straight from containerd's content store.
+
+containerd keeps every layer compressed as it was pulled or built (gzip or zstd), so the blobs
+are copied byte for byte (``ctr content get``) and only decompressed to compute diff_ids: no
+``save`` stream, no recompression. Names are looked up as containerd stores them
+(``docker.io/library/app:1``) and recorded in the bundle in Docker's short form (``app:1``)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from bundle.blobstore import BlobStore
+from bundle.sources import SourceImage, SourceInfo
+from bundle.sources.blobcopy import copy_image, pick_manifest
+from importer.engines import command_stdout
+from importer.errors import CommandFailed, EngineUnavailable, ImageNotFound, SourceError
+from importer.have import HaveLayers
+from importer.manifest import LayerRecord
+from importer.refs import familiar, normalize
+from importer.sinks.containerd import ContainerdSink, host_platform, server_version
+
+ProgressFn = Any
+
+
+class ContainerdSource:
+    kind = "containerd"
+
+    def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None) -> None:
+        self.ctr = ContainerdSink(address, namespace)
+        self.where = f"containerd at {self.ctr.address} (namespace {self.ctr.namespace})"
+        self._targets: Dict[str, Dict[str, Any]] = {}
+
+    def info(self) -> SourceInfo:
+        try:
+            out = self.ctr._ctr("version", what="asking containerd for its version", timeout=60)
+        except CommandFailed as e:
+            last = e.stderr_tail.strip().splitlines()[-1] if e.stderr_tail.strip() else "no answer"
+            raise EngineUnavailable(
+                f"connecting to containerd at {self.ctr.address}: expected a running containerd, found none ({last})",
+                hint="start containerd, or pass --address SOCKET [--namespace NS]") from e
+        return SourceInfo("containerd", {"engine": "containerd", "engineVersion": server_version(out),
+                                         "namespace": self.ctr.namespace})
+
+    def _target(self, ref: str) -> Dict[str, Any]:
+        if ref not in self._targets:
+            rows = self.ctr._rows(f"name=={normalize(ref)}")
+            if not rows:
+                raise ImageNotFound(f"exporting {ref}: expected the image in {self.where}, found none",
+                                    hint="check the name with `ctr --address SOCKET -n NS images ls`, "
+                                         "or pass --address/--namespace")
+            name, media_type, digest = rows[0]
+            self._targets[ref] = {"name": name, "mediaType": media_type, "digest": digest}
+        return self._targets[ref]
+
+    def check_refs(self, refs: Sequence[str]) -> int:
+        total = 0
+        for ref in refs:
+            manifest = pick_manifest(self, self._target(ref), host_platform(), f"exporting {ref} from {self.where}")
+            total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
+        return total
+
+    # === BlobProvider
+    def read_json(self, digest: str, limit: int, what: str) -> Any:
+        try:
+            return self.ctr._content(digest, what)
+        except CommandFailed as e:
+            raise SourceError(f"{what}: expected the blob in {self.where}, found none",
+                              context=e.stderr_tail.strip() or None, hint="re-pull the image") from e
+
+    @contextlib.contextmanager
+    def open_blob(self, digest: str, what: str) -> Iterator[BinaryIO]:
+        try:
+            with command_stdout(self.ctr.argv("content", "get", digest), what=what) as stream:
+                yield stream
+        except CommandFailed as e:
+            raise SourceError(f"{what}: expected the blob {digest[:19]} in {self.where}, found none or a "
+                              f"failing read (exit {e.returncode})", context=e.stderr_tail.strip() or None,
+                              hint="the image may be only partly pulled; `ctr images check` shows what is missing"
+                              ) from e
+
+    def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
+               on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+        copied: Dict[str, LayerRecord] = {}
+        by_target: Dict[str, Tuple[str, ...]] = {}
+        for ref in refs:  # one image per target digest, all its requested names
+            digest = self._target(ref)["digest"]
+            by_target[digest] = (*by_target.get(digest, ()), familiar(self._target(ref)["name"]))
+        images = []
+        for ref in refs:
+            target = self._target(ref)
+            if target["digest"] not in by_target:
+                continue
+            what = f"exporting {ref} from {self.where}"
+            manifest = pick_manifest(self, target, host_platform(), what)
+            images.append(copy_image(self, manifest, by_target.pop(target["digest"]), store,
+                                     compression=compression, level=level, what=what, on_bytes=on_bytes,
+                                     have=have, copied=copied))
+        return images

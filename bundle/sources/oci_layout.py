@@ -1,0 +1,130 @@
+"""``oci:DIR[:REF]`` source: images from an OCI image layout (skopeo ``oci:``, buildkit
+``type=oci``, ``bundle-import --engine oci``).
+
+The layout's blobs are copied byte for byte and only decompressed to compute diff_ids. ``REF``
+is matched against ``org.opencontainers.image.ref.name``; without it the layout must hold exactly
+one image. The bundle names the image by ``io.containerd.image.name`` when present, else by the
+ref name when it names a repository (``app:1``, ``reg/app``); a bare tag or word (``1``,
+``latest``, ``app``) leaves the image untagged in the bundle (it imports by ID; tag it then)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from bundle.blobstore import BlobStore
+from bundle.sources import SourceImage, SourceInfo
+from bundle.sources.blobcopy import INDEX_TYPES, MANIFEST_TYPES, copy_image, pick_manifest
+from importer.digest import Digest
+from importer.errors import ImageNotFound, SourceError
+from importer.have import HaveLayers
+from importer.limits import MAX_INDEX, parse_json, read_file_limited
+from importer.manifest import LayerRecord
+from importer.mediatypes import REF_NAME_ANNOTATION
+from importer.sinks.containerd import host_platform
+
+ProgressFn = Any
+CONTAINERD_NAME = "io.containerd.image.name"
+
+
+def split_oci_ref(text: str) -> Tuple[str, Optional[str]]:
+    """``DIR[:REF]`` -> (DIR, REF or None), split at the first colon as skopeo does (a layout
+    path holds no colon; the ref may: ``oci:/srv/layout:app:1``)."""
+    directory, sep, ref = text.partition(":")
+    return directory, (ref if sep and ref else None)
+
+
+class OciLayoutSource:
+    kind = "oci"
+
+    def __init__(self, directory: str) -> None:
+        self.dir = os.path.abspath(directory)
+        self.where = f"the OCI layout {self.dir}"
+        self._index: Optional[List[Dict[str, Any]]] = None
+
+    def _entries(self) -> List[Dict[str, Any]]:
+        if self._index is None:
+            path = os.path.join(self.dir, "index.json")
+            if not os.path.isfile(path):
+                raise ImageNotFound(f"reading {self.where}: expected index.json, found none",
+                                    hint="point oci: at a folder that holds an OCI image layout")
+            doc = parse_json(read_file_limited(path, MAX_INDEX, "index.json"), path)
+            entries = doc.get("manifests") if isinstance(doc, dict) else None
+            if not isinstance(entries, list):
+                raise SourceError(f"reading {path}: expected a manifests list, found none")
+            self._index = [e for e in entries if isinstance(e, dict)]
+        return self._index
+
+    def info(self) -> SourceInfo:
+        self._entries()
+        return SourceInfo("oci", {"path": self.dir})
+
+    def _target(self, ref: Optional[str]) -> Dict[str, Any]:
+        entries = [e for e in self._entries() if e.get("mediaType") in MANIFEST_TYPES + INDEX_TYPES]
+        names = [str((e.get("annotations") or {}).get(REF_NAME_ANNOTATION, "")) for e in entries]
+        if ref is None:
+            if len(entries) != 1:
+                raise ImageNotFound(f"exporting from {self.where}: expected one image when no :REF is given, "
+                                    f"found {len(entries)} ({', '.join(n or '<unnamed>' for n in names)})",
+                                    hint="name one: oci:DIR:REF")
+            return entries[0]
+        for entry, name in zip(entries, names):
+            if name == ref:
+                return entry
+        raise ImageNotFound(f"exporting {ref} from {self.where}: expected an image named {ref!r}, found "
+                            f"{', '.join(n or '<unnamed>' for n in names) or 'none'}",
+                            hint="the names are index.json's org.opencontainers.image.ref.name")
+
+    def check_refs(self, refs: Sequence[Optional[str]]) -> int:
+        total = 0
+        for ref in refs:
+            manifest = pick_manifest(self, self._target(ref), host_platform(), f"exporting from {self.where}")
+            total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
+        return total
+
+    # === BlobProvider
+    def _path(self, digest: str, what: str) -> str:
+        d = Digest.parse(digest, what=f"{what}: digest")
+        path = os.path.join(self.dir, d.blob_path)
+        if not os.path.isfile(path):
+            raise SourceError(f"{what}: expected the blob {d} in {self.where}, found none",
+                              hint="the layout is incomplete; copy it again")
+        return path
+
+    def read_json(self, digest: str, limit: int, what: str) -> Any:
+        path = self._path(digest, what)
+        raw = read_file_limited(path, limit, what)
+        if Digest.of_bytes(raw) != Digest.parse(digest):
+            raise SourceError(f"{what}: expected the blob to hash to {digest}, found other bytes",
+                              hint="the layout is damaged; copy it again")
+        return parse_json(raw, what)
+
+    @contextlib.contextmanager
+    def open_blob(self, digest: str, what: str) -> Iterator[BinaryIO]:
+        with open(self._path(digest, what), "rb") as f:
+            yield f
+
+    @staticmethod
+    def image_refs(entry: Dict[str, Any]) -> Tuple[str, ...]:
+        ann = entry.get("annotations") or {}
+        full = ann.get(CONTAINERD_NAME)
+        if isinstance(full, str) and full:
+            return (full,)
+        name = ann.get(REF_NAME_ANNOTATION)
+        if isinstance(name, str) and (":" in name or "/" in name):
+            return (name,)
+        return ()
+
+    def export(self, refs: Sequence[Optional[str]], store: BlobStore, *, compression: str,
+               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
+               have: Optional[HaveLayers] = None) -> List[SourceImage]:
+        copied: Dict[str, LayerRecord] = {}
+        images = []
+        for ref in refs:
+            entry = self._target(ref)
+            what = f"exporting {ref or 'the image'} from {self.where}"
+            manifest = pick_manifest(self, entry, host_platform(), what)
+            images.append(copy_image(self, manifest, self.image_refs(entry), store, compression=compression,
+                                     level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
+        return images
