@@ -96,17 +96,10 @@ def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
     every byte also written to ``out``; the blob must hash to the descriptor's digest and size."""
     compression = LAYER_COMPRESSION[str(desc["mediaType"])][0]
     want = Digest.parse(desc.get("digest"), what=f"{what}: digest")
-    raw_hash = hashlib.sha256()
-    usize = 0
     tee = _Tee(src, out, on_bytes)
     try:
         with _decompressed(tee, compression) as reader:
-            while True:
-                chunk = reader.read(CHUNK)
-                if not chunk:
-                    break
-                raw_hash.update(chunk)
-                usize += len(chunk)
+            diff_id, usize = hash_stream(reader)
     except (OSError, EOFError, zstandard.ZstdError) as e:
         raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
                           hint="the source's copy of this blob is corrupt; re-pull the image") from e
@@ -116,7 +109,7 @@ def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
         raise SourceError(
             f"{what}: expected {want} ({desc.get('size')} bytes), found {got} ({tee.count} bytes)",
             hint="the source's copy of this blob is corrupt; re-pull the image")
-    return Digest("sha256", raw_hash.hexdigest()), usize, tee.count
+    return diff_id, usize, tee.count
 
 
 def copy_layer(store: BlobStore, src: BinaryIO, desc: Dict[str, Any], what: str, *,
