@@ -46,6 +46,7 @@ class Sample:
     cpu: float
     maxrss_kib: int
     engine_cpu: float
+    io_stall: float = 0.0  # seconds some task waited on IO (PSI "some"), whole machine
     out_bytes: int = 0
 
 
@@ -93,6 +94,19 @@ def cpu_of(pids: list[int]) -> float:
     return total
 
 
+def io_stall() -> float:
+    """Seconds, since boot, that at least one task stalled on IO (/proc/pressure/io "some";
+    0 where the kernel has no PSI). A case whose wall is far above its CPU time and stalls
+    most of it is bound by the disk, not by a CPU stage."""
+    try:
+        for line in Path("/proc/pressure/io").read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def du(path: Path | None) -> int:
     if path is None or not path.exists():
         return 0
@@ -106,6 +120,7 @@ def measure(case: Case, env: dict[str, str], run_dir: Path) -> Sample:
         case.setup()
     pids = engine_pids(run_dir)
     e0 = cpu_of(pids)
+    io0 = io_stall()
     t0 = time.monotonic()
     proc = subprocess.Popen(case.argv(), cwd=case.cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -117,7 +132,8 @@ def measure(case: Case, env: dict[str, str], run_dir: Path) -> Sample:
     if proc.returncode != 0:
         raise SystemExit(f"bench: {case.group}/{case.name} exited {proc.returncode}: {err.decode()[-2000:]}")
     out = du(case.output()) if case.output else 0
-    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, cpu_of(pids) - e0, out)
+    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, cpu_of(pids) - e0, out_bytes=out,
+                  io_stall=io_stall() - io0)
 
 
 def fmt_row(case: Case) -> dict[str, object]:
@@ -128,6 +144,7 @@ def fmt_row(case: Case) -> dict[str, object]:
         "cpu_median": statistics.median(s.cpu for s in case.samples),
         "peak_rss_mib": max(s.maxrss_kib for s in case.samples) / 1024,
         "engine_cpu_median": statistics.median(s.engine_cpu for s in case.samples),
+        "io_stall_median": statistics.median(s.io_stall for s in case.samples),
         "output_bytes": case.samples[-1].out_bytes,
     }
 
@@ -160,8 +177,8 @@ def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
              f"runs per case: {meta['runs']}.",
              "Machine: " + ", ".join(f"{k}: {v}" for k, v in dict(meta["machine"]).items()), "",  # type: ignore[call-overload]
              "| group | case | wall median (min-max) s | CPU s | peak RSS MiB | dockerd+containerd CPU s "
-             "| output MiB | ours/peer |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| IO stall s | output MiB | ours/peer |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     by_group: dict[str, list[dict[str, object]]] = {}
     for r in rows:
         by_group.setdefault(str(r["group"]), []).append(r)
@@ -175,7 +192,7 @@ def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
                 f"| {group} | {'**' if r['ours'] else ''}{str(r['case']).replace('|', chr(92) + '|')}"
                 f"{'**' if r['ours'] else ''} | "
                 f"{r['wall_median']:.1f} ({r['wall_min']:.1f}-{r['wall_max']:.1f}) | {r['cpu_median']:.1f} | "
-                f"{r['peak_rss_mib']:.0f} | {r['engine_cpu_median']:.1f} | "
+                f"{r['peak_rss_mib']:.0f} | {r['engine_cpu_median']:.1f} | {r['io_stall_median']:.1f} | "
                 f"{int(r['output_bytes']) / (1 << 20):.0f} | {ratio} |")  # type: ignore[call-overload]
     return "\n".join(lines) + "\n"
 
@@ -317,7 +334,8 @@ def main() -> int:
                 sample = measure(case, env, run_dir)
                 case.samples.append(sample)
                 print(f"bench: round {r + 1}/{args.runs} {case.group:7} {case.name:32} {sample.wall:7.1f}s "
-                      f"cpu {sample.cpu:6.1f}s rss {sample.maxrss_kib / 1024:6.0f} MiB", file=sys.stderr)
+                      f"cpu {sample.cpu:6.1f}s engine {sample.engine_cpu:6.1f}s io-stall {sample.io_stall:6.1f}s "
+                      f"rss {sample.maxrss_kib / 1024:6.0f} MiB", file=sys.stderr)
         rows = [fmt_row(c) for c in cases]
         meta: dict[str, object] = {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
