@@ -207,7 +207,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="3G", help="image size (default 3G)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--only", default="export,import,verify,push", help="groups to run")
+    ap.add_argument("--only", default="export,import,pull,verify,push",
+                    help="groups to run (pull: the docker-pull probe, shown with import; it needs "
+                    "room for one more uncompressed copy of the image)")
     ap.add_argument("--small", action="store_true", help="CI mode: 48M, 1 run, results to a temp dir")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
@@ -286,7 +288,7 @@ def main() -> int:
                 Case("import", "bundle-import --verify", True, image_absent,
                      lambda: [PY, "-m", "importer", str(bundle_dir), "--verify", "--no-receipt", "-q"]),
             ]
-        if "import" in groups and shutil.which("docker-registry"):
+        if "import" in groups and "pull" in groups and shutil.which("docker-registry"):
             # probe for the loopback-registry load path: `docker pull` of uncompressed layers
             # (Docker 20.10 cannot pull zstd) from a registry on 127.0.0.1
             port = free_port()

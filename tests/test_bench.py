@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
     for tool in ("dockerd", "skopeo", "zstd", "sha256sum", "docker-registry"):
         engines.require(tool)
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small", "--only", "export,import,verify",
-                           "--work", str(tmp_path / "work")],
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small",
+                           "--only", "export,import,pull,verify", "--work", str(tmp_path / "work")],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout
