@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional, Protocol, Tuple
 
 import zstandard
 
@@ -212,7 +212,3 @@ def _external(diff_id: Digest, usize: int, have: HaveLayers) -> LayerRecord:
     if blob is not None:
         return LayerRecord(blob.media_type, blob.digest, blob.size, diff_id, usize, external=True)
     return LayerRecord(OCI_LAYER_TAR, diff_id, usize, diff_id, usize, external=True)
-
-
-def total_size(provider: BlobProvider, manifests: Sequence[Any]) -> int:
-    return sum(int(d.get("size") or 0) for m in manifests for d in m["layers"] if isinstance(d, dict))
