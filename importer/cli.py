@@ -18,11 +18,11 @@ from importer.digest import Digest
 from importer.errors import BundleError, VerificationFailed
 from importer.importing import ImportResult, import_bundle, verify_or_raise
 from importer.legacy import (
-    import_legacy_bundle,
     load_legacy_manifest,
     raise_if_problems,
     verify_legacy,
 )
+from importer.legacyimport import import_legacy_bundle
 from importer.postload import render_table
 from importer.progress import StderrProgress
 from importer.receipt import build_import_receipt, write_receipt
@@ -185,7 +185,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         if major in LEGACY_MAJORS:
             result.bundle_digest = str(Digest.of_bytes(raw))
             import_legacy_bundle(args.bundle, sink, force=args.force, result=result, raw_bundle_json=raw,
-                                 major=major)
+                                 major=major, lock_wait=args.wait_lock, signature_line=sig.line(),
+                                 deep=bool(getattr(args, "deep", False)),
+                                 on_notice=lambda line: print(line, file=sys.stderr))
         elif sink.kind == "registry":  # push, read back (importer/sinks/registry.py)
             import_to_registry(args.bundle, sink, force=args.force, progress=_progress(args.quiet), result=result,
                                expect_bundle_digest=sig.bundle_digest)

@@ -9,6 +9,8 @@
   (``application/vnd.docker.image.rootfs.diff.tar``, digest = diff_id, size = uncompressed size).
   :func:`docker_archive_manifest` rebuilds those bytes, so the ID is predictable.
 - Bare containerd and an OCI layout keep the bundle's own manifest: ID = bundle manifest digest.
+- A schema 1/2 bundle pins no manifest: outside a classic store, the config digest and the
+  diff_ids say what the image is (:data:`DOCKER_ARCHIVE`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ DOCKER_LAYER_TAR = "application/vnd.docker.image.rootfs.diff.tar"
 CLASSIC = "classic"
 CONTAINERD = "containerd"
 OCI = "oci"
+#: Not an image store: the rule for a schema 1/2 bundle (one docker-archive, no manifest pinned)
+#: loaded into anything but a classic store: config digest and diff_ids, uncompressed layer blobs.
+DOCKER_ARCHIVE = "docker-archive"
 
 
 def docker_archive_manifest(image: ImageRecord) -> bytes:

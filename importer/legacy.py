@@ -258,66 +258,6 @@ def raise_if_problems(root: str, report: VerifyReport) -> None:
         )
 
 
-def import_legacy_bundle(root: str, sink: Any, *, force: bool, result: Any,
-                         raw_bundle_json: bytes, major: int) -> Any:
-    """Verify, load (the archive streamed into ``docker load``, checked as it passes), check.
-
-    The archive carries its own tags, which ``docker load`` applies; tag conflicts are
-    therefore refused before loading, and on a mismatch the loaded images are removed."""
-    from importer.engines import StdinCommand
-    from importer.errors import PostLoadMismatch
-    from importer.importing import _cleanup, _refuse_tag_conflicts
-    from importer.postload import check_image
-
-    started = time.monotonic()
-    manifest = load_legacy_manifest(raw_bundle_json, major)
-    report = verify_legacy(root, manifest, raw_bundle_json)
-    result.report = report
-    raise_if_problems(root, report)
-    result.timings["verifySeconds"] = time.monotonic() - started
-    engine = sink.probe()
-    result.engine = engine
-    present = {}
-    for image in manifest.images:
-        _refuse_tag_conflicts(sink, image, engine, force)
-        present[image.config.digest] = sink.lookup(str(image.config.digest)) is not None
-    t_load = time.monotonic()
-    cmd = StdinCommand(sink.argv("load", "-q"), what=f"loading {manifest.archive.path} into Docker")
-    try:
-        with open_archive(root, manifest) as reader:
-            while True:
-                chunk = reader.read(CHUNK)
-                if not chunk:
-                    break
-                cmd.stdin.write(chunk)
-            reader.finish()
-    except BaseException:
-        cmd.abort()
-        raise
-    cmd.finish()
-    result.timings["loadSeconds"] = time.monotonic() - t_load
-    checks = []
-    for image in manifest.images:
-        name = str(image.config.digest) if engine.image_store == "classic" else (image.refs or ("",))[0]
-        check = check_image(image, sink.lookup(name), engine.image_store)
-        if present[image.config.digest]:
-            check.status = "already-present"
-        checks.append(check)
-    result.checks = checks
-    bad = [c for c in checks if not c.ok]
-    if bad:
-        loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
-        result.leftovers = _cleanup(sink, [], loaded)
-        raise PostLoadMismatch(
-            "checking what the engine holds after loading: expected every image to match bundle.json, "
-            f"found {len(bad)} mismatch(es)",
-            context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
-            hint="the images this run loaded were removed",
-        )
-    result.timings["totalSeconds"] = time.monotonic() - started
-    return result
-
-
 def bundle_major(root: str) -> Tuple[int, bytes]:
     """The schema major of the bundle at ``root`` and its bundle.json bytes (bounded read)."""
     from importer.limits import MAX_BUNDLE_JSON, read_file_limited

@@ -13,11 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from importer.deepcheck import DeepResult
-from importer.identity import CLASSIC, CONTAINERD, OCI, docker_archive_manifest_digest, expected_image_id
+from importer.identity import (
+    CLASSIC,
+    CONTAINERD,
+    DOCKER_ARCHIVE,
+    DOCKER_LAYER_TAR,
+    OCI,
+    docker_archive_manifest_digest,
+    expected_image_id,
+)
 from importer.manifest import ImageRecord
 from importer.sinks import EngineImage
 
-IDENTITY_RULES = {CLASSIC: "config-digest", CONTAINERD: "diff-ids+manifest", OCI: "manifest-digest"}
+IDENTITY_RULES = {CLASSIC: "config-digest", CONTAINERD: "diff-ids+manifest", OCI: "manifest-digest",
+                  DOCKER_ARCHIVE: "config-digest+diff-ids"}
 
 
 @dataclass
@@ -87,6 +96,8 @@ def check_image(image: ImageRecord, found: Optional[EngineImage], image_store: s
         note = ("image ID is the manifest a docker-archive load makes" if id_verified else
                 f"image ID {found.image_id[:19]} is not the predicted docker-archive manifest {predicted[:19]}; "
                 "identity rests on the diff_ids (run --deep to compare the bytes)")
+    if image_store == DOCKER_ARCHIVE:
+        problems += _archive_identity(image, found)
     if found.config_digest is not None and found.config_digest != str(image.config.digest):
         problems.append(f"config digest: expected {image.config.digest}, found {found.config_digest}")
     want = [str(x.diff_id) for x in image.layers]
@@ -100,6 +111,16 @@ def check_image(image: ImageRecord, found: Optional[EngineImage], image_store: s
     if problems:
         return ImageCheck(image, found, rule, "mismatch", "; ".join(problems), id_verified=id_verified)
     return ImageCheck(image, found, rule, "match", note, id_verified=id_verified)
+
+
+def _archive_identity(image: ImageRecord, found: EngineImage) -> List[str]:
+    """A docker-archive load (schema 1/2 bundle): the engine must name the config, and any
+    uncompressed layer blob it lists is the layer itself (blob digest = diff_id)."""
+    problems = [] if found.config_digest is not None else ["the engine does not report the config digest"]
+    layers = [b for b in found.blobs if b.get("mediaType") == DOCKER_LAYER_TAR]
+    if layers and [b.get("digest") for b in layers] != [str(x.diff_id) for x in image.layers]:
+        problems.append("the engine's uncompressed layer blobs are not the bundle's diff_ids")
+    return problems
 
 
 def render_table(checks: List[ImageCheck]) -> str:

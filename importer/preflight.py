@@ -177,14 +177,17 @@ def data_root_visible(engine: EngineInfo) -> Optional[str]:
 
 
 def run_preflight(
-    manifest: BundleManifest,
+    manifest: Any,
     engine: EngineInfo,
     to_load: Sequence[ImageRecord],
     *,
     signature_line: str,
     tmpdir: Optional[str] = None,
+    data_root_bytes: Optional[int] = None,
 ) -> PreflightReport:
-    """Record what was already established and check free space (call :meth:`raise_if_short`)."""
+    """Record what was already established and check free space (call :meth:`raise_if_short`).
+    ``manifest``: a BundleManifest or a LegacyManifest (importer/legacy.py), whose images carry
+    no layer sizes; then ``data_root_bytes`` (``2 x`` the uncompressed archive) replaces the rule."""
     report = PreflightReport()
     report.add("signature", True, signature_line)
     report.add("schema", True, f"bundle schema {manifest.schema_version} is supported")
@@ -194,9 +197,13 @@ def run_preflight(
     skipped = data_root_visible(engine)
     if skipped is None and to_load:
         assert engine.data_root is not None
-        rule = "vfs: archive + full copy per layer chain" if engine.storage_driver == "vfs" else "2 x layers"
+        if data_root_bytes is not None:
+            rule, need = "2 x the uncompressed archive", data_root_bytes
+        else:
+            rule = "vfs: archive + full copy per layer chain" if engine.storage_driver == "vfs" else "2 x layers"
+            need = data_root_need(to_load, engine.storage_driver)
         needs.append(SpaceNeed(engine.data_root, f"engine data root, {len(to_load)} image(s), {rule} + margin",
-                               data_root_need(to_load, engine.storage_driver) + DATA_ROOT_MARGIN))
+                               need + DATA_ROOT_MARGIN))
         report.add("data-root", True, f"checking {engine.data_root}")
     elif skipped is None:
         report.add("data-root", True, "nothing to load: every image is already present")

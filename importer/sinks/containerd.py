@@ -209,6 +209,12 @@ class ContainerdSink:
             raise
         cmd.finish()
 
+    def archive_command(self, what: str) -> StdinCommand:
+        """``ctr images import`` reading a docker-archive (or an OCI archive) from its stdin,
+        unpacked into the chosen snapshotter; names come from the archive (``RepoTags``)."""
+        return StdinCommand(self.argv("images", "import", "--snapshotter", self.snapshotter, "-"), what=what,
+                            hint=_hint(self.address))
+
     def _source_name(self, image_id: str) -> str:
         if not is_digest(image_id):
             return normalize(image_id)

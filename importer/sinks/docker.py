@@ -83,10 +83,7 @@ class DockerSink:
     def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[Dict[Digest, str]] = None) -> None:
         """``external`` (delta bundles): diff_id -> engine image holding it, re-exported and spliced in."""
-        what = "loading the bundle into Docker"
-        path = socket_path(self.host)  # the API over the socket: no docker CLI copying every byte
-        cmd = ApiLoad(path, what=what, hint=_HINT) if path else StdinCommand(self.argv("load", "-q"), what=what,
-                                                                            hint=_HINT)
+        cmd = self.archive_command("loading the bundle into Docker")
         splice = None
         if external:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
@@ -100,6 +97,13 @@ class DockerSink:
             cmd.abort()
             raise
         cmd.finish()
+
+    def archive_command(self, what: str) -> Any:
+        """Something whose ``stdin`` takes a docker-archive for ``docker load`` (``finish``,
+        ``abort``): the Engine API over the socket (no docker CLI copying every byte), else the CLI."""
+        path = socket_path(self.host)
+        return ApiLoad(path, what=what, hint=_HINT) if path else StdinCommand(self.argv("load", "-q"), what=what,
+                                                                             hint=_HINT)
 
     def prepare_delta(self, manifest: BundleManifest) -> Dict[Digest, str]:
         """The image holding each layer a delta leaves out (re-exported by :meth:`load`);

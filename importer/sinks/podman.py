@@ -102,7 +102,7 @@ class PodmanSink:
     def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
         full = [ImageRecord(tuple(normalize(r) for r in image.refs), image.manifest, image.config, image.layers,
                             image.platform) for image in images]
-        cmd = StdinCommand(self.argv("load", "-q"), what="loading the bundle into podman", hint=_HINT)
+        cmd = self.archive_command("loading the bundle into podman")
         try:
             write_docker_archive(cmd.stdin, root, full, with_tags=True, on_bytes=on_bytes)
         except BrokenPipeError:
@@ -112,6 +112,15 @@ class PodmanSink:
             cmd.abort()
             raise
         cmd.finish()
+
+    def archive_command(self, what: str) -> StdinCommand:
+        """``podman load`` reading a docker-archive from its stdin."""
+        return StdinCommand(self.argv("load", "-q"), what=what, hint=_HINT)
+
+    def untag(self, image_id: str, name: str) -> None:
+        """Drop the name ``name`` (as podman spells it) from the image, keeping the image."""
+        run(self.argv("untag", self._name(image_id), name), what=f"removing the name {name} from {image_id[:19]}",
+            timeout=120)
 
     def tag(self, image_id: str, ref: str) -> None:
         run(self.argv("tag", self._name(image_id), normalize(ref)),
