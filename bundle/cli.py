@@ -24,6 +24,7 @@ from importer import __version__
 from importer.cli import render_error
 from importer.errors import BundleError
 from importer.inspection import inspect_bundle
+from importer.manifest import BundleManifest
 from importer.progress import human_bytes
 
 
@@ -82,6 +83,19 @@ class _RichProgress:
         return lambda n: self.progress.advance(task, n)
 
 
+def summary_line(m: BundleManifest) -> str:
+    """Images, the layers carried (compressed vs uncompressed: what compression saved), the
+    external ones a delta leaves out, and the whole bundle (importer and metadata included)."""
+    stored = m.stored_layers()
+    packed = sum(x.size for x in stored)
+    plain = sum(x.uncompressed_size for x in stored)
+    ratio = f" ({packed / plain:.0%})" if plain else ""
+    external = len(m.unique_layers()) - len(stored)
+    left_out = f" + {external} external (on the host already, not carried)" if external else ""
+    return (f"{len(m.images)} image(s), {len(stored)} layer(s){left_out}, layers {human_bytes(packed)} "
+            f"of {human_bytes(plain)}{ratio}, bundle {human_bytes(m.compressed_bytes())}")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
@@ -126,10 +140,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        ratio = m.compressed_bytes() / m.uncompressed_bytes() if m.uncompressed_bytes() else 1.0
-        print(f"wrote {result.path}: {len(m.images)} image(s), {len(m.unique_layers())} layer(s), "
-              f"{human_bytes(m.compressed_bytes())} ({ratio:.0%} of {human_bytes(m.uncompressed_bytes())}) "
-              f"in {result.seconds:.1f}s")
+        print(f"wrote {result.path}: {summary_line(m)} in {result.seconds:.1f}s")
         if result.signed_by:
             print(f"signed bundle.json with key {result.signed_by}")
         trust = " --trust PUBKEY" if result.signed_by else ""

@@ -128,3 +128,19 @@ def test_golden_bundle_json_validates_against_its_schema(version: str) -> None:
 
     schema = json.loads((GOLDEN.parents[2] / "schemas" / "bundle" / f"{version}.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(json.loads((GOLDEN / version / "bundle.json").read_text()))
+
+
+def test_export_summary_counts_layers_apart_from_the_importer() -> None:
+    from dataclasses import replace
+
+    from bundle.cli import summary_line
+    from importer.manifest import load_bundle_manifest
+
+    m = load_bundle_manifest((GOLDEN / "v3" / "bundle.json").read_bytes())
+    total = sum(f.size for f in m.files)
+    assert summary_line(m) == f"2 image(s), 3 layer(s), layers 268 B of 31.0 KiB (1%), bundle {total / 1024:.1f} KiB"
+    top = m.images[1].layers[-1]
+    delta = replace(m, images=(m.images[0], replace(m.images[1], layers=(*m.images[1].layers[:-1],
+                                                                         replace(top, external=True)))))
+    assert summary_line(delta).startswith("2 image(s), 2 layer(s) + 1 external (on the host already, not carried), "
+                                          "layers 163 B of 11.0 KiB (1%)")
