@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "/run/containerd/containerd.sock)")
     e.add_argument("--namespace", metavar="NS",
                    help="containerd namespace for containerd: images (default: $CONTAINERD_NAMESPACE, else default)")
+    e.add_argument("--tag", action="append", default=[], metavar="REF",
+                   help="the name the image carries in the bundle, instead of the source's (once per IMAGE, "
+                   "in order; e.g. for an OCI layout whose ref name is a bare tag)")
     e.add_argument("--force", action="store_true", help="replace an existing output folder")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
@@ -108,7 +111,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         result = export_images(args.images, out_dir, docker_host=args.docker_host,
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=rp.factory if rp else None, have=args.have,
-                               sign_key=sign_key, address=args.address, namespace=args.namespace)
+                               sign_key=sign_key, address=args.address, namespace=args.namespace,
+                               tags=args.tag)
     finally:
         if rp is not None:
             rp.progress.stop()

@@ -6,24 +6,26 @@ only when complete, so a bundle folder under its final name is always whole."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.blobstore import BlobStore
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
+from bundle.sources import SourceImage
 from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import UsageError
 from importer.have import merge_have
-from importer.manifest import BundleManifest
+from importer.manifest import BundleManifest, valid_ref
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -51,7 +53,10 @@ def export_images(
     sign_key: Optional[Ed25519PrivateKey] = None,
     address: Optional[str] = None,
     namespace: Optional[str] = None,
+    tags: Sequence[str] = (),
 ) -> ExportResult:
+    """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
+    source's (schema 3)."""
     if schema not in (1, 2, 3):
         raise UsageError(f"exporting: expected --schema 1, 2 or 3, found {schema}")
     if schema < 3 and sign_key is not None:
@@ -68,6 +73,7 @@ def export_images(
         raise UsageError(f"exporting: expected --compression zstd or gzip, found {compression!r}")
     if not refs:
         raise UsageError("exporting: expected at least one image, found none")
+    _check_tags(refs, tags, schema)
     started = time.monotonic()
     out_dir = os.path.abspath(out_dir)
     if os.path.lexists(out_dir) and not (os.path.isdir(out_dir) and not os.listdir(out_dir)) and not force:
@@ -97,6 +103,8 @@ def export_images(
                                    have=have_layers)
             # keep the user's order (docker save lists images in its own order)
             images.sort(key=lambda im: min((names.index(r) for r in im.refs if r in names), default=len(names)))
+            if tags:
+                images = _renamed(images, tags)
             manifest = write_bundle(staging, store, images, source_doc)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)
@@ -112,3 +120,27 @@ def export_images(
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by)
+
+
+def _check_tags(refs: Sequence[str], tags: Sequence[str], schema: int) -> None:
+    if not tags:
+        return
+    if schema < 3:
+        raise UsageError(f"exporting with --schema {schema} and --tag: schemas 1 and 2 carry the names "
+                         "`docker save` writes", hint="tag the images in Docker first, or use --schema 3")
+    if len(tags) != len(refs):
+        raise UsageError(f"exporting with --tag: expected one --tag per image ({len(refs)}), found {len(tags)}",
+                         hint="give --tag once for each IMAGE, in the same order")
+    bad = [t for t in tags if not valid_ref(t) or "@" in t]
+    if bad:
+        raise UsageError(f"exporting with --tag {bad[0]!r}: expected an image reference such as "
+                         "registry.example/team/app:1, found something else")
+
+
+def _renamed(images: List[SourceImage], tags: Sequence[str]) -> List[SourceImage]:
+    """Each image (in the order of the refs) named by its --tag only."""
+    if len(images) != len(tags):
+        raise UsageError(f"exporting with --tag: expected {len(tags)} distinct images, found {len(images)} "
+                         "(two IMAGE arguments name the same image)",
+                         hint="give each image once, with one --tag")
+    return [dataclasses.replace(image, refs=(tag,)) for image, tag in zip(images, tags)]

@@ -143,6 +143,36 @@ def test_an_oci_layout_from_skopeo_exports_and_imports(docker_host: str, src: di
     assert _facts(docker_host, "src/app:2") == (image["config"]["digest"], [x["diffId"] for x in image["layers"]])
 
 
+def test_a_bare_tag_layout_is_named_with_tag(docker_host: str, src: dict, tmp_path: Path) -> None:
+    engines.require("skopeo")
+    layout = tmp_path / "layout"  # `skopeo copy ... oci:DIR:latest`: the ref name is a bare tag
+    subprocess.run(["skopeo", "copy", "-q", "--src-daemon-host", docker_host,
+                    "docker-daemon:src/app:1", f"oci:{layout}:latest"], check=True, capture_output=True)
+    plain = tmp_path / "plain"
+    run_cli("bundle", "export", f"oci:{layout}:latest", "-o", str(plain), check=True)
+    assert _bundle(plain)["images"][0]["refs"] == []  # "latest" names no repository
+    named = tmp_path / "named"
+    proc = run_cli("bundle", "export", f"oci:{layout}:latest", "--tag", "team/train:7", "-o", str(named))
+    assert proc.returncode == 0, proc.stderr
+    image = _bundle(named)["images"][0]
+    assert image["refs"] == ["team/train:7"]
+    index = json.loads((named / "index.json").read_text())
+    assert [m["annotations"]["org.opencontainers.image.ref.name"] for m in index["manifests"]] == ["team/train:7"]
+    docker(docker_host, "image", "rm", "team/train:7", check=False)
+    proc = run_cli("importer", str(named), "--verify", "--docker-host", docker_host, "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    assert _facts(docker_host, "team/train:7")[0] == image["config"]["digest"]
+    docker(docker_host, "image", "rm", "team/train:7")
+    # one --tag per image; a valid reference; not with the docker-save schemas
+    for extra, words in ((["--tag", "a:1", "--tag", "b:1"], "expected one --tag per image (1), found 2"),
+                         (["--tag", "Bad Name"], "expected an image reference"),
+                         (["--tag", "a:1", "--schema", "2"], "schemas 1 and 2 carry the names")):
+        out = tmp_path / "bad"
+        proc = run_cli("bundle", "export", f"oci:{layout}:latest", *extra, "-o", str(out))
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+        assert not out.exists()
+
+
 def test_a_damaged_layout_blob_leaves_no_bundle(src: dict, tmp_path: Path) -> None:
     layout = tmp_path / "layout"
     run_cli("importer", str(src["gz"]), "--engine", "oci", "--oci-dir", str(layout), "--no-receipt", check=True)

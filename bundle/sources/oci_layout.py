@@ -5,7 +5,8 @@ The layout's blobs are copied byte for byte and only decompressed to compute dif
 is matched against ``org.opencontainers.image.ref.name``; without it the layout must hold exactly
 one image. The bundle names the image by ``io.containerd.image.name`` when present, else by the
 ref name when it names a repository (``app:1``, ``reg/app``); a bare tag or word (``1``,
-``latest``, ``app``) leaves the image untagged in the bundle (it imports by ID; tag it then)."""
+``latest``, ``app``) leaves the image untagged in the bundle unless ``bundle export --tag REF``
+names it (it imports by ID otherwise)."""
 
 from __future__ import annotations
 
