@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
-from typing import Any, BinaryIO, Dict, List, Optional, Set
+from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from importer.digest import CHUNK, Digest
+from importer.digest import CHUNK, Digest, is_digest
 from importer.engines import command_stdout
 from importer.errors import DeltaBaseMissing, DiffIDMismatch
 from importer.manifest import BundleManifest, LayerRecord
@@ -45,10 +45,25 @@ def require_base(manifest: BundleManifest, held: Dict[Digest, str]) -> Dict[Dige
     return {x.diff_id: held[x.diff_id] for x in manifest.external_layers()}
 
 
+def pick_holders(images: Iterable[Tuple[str, Sequence[str]]]) -> Dict[Digest, str]:
+    """Every layer diff_id of ``(image name, diff_ids)`` pairs -> the image with the fewest
+    layers holding it (the cheapest to re-export)."""
+    held: Dict[Digest, str] = {}
+    depth: Dict[Digest, int] = {}
+    for name, layers in images:
+        for d in layers:
+            if is_digest(d):
+                digest = Digest.parse(d)
+                if digest not in held or len(layers) < depth[digest]:
+                    held[digest], depth[digest] = name, len(layers)
+    return held
+
+
 def splice_engine_layers(tar: tarfile.TarFile, docker_argv: List[str], holders: Dict[Digest, str],
                          on_bytes: Optional[ProgressFn] = None) -> Dict[Digest, str]:
-    """Re-export the images holding the needed layers (``docker save ID``) and copy their layer
-    members into ``tar`` as ``ext/<n>/layer.tar``, hashing each as it passes.
+    """Re-export the images holding the needed layers (``docker save ID``, ``podman save ID``)
+    and copy their layer members (``<id>/layer.tar``, ``<hex>.tar``, ``blobs/sha256/<hex>``) into
+    ``tar`` as ``ext/<n>/layer.tar``, hashing each as it passes.
 
     Returns diff_id -> member path for every needed layer; raises if one did not come back."""
     needed: Set[Digest] = set(holders)
@@ -61,7 +76,7 @@ def splice_engine_layers(tar: tarfile.TarFile, docker_argv: List[str], holders: 
                             what=f"re-exporting base layers from image {image_id[:19]}") as stream:
             with tarfile.open(fileobj=stream, mode="r|") as src:
                 for member in src:
-                    if not member.isfile() or not (member.name.endswith("/layer.tar")
+                    if not member.isfile() or not (member.name.endswith(".tar")
                                                    or member.name.startswith("blobs/sha256/")):
                         continue
                     f = src.extractfile(member)

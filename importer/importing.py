@@ -203,7 +203,8 @@ def _load_verified(
         prepare = getattr(sink, "prepare_delta", None)
         if prepare is None:
             raise UsageError(f"importing a delta bundle into {getattr(sink, 'kind', 'this engine')}: "
-                             "expected an engine that can complete it (docker, containerd, a registry), "
+                             "expected an engine that can complete it (docker, podman, containerd, an OCI "
+                             "layout, a registry), "
                              f"found {getattr(sink, 'kind', 'another')}",
                              hint="nothing was loaded; re-export without --have for this host")
         external = prepare(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded

@@ -136,12 +136,27 @@ def test_delta_names_the_base_bundle_blobs_and_completes_in_an_oci_layout(
     assert named["delta/train:2"] == doc["images"][0]["manifest"]["digest"]
 
 
-def test_delta_into_podman_is_refused_before_anything_loads(base_and_update: dict, podman_vfs: object,
-                                                            docker_host: str, tmp_path: Path) -> None:
+def test_delta_into_podman_completes_from_its_store(base_and_update: dict, podman_vfs: object, docker_host: str,
+                                                   tmp_path: Path) -> None:
+    store = podman_vfs
     out = tmp_path / "b.delta"
-    _export_delta(docker_host, base_and_update["full_a"] / "bundle.json", out)
-    before = podman_vfs.podman("images", "-q", "--no-trunc").stdout  # type: ignore[attr-defined]
-    proc = run_pyz(out, *podman_vfs.importer_args(), "--no-receipt")  # type: ignore[attr-defined]
-    assert proc.returncode == 2, proc.stderr
-    assert "importing a delta bundle into podman: expected an engine that can complete it" in proc.stderr
-    assert podman_vfs.podman("images", "-q", "--no-trunc").stdout == before  # type: ignore[attr-defined]
+    doc = _export_delta(docker_host, base_and_update["full_a"] / "bundle.json", out)
+    for ref in ("docker.io/delta/train:2", "docker.io/delta/train:1"):
+        store.podman("rmi", ref, check=False)  # type: ignore[attr-defined]
+    # a store without the base: refused before anything loads
+    before = store.podman("images", "-q", "--no-trunc").stdout  # type: ignore[attr-defined]
+    proc = run_pyz(out, *store.importer_args(), "--no-receipt")  # type: ignore[attr-defined]
+    assert proc.returncode == 9 and "error[delta-base-missing]" in proc.stderr, proc.stderr
+    assert store.podman("images", "-q", "--no-trunc").stdout == before  # type: ignore[attr-defined]
+    # with the base: the left-out layers come back out of podman (podman save), checked, spliced in
+    assert run_pyz(base_and_update["full_a"], *store.importer_args(), "--no-receipt").returncode == 0  # type: ignore
+    proc = run_pyz(out, "--verify", "--deep", *store.importer_args(), "--json", "--no-receipt")  # type: ignore
+    assert proc.returncode == 0, proc.stderr
+    receipt = json.loads(proc.stdout)
+    assert receipt["result"] == "pass" and receipt["images"][0]["deep"]["ok"] is True
+    got = store.inspect("docker.io/delta/train:2")  # type: ignore[attr-defined]
+    config, diff_ids = base_and_update["b"]
+    assert "sha256:" + got["Id"].removeprefix("sha256:") == config == doc["images"][0]["config"]["digest"]
+    assert got["RootFS"]["Layers"] == diff_ids
+
+

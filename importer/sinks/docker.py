@@ -8,10 +8,10 @@ import json
 import os
 import re
 import tarfile
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.delta import require_base, splice_engine_layers
-from importer.digest import Digest, is_digest
+from importer.delta import pick_holders, require_base, splice_engine_layers
+from importer.digest import Digest
 from importer.dockerapi import ApiLoad, socket_path
 from importer.dockerarchive import write_docker_archive
 from importer.engines import StdinCommand, command_stdout, run
@@ -114,21 +114,15 @@ class DockerSink:
         """Every layer diff_id the engine holds -> the image (with the fewest layers) holding it."""
         res = run(self.argv("images", "-a", "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
         ids = sorted({x for x in res.stdout.decode().split() if x.startswith("sha256:")})
-        held: Dict[Digest, str] = {}
-        depth: Dict[Digest, int] = {}
+        pairs: List[Tuple[str, List[str]]] = []
         for start in range(0, len(ids), 100):
             batch = ids[start:start + 100]
             out = run(self.argv("image", "inspect", "--format", "{{.Id}} {{json .RootFS.Layers}}", *batch),
                       what="reading the layers of Docker's images", timeout=300).stdout.decode()
             for line in out.splitlines():
                 image_id, _, layers_json = line.partition(" ")
-                layers = json.loads(layers_json or "[]") or []
-                for d in layers:
-                    if is_digest(d):
-                        digest = Digest.parse(d)
-                        if digest not in held or len(layers) < depth[digest]:
-                            held[digest], depth[digest] = image_id, len(layers)
-        return held
+                pairs.append((image_id, [str(x) for x in json.loads(layers_json or "[]") or []]))
+        return pick_holders(pairs)
 
     def tag(self, image_id: str, ref: str) -> None:
         run(self.argv("tag", image_id, ref), what=f"tagging {image_id[:19]} as {ref}", timeout=120)

@@ -13,14 +13,16 @@ Note: ``podman load`` copies its input to a temporary file first (``$TMPDIR``, d
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional, Sequence
+import tarfile
+from typing import Any, Dict, List, Optional, Sequence
 
-from importer.digest import is_digest
+from importer.delta import pick_holders, require_base, splice_engine_layers
+from importer.digest import Digest, is_digest
 from importer.dockerarchive import write_docker_archive
 from importer.engines import StdinCommand, command_stdout, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
 from importer.identity import CLASSIC
-from importer.manifest import ImageRecord
+from importer.manifest import BundleManifest, ImageRecord
 from importer.reexport import ArchiveScan, layer_bound, scan_tar
 from importer.refs import familiar, normalize
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
@@ -99,12 +101,19 @@ class PodmanSink:
         return engine_image_from_podman(docs[0])
 
     # === load
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+             external: Optional[Dict[Digest, str]] = None) -> None:
+        """``external`` (delta bundles): diff_id -> image holding it, re-exported (``podman save``)
+        and spliced into the archive, each layer hashed against its diff_id on the way."""
         full = [ImageRecord(tuple(normalize(r) for r in image.refs), image.manifest, image.config, image.layers,
                             image.platform) for image in images]
+        splice = None
+        if external:
+            def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
+                return splice_engine_layers(tar, self.argv(), external, on_bytes)
         cmd = self.archive_command("loading the bundle into podman")
         try:
-            write_docker_archive(cmd.stdin, root, full, with_tags=True, on_bytes=on_bytes)
+            write_docker_archive(cmd.stdin, root, full, with_tags=True, on_bytes=on_bytes, splice=splice)
         except BrokenPipeError:
             cmd.finish()  # raises CommandFailed with podman's own words
             raise
@@ -112,6 +121,13 @@ class PodmanSink:
             cmd.abort()
             raise
         cmd.finish()
+
+    def prepare_delta(self, manifest: BundleManifest) -> Dict[Digest, str]:
+        """The image (bare ID) holding each layer a delta leaves out, re-exported by :meth:`load`;
+        DeltaBaseMissing (nothing loaded) if the store lacks one."""
+        held = pick_holders((image.image_id[7:] if is_digest(image.image_id) else image.image_id, image.diff_ids)
+                            for image in self.inventory())
+        return require_base(manifest, held)
 
     def archive_command(self, what: str) -> StdinCommand:
         """``podman load`` reading a docker-archive from its stdin."""
