@@ -7,9 +7,12 @@ and nothing pushed."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from importer.inventory import load_inventory
 from importer.sinks.containerd import host_platform
 from tests import engines
 from tests.helpers import REPO, run_cli, run_pyz
+from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared
 from tests.transferkit import FlakyProxy, blob_upload_requests, free_port, log_size
 
 pytestmark = pytest.mark.engine
@@ -282,3 +286,36 @@ def test_a_registry_without_a_catalog_api(registry: Registry, world: World) -> N
         # into the repository that holds it: HEAD is enough, no catalog needed
         out = _push(world["delta_inv"], f"127.0.0.1:{proxy.port}")
         assert out["ok"] and out["delta"]["present"] == 2 and out["delta"]["catalog"] is None
+
+
+def test_a_delta_mounts_and_completes_in_a_registry_that_wants_a_login(auth_registry: Registry,  # noqa: F811
+                                                                        world: World, tmp_path: Path) -> None:
+    """The mount search (catalog, HEADs, cross-repository mounts) carries the credentials too."""
+    config = tmp_path / "docker"
+    config.mkdir()
+    auth = base64.b64encode(b"alice:s3cret-pw").decode()
+    (config / "config.json").write_text(json.dumps({"auths": {auth_registry.addr: {"auth": auth}}}))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DOCKER_CONFIG": str(config)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600,
+                              check=False)
+
+    base = cli("bundle", "push", str(world["full_a"]), auth_registry.addr, "--json")
+    assert base.returncode == 0, base.stderr
+    inventory = cli("importer", "--inventory", "--registry", auth_registry.addr)
+    assert inventory.returncode == 0, inventory.stderr
+    assert "dreg/train" in inventory.stdout
+    pushed = cli("bundle", "push", str(world["delta_inv"]), f"{auth_registry.addr}/pushed", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    out = json.loads(pushed.stdout)
+    assert out["delta"]["mounted"] == 2 and {m["from"] for m in out["delta"]["mounts"]} == {"dreg/train"}
+    assert out["blobs"]["uploaded"] == 2 and out["images"][0]["readBack"]["ok"]
+    receipt = tmp_path / "r.json"
+    imported = cli("importer", str(world["delta_bj"]), "--registry", f"{auth_registry.addr}/other",
+                   "--receipt", str(receipt))
+    assert imported.returncode == 0, imported.stderr
+    rec = json.loads(receipt.read_text())
+    assert rec["result"] == "pass" and rec["push"]["delta"]["mounted"] == 2
+    for proc in (base, inventory, pushed, imported):
+        assert "s3cret-pw" not in proc.stdout + proc.stderr and auth not in proc.stdout + proc.stderr
