@@ -147,6 +147,12 @@ class RegistryAuthError(RegistryError):
     reference = "registry-auth"
 
 
+class RegistryNoCatalog(RegistryError):
+    """The registry does not list its repositories (``/v2/_catalog`` answers 404/405)."""
+
+    reference = "registry-no-catalog"
+
+
 class TunnelFailed(SinkError):
     """The SSH tunnel to the registry could not be opened or died."""
 

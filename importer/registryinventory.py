@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from importer.digest import Digest, is_digest
-from importer.errors import LimitExceeded, RegistryError
+from importer.errors import LimitExceeded, RegistryError, RegistryNoCatalog
 from importer.limits import (
     MAX_CONFIG,
     MAX_MANIFEST,
@@ -107,7 +107,7 @@ def list_repositories(client: RegistryClient, *, namespace: str = "", required: 
     if not ok:
         if not required:
             return None
-        raise RegistryError(
+        raise RegistryNoCatalog(
             f"listing the repositories of {client.target.host}: expected the catalog API (/v2/_catalog), "
             "found none (HTTP 404/405)", hint=NO_CATALOG_HINT)
     repos = [r for r in values if _REPO_RE.fullmatch(r) and len(r) <= 255]

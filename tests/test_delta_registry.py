@@ -277,7 +277,7 @@ def test_a_delta_from_a_docker_inventory_cannot_complete_in_a_registry(docker_ho
 def test_a_registry_without_a_catalog_api(registry: Registry, world: World) -> None:
     with FlakyProxy(registry.port, fail_first=1000, fail_match=b"GET /v2/_catalog", fail_status=404) as proxy:
         proc = run_cli("importer", "--inventory", "--registry", f"127.0.0.1:{proxy.port}")
-        assert proc.returncode == 6, proc.stderr
+        assert proc.returncode == 6 and "error[registry-no-catalog]" in proc.stderr, proc.stderr
         assert "expected the catalog API (/v2/_catalog), found none" in proc.stderr
         # a delta into a repository that lacks the base cannot look for a mount source
         proc = run_cli("bundle", "push", str(world["delta_inv"]), f"127.0.0.1:{proxy.port}/nocat")
