@@ -41,7 +41,7 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
     """Probe, lock, preflight, verify, load, check, tag (see the module doc). ``result`` (an
     importing.ImportResult) is filled in as work proceeds, so a receipt can still be written
     when this raises."""
-    from importer.importing import TagConflict, _cleanup
+    from importer.importing import TagConflict
 
     started = time.monotonic()
     manifest = load_legacy_manifest(raw_bundle_json, major)
@@ -95,8 +95,7 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
         result.checks = checks
         bad = [c for c in checks if not c.ok]
         if bad:
-            loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
-            result.leftovers = _cleanup(sink, [], loaded)
+            result.leftovers = _remove_loaded(sink, checks, present)
             raise PostLoadMismatch(
                 "checking what the engine holds after loading: expected every image to match bundle.json, "
                 f"found {len(bad)} mismatch(es)",
@@ -117,8 +116,6 @@ def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[Im
     """``--deep``: export every image back out of the engine and hash each layer again (as for
     schema 3, importer/deepcheck.py); on a mismatch remove what this run loaded. A legacy bundle
     records no per-layer sizes: the uncompressed archive bounds every layer."""
-    from importer.importing import _cleanup
-
     bound = manifest.uncompressed_bytes()
     originals = [c.image for c in checks]
     for check in checks:
@@ -130,8 +127,7 @@ def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[Im
         for check, image in zip(checks, originals):
             check.image = image
     if failures:
-        loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
-        result.leftovers = _cleanup(sink, [], loaded)
+        result.leftovers = _remove_loaded(sink, checks, present)
         raise DeepMismatch(
             "re-exporting the images from the engine (--deep): expected every layer to hash to its diff_id, "
             f"found {sum(1 for c in checks if c.deep and not c.deep.ok)} image(s) where one differs",
@@ -139,6 +135,14 @@ def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[Im
             hint="the engine's stored copy of those layers is damaged: remove the image (and every image sharing "
             "the layer) from the engine and import again; the images this run loaded were removed",
         )
+
+
+def _remove_loaded(sink: Sink, checks: List[ImageCheck], present: Dict[Any, bool]) -> List[str]:
+    """Remove the images this run loaded (not those already present); what could not be removed."""
+    from importer.importing import _cleanup
+
+    loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
+    return _cleanup(sink, [], loaded)
 
 
 def _lookup_name(image: ImageRecord, engine: EngineInfo) -> str:
