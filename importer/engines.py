@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
 
 from importer.errors import CommandFailed, EngineUnavailable
 
@@ -120,3 +120,18 @@ class StdinCommand:
         if rc != 0:
             raise CommandFailed(self.argv, rc, tail, what=self.what, hint=self.hint)
         return Result(rc, out, tail)
+
+
+def feed(cmd: Any, write: Callable[[BinaryIO], Any]) -> None:
+    """Run ``write(cmd.stdin)``, then finish ``cmd`` (a StdinCommand or dockerapi.ApiLoad). When
+    the consumer hangs up early, ``finish`` raises CommandFailed with its own words; any other
+    failure aborts the consumer before it sees the end of its input, so it commits nothing."""
+    try:
+        write(cmd.stdin)
+    except (BrokenPipeError, ConnectionResetError):
+        cmd.finish()
+        raise
+    except BaseException:
+        cmd.abort()
+        raise
+    cmd.finish()

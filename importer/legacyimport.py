@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
 from importer.deepcheck import run_deep
 from importer.enginelock import engine_lock
+from importer.engines import feed
 from importer.errors import DeepMismatch, PostLoadMismatch, UsageError
 from importer.identity import CLASSIC, DOCKER_ARCHIVE
 from importer.legacy import LegacyManifest, load_legacy_manifest, open_archive, raise_if_problems, verify_legacy
 from importer.manifest import ImageRecord
 from importer.postload import ImageCheck, check_image
 from importer.preflight import run_preflight
-from importer.refs import split_domain, split_ref
+from importer.refs import has_domain, split_ref
 from importer.sinks import EngineInfo, Sink
 
 CHUNK = 1 << 20
@@ -175,30 +176,21 @@ def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, force: bool, conflict:
 def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest, kind: str) -> None:
     """Stream the archive (decompressed, hashed as it passes) into the engine's loader; a digest
     or size mismatch aborts the loader before it sees the end of the archive."""
-    cmd = new_command(f"loading {manifest.archive.path} into {kind}")
-    try:
+    def write(out: BinaryIO) -> None:
         with open_archive(root, manifest) as reader:
             while True:
                 chunk = reader.read(CHUNK)
                 if not chunk:
                     break
-                cmd.stdin.write(chunk)
+                out.write(chunk)
             reader.finish()
-    except (BrokenPipeError, ConnectionResetError):
-        cmd.finish()  # raises CommandFailed with the engine's own words
-        raise
-    except BaseException:
-        cmd.abort()
-        raise
-    cmd.finish()
+
+    feed(new_command(f"loading {manifest.archive.path} into {kind}"), write)
 
 
 def _podman_spelling(ref: str) -> Optional[str]:
     """The name ``podman load`` gives a docker-archive tag without a registry (``localhost/...``)."""
-    name = split_ref(ref)[0]
-    first = name.partition("/")[0]
-    explicit = "/" in name and ("." in first or ":" in first or first == "localhost")
-    return None if explicit else "localhost/" + ref
+    return None if has_domain(split_ref(ref)[0]) else "localhost/" + ref
 
 
 def _engine_spellings(sink: Sink, manifest: LegacyManifest) -> List[str]:
@@ -221,5 +213,5 @@ def _apply_tags(sink: Sink, checks: List[ImageCheck], names_before: Dict[str, bo
         untag = getattr(sink, "untag", None)
         for ref in check.image.refs:
             spelled = _podman_spelling(ref) if untag is not None else None
-            if spelled and not names_before.get(spelled, True) and split_domain(split_ref(ref)[0])[0] != "localhost":
+            if spelled and not names_before.get(spelled, True):
                 untag(check.found.image_id, spelled)  # type: ignore[misc]

@@ -14,10 +14,16 @@ LEGACY_DOMAIN = "index.docker.io"
 OFFICIAL_PREFIX = "library/"
 
 
+def has_domain(name: str) -> bool:
+    """The repository name starts with a registry (``reg.example/x``, ``localhost/x``, ``h:5000/x``)."""
+    first, sep, _ = name.partition("/")
+    return bool(sep) and ("." in first or ":" in first or first == "localhost" or first != first.lower())
+
+
 def split_domain(name: str) -> Tuple[str, str]:
     """(domain, path) of a repository name without tag or digest."""
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
+    first, _, rest = name.partition("/")
+    if has_domain(name):
         domain, path = first, rest
     else:
         domain, path = DEFAULT_DOMAIN, name

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from importer.containerddelta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
 from importer.digest import Digest, is_digest
-from importer.engines import StdinCommand, command_stdout, run
+from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
 from importer.identity import OCI, chain_ids
 from importer.limits import MAX_CONFIG
@@ -199,15 +199,8 @@ class ContainerdSink:
         named += [(image, f"{UNTAGGED_REPO}@{image.manifest.digest}") for image in images if not image.refs]
         cmd = StdinCommand(self.argv("images", "import", "--snapshotter", self.snapshotter, "-"),
                            what="importing the bundle into containerd", hint=_hint(self.address))
-        try:
-            write_oci_archive(cmd.stdin, root, named, on_bytes=on_bytes, external=writers if external else None)
-        except BrokenPipeError:
-            cmd.finish()  # raises CommandFailed with ctr's own words
-            raise
-        except BaseException:
-            cmd.abort()
-            raise
-        cmd.finish()
+        feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes,
+                                                external=writers if external else None))
 
     def archive_command(self, what: str) -> StdinCommand:
         """``ctr images import`` reading a docker-archive (or an OCI archive) from its stdin,

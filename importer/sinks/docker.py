@@ -14,7 +14,7 @@ from importer.delta import pick_holders, require_base, splice_engine_layers
 from importer.digest import Digest
 from importer.dockerapi import ApiLoad, socket_path
 from importer.dockerarchive import write_docker_archive
-from importer.engines import StdinCommand, command_stdout, run
+from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
 from importer.manifest import BundleManifest, ImageRecord
 from importer.reexport import ArchiveScan, layer_bound, scan_tar
@@ -88,15 +88,8 @@ class DockerSink:
         if external:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
                 return splice_engine_layers(tar, self.argv(), external, on_bytes)
-        try:
-            write_docker_archive(cmd.stdin, root, images, with_tags=True, on_bytes=on_bytes, splice=splice)
-        except (BrokenPipeError, ConnectionResetError):
-            cmd.finish()  # raises CommandFailed with docker's own words
-            raise
-        except BaseException:
-            cmd.abort()
-            raise
-        cmd.finish()
+        feed(cmd, lambda out: write_docker_archive(out, root, images, with_tags=True, on_bytes=on_bytes,
+                                                   splice=splice))
 
     def archive_command(self, what: str) -> Any:
         """Something whose ``stdin`` takes a docker-archive for ``docker load`` (``finish``,

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from importer.delta import pick_holders, require_base, splice_engine_layers
 from importer.digest import Digest, is_digest
 from importer.dockerarchive import write_docker_archive
-from importer.engines import StdinCommand, command_stdout, run
+from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
 from importer.identity import CLASSIC
 from importer.manifest import BundleManifest, ImageRecord
@@ -112,15 +112,8 @@ class PodmanSink:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
                 return splice_engine_layers(tar, self.argv(), external, on_bytes)
         cmd = self.archive_command("loading the bundle into podman")
-        try:
-            write_docker_archive(cmd.stdin, root, full, with_tags=True, on_bytes=on_bytes, splice=splice)
-        except BrokenPipeError:
-            cmd.finish()  # raises CommandFailed with podman's own words
-            raise
-        except BaseException:
-            cmd.abort()
-            raise
-        cmd.finish()
+        feed(cmd, lambda out: write_docker_archive(out, root, full, with_tags=True, on_bytes=on_bytes,
+                                                   splice=splice))
 
     def prepare_delta(self, manifest: BundleManifest) -> Dict[Digest, str]:
         """The image (bare ID) holding each layer a delta leaves out, re-exported by :meth:`load`;
