@@ -1,9 +1,9 @@
 """Validate documents against the OCI image-spec JSON Schemas, offline.
 
-The schemas (draft-04, copied unchanged from opencontainers/image-spec) live in
-``shared/oci-image-spec/schema/`` beside the repository: ``<repo>/../shared/...`` (CI clones the
-repository elsewhere with a copy of ``shared/`` beside it). ``$SNEAKERNET_OCI_SCHEMAS`` overrides
-the folder. They refer to each other by relative ``$ref`` (``defs-descriptor.json#/...``) resolved
+The schemas (draft-04, the official ones of opencontainers/image-spec) come from Debian's
+``golang-github-opencontainers-image-spec-dev``, which ``docker/scripts/install-deps.sh`` installs
+(``/usr/share/gocode/src/github.com/opencontainers/image-spec/schema/``).
+``$SNEAKERNET_OCI_SCHEMAS`` overrides the folder. They refer to each other by relative ``$ref`` (``defs-descriptor.json#/...``) resolved
 against their ``id`` (``https://opencontainers.org/schema/...``); every such URI is served from
 the local folder by file name, and anything else is refused: nothing is fetched from the network.
 
@@ -24,8 +24,8 @@ from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT4
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DIR = REPO.parent / "shared" / "oci-image-spec" / "schema"
+DEBIAN_PACKAGE = "golang-github-opencontainers-image-spec-dev"
+DEFAULT_DIR = Path("/usr/share/gocode/src/github.com/opencontainers/image-spec/schema")
 
 KINDS: Dict[str, str] = {
     "index": "image-index-schema.json",
@@ -47,8 +47,8 @@ def schema_dir() -> Path:
     if missing:
         raise OCISchemasMissing(
             f"OCI image-spec JSON Schemas not found: expected {', '.join(missing)} in {folder}. "
-            "They come from shared/oci-image-spec/schema/, which must sit beside the repository "
-            f"({REPO.parent}/shared); or point $SNEAKERNET_OCI_SCHEMAS at a copy of that folder."
+            f"Install them with `bash docker/scripts/install-deps.sh` (Debian's {DEBIAN_PACKAGE}), "
+            "or point $SNEAKERNET_OCI_SCHEMAS at a folder holding them."
         )
     return folder
 

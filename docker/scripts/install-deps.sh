@@ -11,7 +11,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 # g++: torch.compile (inductor) on the CPU in the smoke-suite tests.
-PACKAGES=(docker.io containerd skopeo zstd busybox-static docker-registry openssh-server podman g++)
+# golang-github-opencontainers-image-spec-dev: the OCI image-spec's JSON Schemas, which the tests
+# validate every exported index, manifest, config and layout against (tests/oci_schemas.py).
+PACKAGES=(docker.io containerd skopeo zstd busybox-static docker-registry openssh-server podman g++
+          golang-github-opencontainers-image-spec-dev)
 
 log=$(mktemp -t sneakernet-install.XXXXXX)
 policy_created=
