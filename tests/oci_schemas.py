@@ -3,9 +3,10 @@
 The schemas (draft-04, the official ones of opencontainers/image-spec) come from Debian's
 ``golang-github-opencontainers-image-spec-dev``, which ``docker/scripts/install-deps.sh`` installs
 (``/usr/share/gocode/src/github.com/opencontainers/image-spec/schema/``).
-``$SNEAKERNET_OCI_SCHEMAS`` overrides the folder. They refer to each other by relative ``$ref`` (``defs-descriptor.json#/...``) resolved
-against their ``id`` (``https://opencontainers.org/schema/...``); every such URI is served from
-the local folder by file name, and anything else is refused: nothing is fetched from the network.
+``$SNEAKERNET_OCI_SCHEMAS`` overrides the folder. They refer to each other by relative ``$ref``
+(``defs-descriptor.json#/...``) resolved against their ``id``
+(``https://opencontainers.org/schema/...``); every such URI is served from the local folder by
+file name, and anything else is refused: nothing is fetched from the network.
 
 ``format`` keywords are not asserted (that would depend on optional packages).
 """

@@ -455,7 +455,7 @@ def test_oci_schema_folder_is_present() -> None:
 
 def test_missing_oci_schema_folder_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SNEAKERNET_OCI_SCHEMAS", str(tmp_path))
-    with pytest.raises(OCISchemasMissing, match="install-deps.sh"):
+    with pytest.raises(OCISchemasMissing, match=r"install-deps\.sh"):
         validate_oci("layout", {"imageLayoutVersion": "1.0.0"})
 
 
