@@ -11,7 +11,9 @@ from typing import Any, Optional
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.keys import generate_keypair, key_is_encrypted, load_signing_key, sign_bundle
+from importer.errors import UsageError
 from importer.importing import verify_or_raise
+from importer.opened import open_bundle
 from importer.signature import InvalidKey
 
 MAX_PASSPHRASE = 4096
@@ -84,8 +86,12 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_sign(args: argparse.Namespace) -> int:
     key = signing_key_from_args(args)
     assert key is not None
-    report = verify_or_raise(args.bundle)  # never sign what does not verify
-    fingerprint = sign_bundle(args.bundle, key)
+    bundle = open_bundle(args.bundle)
+    if bundle.is_archive:
+        raise UsageError(f"signing {args.bundle}: expected a bundle folder, found a tar or parts",
+                         hint="sign the folder before packing it (bundle sign DIR, then bundle pack DIR FILE.tar)")
+    report = verify_or_raise(bundle)  # never sign what does not verify
+    fingerprint = sign_bundle(bundle.path, key, raw_bundle_json=bundle.raw_bundle_json)
     if args.json:
         _out(json.dumps({"bundle": args.bundle, "keyFingerprint": fingerprint,
                          "filesChecked": report.files_checked}, indent=2))

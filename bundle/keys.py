@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from typing import Optional
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -113,11 +114,13 @@ def load_signing_key(path: str, passphrase: bytes | None = None) -> Ed25519Priva
     return key
 
 
-def sign_bundle(root: str, key: Ed25519PrivateKey) -> str:
+def sign_bundle(root: str, key: Ed25519PrivateKey, *, raw_bundle_json: Optional[bytes] = None) -> str:
     """Sign ``root``/bundle.json: write bundle.json.sig, then SHA256SUMS again listing it.
+    ``raw_bundle_json``: the bytes the caller opened and verified (else read here).
 
     Returns the key fingerprint. The signature is over the exact bytes on disk."""
-    raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+    raw = raw_bundle_json if raw_bundle_json is not None else \
+        read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
     manifest = load_bundle_manifest(raw)
     raw_public = _raw_public(key)
     sig = encode_signature(raw, key.sign(raw), raw_public)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
-from importer.bundlefiles import open_root
 from importer.errors import PostLoadMismatch
 from importer.importing import verify_or_raise
+from importer.opened import open_bundle
 from importer.registry import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registryauth import Credentials
 from importer.registrypush import PushReport, push_bundle
@@ -58,8 +58,9 @@ def push(
     log: Optional[Callable[[str], None]] = None,
 ) -> PushOutcome:
     target = parse_target(registry)
-    root = open_root(bundle)
-    manifest = verify_or_raise(bundle, progress=progress).manifest
+    opened = open_bundle(bundle)
+    root = opened.root
+    manifest = verify_or_raise(opened, progress=progress).manifest
     assert manifest is not None
     with terminate_as_interrupt(), _route(target.host, ssh, insecure) as port:
         connect = ("127.0.0.1", port) if port is not None else None

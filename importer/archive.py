@@ -18,14 +18,12 @@ import hashlib
 import io
 import os
 import re
-import tarfile
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from importer.digest import Digest, hash_file, is_digest
 from importer.errors import (
     BundleError,
-    IntegrityError,
     InvalidPartsIndex,
     ManifestError,
     SizeMismatch,
@@ -34,6 +32,7 @@ from importer.errors import (
 from importer.limits import parse_json, read_file_limited
 from importer.manifest import FileRecord, safe_relpath
 from importer.problems import Problem
+from importer.safetar import BUNDLE_POLICY, ArchiveMalformed, SafeTarReader
 
 PARTS_MEDIA_TYPE = "application/vnd.sneakernet.parts.v1+json"
 PARTS_SCHEMA_MAJOR = 1
@@ -439,13 +438,6 @@ class Member:
     regular: bool
 
 
-def member_name(name: str) -> str:
-    """Tar member names as written by ``tar -C DIR .`` start with ``./``; compare without it."""
-    while name.startswith("./"):
-        name = name[2:]
-    return name
-
-
 class ArchiveReader:
     """A bundle tar or a set of parts, read in place."""
 
@@ -532,23 +524,31 @@ class ArchiveReader:
                 issues, context="\n".join(str(i) for i in issues[:50]),
                 hint="copy the named parts again from the source medium; nothing was loaded",
             )
+        if isinstance(cause, BundleError):
+            return cause
         return ManifestError(
             f"reading the tar headers of {self.path}: expected a tar archive, found damaged data ({cause})",
             hint="verify it: bundle-import BUNDLE --verify-only lists every problem",
         )
 
     def members(self) -> Dict[str, Member]:
-        """Member name -> offset and size, found by seeking from header to header."""
+        """Member name -> offset and size, found by seeking from header to header with the one
+        tar reader for untrusted archives (importer/safetar.py): the same parser, limits and
+        refusals as verification, so both see the same members (docs/security.md)."""
         if self._members is None:
             found: Dict[str, Member] = {}
-            with ConcatFile(self.files) as cf:
-                try:
-                    with tarfile.open(fileobj=cf, mode="r:") as tar:
-                        for info in tar:
-                            name = member_name(info.name)
-                            found.setdefault(name, Member(name, info.offset_data, info.size, info.isreg()))
-                except (tarfile.TarError, OSError, IntegrityError) as e:
-                    raise self.damaged(e) from e
+            label = os.path.basename(self.path)
+            try:
+                with ConcatFile(self.files) as cf:
+                    for m in SafeTarReader(cf, BUNDLE_POLICY, what=label, seek_over_data=True):
+                        if m.offset + m.size > cf.size:
+                            raise ArchiveMalformed(
+                                f"reading {label} member {m.name[:200]!r}: expected its {m.size} bytes within the "
+                                f"archive, found only {max(0, cf.size - m.offset)}",
+                                hint="the archive is truncated; re-copy it")
+                        found[m.name] = Member(m.name, m.offset, m.size, m.isfile())
+            except (BundleError, OSError) as e:
+                raise self.damaged(e) from e
             self._members = found
         return self._members
 

@@ -15,11 +15,10 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
 from importer import limits
-from importer.archive import ArchiveReader, ConcatFile, PartIssue, locate
-from importer.bundlefiles import bundle_json_digest
+from importer.archive import ArchiveReader, ConcatFile, PartIssue
 from importer.compression import open_decompressed
 from importer.digest import CHUNK, Digest
 from importer.errors import BundleError, IntegrityError, LimitExceeded, ManifestError
@@ -34,6 +33,7 @@ from importer.manifest import (
     load_bundle_manifest,
 )
 from importer.mediatypes import compression_of
+from importer.opened import OpenedBundle
 from importer.problems import Problem
 from importer.safetar import BUNDLE_POLICY, DIR, SafeTarReader, UnsafeArchive
 from importer.sums import parse_sums
@@ -42,37 +42,28 @@ from importer.verify import VerifyReport, _check_layout, _layer_names, verify_bu
 ProgressFn = Callable[[int], None]
 
 
-def verify_location(path: str, *, on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
-    """Verify whatever BUNDLE names: a folder (in parallel), a tar or parts (one sequential read)."""
-    loc = locate(path)
-    if loc.kind == "folder":
-        return verify_bundle(loc.path, deep=True, on_bytes=on_bytes)
-    return verify_archive(loc.path, on_bytes=on_bytes)
-
-
-def verify_archive_at(path: str, *, on_bytes: Optional[ProgressFn] = None,
-                      expect_bundle_digest: Optional[str] = None) -> VerifyReport:
-    """verify_archive(), plus: bundle.json must be the one a signature step judged."""
-    report = verify_archive(path, on_bytes=on_bytes)
-    if expect_bundle_digest and report.manifest is not None:
-        got = str(bundle_json_digest(ArchiveReader(path)))
-        if got != expect_bundle_digest:
-            report.problems.append(Problem("digest-mismatch", BUNDLE_JSON,
-                                           f"expected the bundle.json that was checked ({expect_bundle_digest}), "
-                                           f"found {got}"))
-    return report
+def verify_opened(bundle: OpenedBundle, *, deep: bool = True,
+                  on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
+    """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer), a tar or
+    parts (one sequential read, always deep), against the bundle.json read when it was opened."""
+    if bundle.archive is None:
+        return verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
+    return verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
 
 
 def _problem(issue: PartIssue) -> Problem:
     return Problem(issue.id, issue.path, issue.message)
 
 
-def verify_archive(path: str, *, on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
+def verify_archive(archive: Union[str, ArchiveReader], *, on_bytes: Optional[ProgressFn] = None,
+                   raw_bundle_json: Optional[bytes] = None) -> VerifyReport:
     """Verify a bundle tar or parts index; returns a report listing every problem.
+    ``raw_bundle_json``: the bundle.json the bundle was opened with (the signature step judged
+    it); the first member must hold exactly those bytes.
 
     Raises only when no usable bundle.json can be read (ManifestError and subclasses)."""
     started = time.monotonic()
-    reader = ArchiveReader(path)
+    reader = archive if isinstance(archive, ArchiveReader) else ArchiveReader(archive)
     report = VerifyReport(root=reader.path)
     add = report.problems.append
 
@@ -91,7 +82,7 @@ def verify_archive(path: str, *, on_bytes: Optional[ProgressFn] = None) -> Verif
     cf = ConcatFile(reader.files, expect=index.parts if index is not None else None)
     try:
         try:
-            leftover, raw_bj = _verify_members(reader, cf, report, on_bytes)
+            leftover, raw_bj = _verify_members(reader, cf, report, on_bytes, raw_bundle_json)
         except (ManifestError, UnsafeArchive) as e:
             if index is None:
                 raise
@@ -134,7 +125,7 @@ def _hash_intact_parts(reader: ArchiveReader, skip: Set[str], add: Callable[[Pro
 
 
 def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
-                    on_bytes: Optional[ProgressFn]) -> Tuple[int, bytes]:
+                    on_bytes: Optional[ProgressFn], opened_with: Optional[bytes]) -> Tuple[int, bytes]:
     """Check every member in archive order, through the safe tar reader (importer/safetar.py);
     return how many non-zero bytes follow the end of the tar (a damaged header ends it early),
     and the bundle.json bytes."""
@@ -156,6 +147,11 @@ def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
             "or unpack it and import the folder",
         )
     raw_bj = read_limited(data(), limits.MAX_BUNDLE_JSON, BUNDLE_JSON)  # type: ignore[arg-type]
+    if opened_with is not None and raw_bj != opened_with:
+        add(Problem("digest-mismatch", BUNDLE_JSON,
+                    f"expected the bundle.json the bundle was opened with ({Digest.of_bytes(opened_with)}), "
+                    f"found {Digest.of_bytes(raw_bj)}: the archive changed while it was read"))
+        raw_bj = opened_with  # judge the rest against what the signature step judged
     manifest = load_bundle_manifest(raw_bj, where=f"{label}:{BUNDLE_JSON}")
     report.manifest = manifest
 

@@ -1,47 +1,18 @@
-"""What a BUNDLE argument names (a folder, a tar, a parts index), and the first steps of an
-import for each: the signature check, the schema major, and a sink that reads the bundle's
-blobs in place from a tar or its parts (no unpacking, no concatenation)."""
+"""A sink that reads the bundle's blobs in place from a tar or its parts (no unpacking, no
+concatenation), through the one archive reader of the opened bundle (importer/opened.py)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Sequence
 
-from importer.archive import ArchiveReader, locate
-from importer.bundlefiles import read_bundle_file
+from importer.archive import ArchiveReader
 from importer.errors import UsageError
-from importer.legacy import bundle_major
-from importer.limits import MAX_BUNDLE_JSON, MAX_SIGNATURE, parse_json
-from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, ImageRecord, parse_schema_version
-from importer.signature import SignatureCheck, TrustPolicy, check_signature, check_signature_bytes
+from importer.manifest import ImageRecord
+from importer.opened import OpenedBundle
 
-#: Sinks whose load() reads blobs through importer/bundlefiles.py (and so from a tar in place).
+#: Sinks whose load() reads blobs through importer/opened.py (and so from a tar in place).
 READS_ARCHIVES = ("docker",)
-
-
-def is_archive(path: str) -> bool:
-    return locate(path).kind != "folder"
-
-
-def schema_major_at(path: str) -> Tuple[int, bytes]:
-    """The schema major of the bundle BUNDLE names, and its bundle.json bytes."""
-    if not is_archive(path):
-        return bundle_major(path)
-    raw = read_bundle_file(ArchiveReader(path), BUNDLE_JSON, MAX_BUNDLE_JSON, BUNDLE_JSON)
-    major, _ = parse_schema_version(parse_json(raw, BUNDLE_JSON))
-    return major, raw
-
-
-def check_signature_at(path: str, policy: TrustPolicy) -> SignatureCheck:
-    """The trust policy over bundle.json (and bundle.json.sig) wherever they are."""
-    if not is_archive(path):
-        return check_signature(path, policy)
-    reader = ArchiveReader(path)
-    raw = read_bundle_file(reader, BUNDLE_JSON, MAX_BUNDLE_JSON, BUNDLE_JSON)
-    raw_sig: Optional[bytes] = None
-    if SIGNATURE_FILE in reader.members():
-        raw_sig = read_bundle_file(reader, SIGNATURE_FILE, MAX_SIGNATURE, SIGNATURE_FILE)
-    return check_signature_bytes(raw, raw_sig, policy, where=reader.path)
 
 
 class InPlaceSink:
@@ -51,24 +22,24 @@ class InPlaceSink:
         self._sink = sink
         self._reader = reader
 
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Any, **kw: Any) -> Any:
+    def load(self, root: Any, images: Sequence[ImageRecord], on_bytes: Any, **kw: Any) -> Any:
         return self._sink.load(self._reader, images, on_bytes, **kw)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sink, name)
 
 
-def sink_for(path: str, sink: Any) -> Any:
+def sink_for(bundle: OpenedBundle, sink: Any) -> Any:
     """``sink`` itself for a folder; for a tar or parts, a wrapper that loads from them in place."""
-    if not is_archive(path):
+    if bundle.archive is None:
         return sink
     kind = getattr(sink, "kind", "?")
     if kind not in READS_ARCHIVES:
-        name = os.path.basename(path)
+        name = os.path.basename(bundle.path)
         raise UsageError(
             f"importing {name} into {kind}: expected a bundle folder for this engine, found a tar/parts",
             hint=f"verify it here with --verify-only, or import it into {', '.join(READS_ARCHIVES)} or a "
             "registry; for this engine unpack it first (mkdir B && tar -xf FILE.tar -C B; "
-            "for parts: cat FILE.tar.part* | tar -x -C B) and import B",
+            "for parts: cat FILE.tar.part[0-9]* | tar -x -C B) and import B",
         )
-    return InPlaceSink(sink, ArchiveReader(path))
+    return InPlaceSink(sink, bundle.archive)

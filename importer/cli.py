@@ -13,9 +13,8 @@ import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
-from importer.bundleinput import check_signature_at, schema_major_at, sink_for
-from importer.digest import Digest
-from importer.errors import BundleError, VerificationFailed
+from importer.bundleinput import sink_for
+from importer.errors import BundleError, UsageError, VerificationFailed
 from importer.importing import ImportResult, import_bundle, verify_or_raise
 from importer.legacy import (
     load_legacy_manifest,
@@ -23,11 +22,12 @@ from importer.legacy import (
     verify_legacy,
 )
 from importer.legacyimport import import_legacy_bundle
+from importer.opened import OpenedBundle, open_bundle
 from importer.postload import render_table
 from importer.progress import StderrProgress
 from importer.receipt import build_import_receipt, write_receipt
 from importer.signals import stop_error, stop_on_signals
-from importer.signature import SignatureCheck, TrustPolicy, load_trusted_keys
+from importer.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
 from importer.sinks.registry import add_registry_arguments, import_to_registry, registry_sink
 from importer.smoke.cli import add_smoke_arguments, smoke_after_import
@@ -120,24 +120,37 @@ def _report_lines(report: VerifyReport) -> str:
             + ("OK" if report.ok else f"{len(report.problems)} problem(s)"))
 
 
-def _signature_first(args: argparse.Namespace) -> SignatureCheck:
+def _signature_first(args: argparse.Namespace, bundle: OpenedBundle) -> SignatureCheck:
     """The trust policy, before anything else reads the bundle (docs/security.md)."""
     policy = TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature))
-    sig = check_signature_at(args.bundle, policy)
+    sig = check_signature(bundle, policy)
     if not args.quiet:
         print(sig.line(), file=sys.stderr)
     return sig
 
 
+def _legacy_major(bundle: OpenedBundle) -> Optional[int]:
+    """The schema major of a schema 1/2 bundle (a folder only), else None."""
+    major = bundle.schema_major()
+    if major not in LEGACY_MAJORS:
+        return None
+    if bundle.is_archive:
+        raise UsageError(
+            f"reading {bundle.path}: expected a schema 3 bundle in a tar or parts, found schema {major}",
+            hint="unpack it (mkdir B && tar -xf FILE.tar -C B) and import the folder B")
+    return major
+
+
 def cmd_verify_only(args: argparse.Namespace) -> int:
-    sig = _signature_first(args)
-    major, raw = schema_major_at(args.bundle)
-    if major in LEGACY_MAJORS:
-        report = verify_legacy(args.bundle, load_legacy_manifest(raw, major), raw)
-        raise_if_problems(args.bundle, report)
+    bundle = open_bundle(args.bundle)
+    sig = _signature_first(args, bundle)
+    major = _legacy_major(bundle)
+    if major is not None:
+        raw = bundle.raw_bundle_json
+        report = verify_legacy(bundle.path, load_legacy_manifest(raw, major), raw)
+        raise_if_problems(bundle.path, report)
     else:
-        report = verify_or_raise(args.bundle, progress=_progress(args.quiet), expect_bundle_digest=sig.bundle_digest,
-                                 deep=not args.shallow)
+        report = verify_or_raise(bundle, progress=_progress(args.quiet), deep=not args.shallow)
     report.signature = sig.to_dict()
     if args.json:
         print(json.dumps({"ok": True, "verification": report.to_dict()}, indent=2))
@@ -178,21 +191,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
     error: Optional[BundleError] = None
     try:
-        sig = _signature_first(args)
+        bundle = open_bundle(args.bundle)
+        sig = _signature_first(args, bundle)
         result.signature = sig
-        result.bundle_digest = sig.bundle_digest
-        major, raw = schema_major_at(args.bundle)
-        if major in LEGACY_MAJORS:
-            result.bundle_digest = str(Digest.of_bytes(raw))
-            import_legacy_bundle(args.bundle, sink, force=args.force, result=result, raw_bundle_json=raw,
+        result.bundle_digest = str(bundle.digest)
+        major = _legacy_major(bundle)
+        if major is not None:
+            raw = bundle.raw_bundle_json
+            import_legacy_bundle(bundle.path, sink, force=args.force, result=result, raw_bundle_json=raw,
                                  major=major, lock_wait=args.wait_lock, signature_line=sig.line(),
                                  deep=bool(getattr(args, "deep", False)),
                                  on_notice=lambda line: print(line, file=sys.stderr))
         elif sink.kind == "registry":  # push, read back (importer/sinks/registry.py)
-            import_to_registry(args.bundle, sink, force=args.force, progress=_progress(args.quiet), result=result,
-                               expect_bundle_digest=sig.bundle_digest)
+            import_to_registry(bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
         else:
-            import_bundle(args.bundle, sink_for(args.bundle, sink), force=args.force,
+            import_bundle(bundle, sink_for(bundle, sink), force=args.force,
                           progress=_progress(args.quiet), result=result,
                           signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
                           on_notice=lambda line: print(line, file=sys.stderr))

@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from importer.archive import ArchiveReader, locate
-from importer.archiveverify import verify_location
+from importer.archiveverify import verify_opened
 from importer.digest import CHUNK, Digest, hash_file
 from importer.errors import DigestMismatch, UsageError, VerificationFailed
 from importer.fsutil import fsync_dir
 from importer.limits import MAX_BUNDLE_JSON, read_file_limited
 from importer.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, SUMS_FILE, load_bundle_manifest
+from importer.opened import open_bundle
 from importer.verify import VerifyReport
 
 ProgressFn = Callable[[int], None]
@@ -149,7 +150,7 @@ def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], P
         outcome, n = copy_file(item, dst, on_bytes=on_bytes, throttle=throttle)
         result.bytes_copied += n
         {"copied": result.copied, "resumed": result.resumed, "skipped": result.skipped}[outcome].append(item.rel)
-    report = verify_location(result.target)
+    report = verify_opened(open_bundle(result.target))
     result.verification = report
     result.seconds = time.monotonic() - started
     if not report.ok:

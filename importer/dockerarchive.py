@@ -13,12 +13,12 @@ import json
 import tarfile
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence
 
-from importer.bundlefiles import BundleRoot, read_bundle_file
 from importer.digest import Digest
 from importer.errors import DigestMismatch
 from importer.layers import copy_stream, open_layer
 from importer.limits import MAX_CONFIG
 from importer.manifest import ImageRecord
+from importer.opened import BundleRoot, read_bundle_file
 
 ProgressFn = Callable[[int], None]
 

@@ -5,17 +5,14 @@ only after post-load verification passed. On any failure what this run loaded is
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from importer import testhooks
-from importer.archiveverify import verify_archive_at
-from importer.bundlefiles import bundle_json_digest, open_root
+from importer.archiveverify import verify_opened
 from importer.deepcheck import run_deep
-from importer.digest import Digest
 from importer.enginelock import engine_lock
 from importer.errors import (
     BundleError,
@@ -27,14 +24,14 @@ from importer.errors import (
 )
 from importer.identity import expected_image_id, lookup_name
 from importer.layers import check_layer
-from importer.limits import MAX_BUNDLE_JSON, read_file_limited
-from importer.manifest import BUNDLE_JSON, BundleManifest, ImageRecord, load_bundle_manifest
+from importer.manifest import BundleManifest, ImageRecord, load_bundle_manifest
+from importer.opened import OpenedBundle, open_bundle
 from importer.postload import ImageCheck, check_image
 from importer.preflight import images_to_load, run_preflight
 from importer.signature import SignatureCheck, TrustPolicy, check_signature
 from importer.sinks import EngineInfo, Sink
 from importer.staging import STAGING_REPO, find_stale, remove_refs
-from importer.verify import VerifyReport, verify_bundle
+from importer.verify import VerifyReport
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -63,31 +60,16 @@ class ImportResult:
         return self.report.ok and bool(self.checks) and all(c.ok for c in self.checks)
 
 
-def bundle_digest(root: str) -> str:
-    if not os.path.isdir(root):  # a tar or a set of parts, read in place
-        return str(bundle_json_digest(open_root(root)))
-    return str(Digest.of_bytes(read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)))
-
-
-def verify_or_raise(root: str, *, progress: Optional[ProgressFactory] = None,
-                    expect_bundle_digest: Optional[str] = None, deep: bool = True) -> VerifyReport:
-    """Verify the bundle; raise VerificationFailed listing every problem. ``expect_bundle_digest``:
-    the bundle.json digest the signature step judged (a different bundle.json is a problem)."""
-    on_bytes = None
-    if progress is not None:
-        total = 0
-        try:
-            total = sum(os.path.getsize(os.path.join(root, p)) for p in os.listdir(root))
-        except OSError:
-            total = 0
-        on_bytes = progress("verify", total)
-    if os.path.isdir(root):
-        report = verify_bundle(root, deep=deep, on_bytes=on_bytes, expect_bundle_digest=expect_bundle_digest)
-    else:  # a tar or a set of parts: one sequential read, nothing unpacked (importer/archiveverify.py)
-        report = verify_archive_at(root, on_bytes=on_bytes, expect_bundle_digest=expect_bundle_digest)
+def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory] = None,
+                    deep: bool = True) -> VerifyReport:
+    """Verify the opened bundle against the bundle.json it was opened with (the signature step
+    judged those bytes); raise VerificationFailed listing every problem."""
+    on_bytes = progress("verify", _verify_total(bundle, deep)) if progress is not None else None
+    report = verify_opened(bundle, deep=deep, on_bytes=on_bytes)
     if not report.ok:
         raise VerificationFailed(
-            f"verifying {root}: expected every file to match bundle.json, found {len(report.problems)} problem(s)",
+            f"verifying {bundle.path}: expected every file to match bundle.json, "
+            f"found {len(report.problems)} problem(s)",
             report.problems,
             context="\n".join(str(p) for p in report.problems[:50]),
             hint="nothing was loaded; re-copy the bundle from the source medium (or re-export it) and retry",
@@ -95,8 +77,19 @@ def verify_or_raise(root: str, *, progress: Optional[ProgressFactory] = None,
     return report
 
 
+def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
+    """Bytes verification reads: the whole tar or parts, or every file bundle.json lists."""
+    if bundle.archive is not None:
+        return bundle.archive.size
+    try:
+        manifest = load_bundle_manifest(bundle.raw_bundle_json)
+    except BundleError:
+        return 0  # verification raises the same error, with its message
+    return sum(f.size for f in manifest.files)
+
+
 def import_bundle(
-    root: str,
+    bundle: Union[str, OpenedBundle],
     sink: Sink,
     *,
     force: bool = False,
@@ -112,12 +105,16 @@ def import_bundle(
     (free space); then verify, load, check and tag (:func:`_load_verified`); then drop staging
     tags that runs killed earlier left. ``result`` (if given) is filled in as work proceeds, so
     a caller can still write a receipt when this raises. ``signature``: the result of
-    :func:`check_signature` when the caller already ran it first. Order: docs/security.md."""
+    :func:`check_signature` when the caller already ran it first. ``bundle``: opened once
+    (importer/opened.py); every step reads it through that one view. Order: docs/security.md."""
     started = time.monotonic()
+    if isinstance(bundle, str):
+        bundle = open_bundle(bundle)
+    root = bundle.path
     res = result or ImportResult(root=root, bundle_digest="", report=VerifyReport(root=root))
     progress = testhooks.wrap_progress(progress)
     # === 1. signature/trust policy, before anything else reads the bundle
-    sig = signature or check_signature(root, trust or TrustPolicy())
+    sig = signature or check_signature(bundle, trust or TrustPolicy())
     res.signature = sig
     res.bundle_digest = sig.bundle_digest
     # === 2. the schema, from exactly the bytes the signature step judged
@@ -135,8 +132,7 @@ def import_bundle(
         preflight.raise_if_short()
         # === 6. verify every byte, load under staging tags, check, tag
         try:
-            _load_verified(root, sink, force=force, progress=progress, result=res,
-                           expect_bundle_digest=sig.bundle_digest, deep=deep)
+            _load_verified(bundle, sink, force=force, progress=progress, result=res, deep=deep)
         except BaseException:  # e.g. SIGINT/SIGTERM after the load: drop this run's staging tags
             _, left = remove_refs(sink, res.staging_refs)
             res.leftovers = sorted(set(res.leftovers) | set(left))
@@ -152,26 +148,25 @@ def import_bundle(
 
 
 def _load_verified(
-    root: str,
+    bundle: OpenedBundle,
     sink: Sink,
     *,
     force: bool = False,
     progress: Optional[ProgressFactory] = None,
     result: Optional[ImportResult] = None,
-    expect_bundle_digest: Optional[str] = None,
     deep: bool = False,
 ) -> ImportResult:
     """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
     started = time.monotonic()
-    res = result or ImportResult(root=root, bundle_digest="", report=VerifyReport(root=root))
-    res.bundle_digest = bundle_digest(root)
+    root = bundle.path  # a tar or parts: the sink reads the opened bundle's archive (bundleinput.sink_for)
+    res = result or ImportResult(root=bundle.path, bundle_digest="", report=VerifyReport(root=bundle.path))
+    res.bundle_digest = str(bundle.digest)
 
     # === verify every byte before touching the engine. A sink whose load stream decompresses each
     # layer once and checks its diff_id and size on the way (aborting the load before the engine
     # can name an image) gets the compressed digests checked here, the diff_ids during the load.
     streams = bool(getattr(sink, "checks_diff_ids_while_loading", False))
-    res.report = verify_or_raise(root, progress=progress, expect_bundle_digest=expect_bundle_digest,
-                                 deep=not streams)
+    res.report = verify_or_raise(bundle, progress=progress, deep=not streams)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
@@ -192,7 +187,7 @@ def _load_verified(
         else:
             to_load.append(image)
         _refuse_tag_conflicts(sink, image, engine, force)
-    if streams and os.path.isdir(root):
+    if streams and bundle.archive is None:
         # layers that will not pass through the load stream (their images are already present)
         # still get their diff_id checked, before anything is loaded
         _check_unstreamed_layers(root, manifest, to_load)
@@ -256,7 +251,7 @@ def _load_verified(
     # === --deep: export every image back out of the engine and hash its layers again
     if deep:
         t_deep = time.monotonic()
-        failures = run_deep(sink, res.checks, root, progress)
+        failures = run_deep(sink, res.checks, bundle.path, progress)
         res.timings["deepSeconds"] = time.monotonic() - t_deep
         if failures:
             ids = [c.found.image_id for c in loaded_checks if c.found is not None]

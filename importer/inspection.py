@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-from importer.archive import ArchiveReader, locate
-from importer.bundlefiles import read_bundle_file
 from importer.digest import Digest
-from importer.errors import ManifestError
 from importer.legacy import load_legacy_manifest
-from importer.limits import MAX_BUNDLE_JSON, parse_json, read_file_limited
-from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest, parse_schema_version
+from importer.manifest import load_bundle_manifest
+from importer.opened import open_bundle
 
 
 def inspect_bundle(root: str) -> Dict[str, Any]:
     """``root`` is a bundle folder, a bundle tar or its parts index (bundle.json read in place)."""
-    signed: Optional[bool] = None
-    if locate(root).kind == "folder":
-        if not os.path.isfile(os.path.join(root, BUNDLE_JSON)):
-            raise ManifestError(f"inspecting {root}: expected {BUNDLE_JSON} in the folder, found none",
-                                hint="pass the folder `bundle export -o` wrote, or its .tar / .tar.parts.json")
-        raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
-    else:
-        reader = ArchiveReader(root)
-        raw = read_bundle_file(reader, BUNDLE_JSON, MAX_BUNDLE_JSON, BUNDLE_JSON)
-        signed = SIGNATURE_FILE in reader.members()
-    major, _ = parse_schema_version(parse_json(raw, BUNDLE_JSON))
+    bundle = open_bundle(root)
+    raw = bundle.raw_bundle_json
+    signed = bundle.raw_signature is not None
+    major = bundle.schema_major()
     if major in (1, 2):
         return _inspect_legacy(root, raw, major)
     manifest = load_bundle_manifest(raw)
@@ -54,13 +44,13 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
         {"digest": str(d), "images": names} for d, names in users.items() if len(names) > 1
     ]
     return {
-        "bundle": os.path.abspath(root),
-        "bundleDigest": str(Digest.of_bytes(raw)),
+        "bundle": bundle.path,
+        "bundleDigest": str(bundle.digest),
         "schemaVersion": manifest.schema_version,
         "created": manifest.created,
         "toolVersion": manifest.tool_version,
         "source": manifest.source,
-        "signed": os.path.exists(os.path.join(root, SIGNATURE_FILE)) if signed is None else signed,
+        "signed": signed,
         "images": images,
         "sharedLayers": shared,
         "delta": None if not manifest.is_delta else {

@@ -9,7 +9,6 @@ import os
 import zlib
 from typing import Any, BinaryIO, Iterator, List, Tuple, Type
 
-from importer.bundlefiles import BundleRoot, open_bundle_file
 from importer.compression import _zstd_module, open_decompressed
 from importer.digest import CHUNK, Digest
 from importer.errors import (
@@ -21,6 +20,7 @@ from importer.errors import (
 )
 from importer.manifest import LayerRecord
 from importer.mediatypes import compression_of
+from importer.opened import BundleRoot, open_bundle_file
 
 
 class HashingReader:

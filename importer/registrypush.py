@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from importer.bundlefiles import BundleRoot, open_bundle_file, read_bundle_file
 from importer.digest import Digest
 from importer.errors import DigestMismatch, PolicyRejected, UsageError
 from importer.limits import MAX_CONFIG, MAX_MANIFEST
 from importer.manifest import BundleManifest, ImageRecord
+from importer.opened import BundleRoot, open_bundle_file, read_bundle_file
 from importer.registry import Destination, RegistryClient, map_ref
 from importer.registrydelta import DeltaPlan, external_blobs, mount_external, plan_external
 from importer.threads import each as _each

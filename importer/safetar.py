@@ -184,7 +184,10 @@ def normalize_name(name: str, what: str, *, field_name: str = "path") -> str:
 class SafeTarReader:
     """Iterate the checked members of a tar stream; :meth:`read` the current one's data."""
 
-    def __init__(self, fileobj: Any, policy: TarPolicy = BUNDLE_POLICY, *, what: str = "archive") -> None:
+    def __init__(self, fileobj: Any, policy: TarPolicy = BUNDLE_POLICY, *, what: str = "archive",
+                 seek_over_data: bool = False) -> None:
+        """``seek_over_data``: skip member data by seeking (an index of a file read in place; the
+        caller checks that every member lies within the file)."""
         self._f = fileobj
         self.policy = policy
         self.what = what
@@ -197,6 +200,7 @@ class SafeTarReader:
         self._symlinks: Set[str] = set()
         self._global: Dict[str, str] = {}
         self._done = False
+        self._seekable = seek_over_data
 
     # --- raw reads
     def _read_exact(self, n: int, doing: str) -> bytes:
@@ -213,6 +217,10 @@ class SafeTarReader:
         return b"".join(chunks)
 
     def _skip(self, n: int) -> None:
+        if n > 0 and self._seekable:  # an index of a file read in place: no need to read the data
+            self._f.seek(n, os.SEEK_CUR)
+            self.position += n
+            return
         while n > 0:
             data = self._f.read(min(CHUNK, n))
             if not data:

@@ -32,16 +32,18 @@ import json
 import os
 import re
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from importer.digest import Digest
 from importer.engines import run
-from importer.errors import BundleError, ManifestError, PolicyRejected, UsageError
-from importer.limits import MAX_BUNDLE_JSON, MAX_SIGNATURE, read_limited
+from importer.errors import BundleError, PolicyRejected, UsageError
+from importer.limits import read_limited
 from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE
+
+if TYPE_CHECKING:
+    from importer.opened import OpenedBundle
 
 SIGNATURE_MEDIA_TYPE = "application/vnd.sneakernet.signature.v1+json"
 ALGORITHM = "ed25519"
@@ -329,30 +331,11 @@ class SignatureCheck:
         return "signature: none (pass --require-signature to refuse unsigned bundles)"
 
 
-def _read_regular(path: str, limit: int, what: str) -> bytes:
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise BadSignature(f"reading {what}: expected a regular file, found a link or special file",
-                           hint="re-copy the bundle without links")
-    with open(path, "rb") as f:
-        return read_limited(f, limit, what)
-
-
-def check_signature(root: str, policy: TrustPolicy) -> SignatureCheck:
-    """The first step of every import from a bundle folder: read bundle.json once (bounded)
-    and apply the trust policy to it. Raises a PolicyRejected subclass, or
-    SignatureVerifierUnavailable."""
-    bj_path = os.path.join(root, BUNDLE_JSON)
-    if not os.path.isfile(bj_path):
-        raise ManifestError(
-            f"reading {bj_path}: expected a sneakernet bundle manifest, found no file",
-            hint="point the importer at the bundle folder (the one holding bundle.json)",
-        )
-    with open(bj_path, "rb") as f:
-        raw = read_limited(f, MAX_BUNDLE_JSON, BUNDLE_JSON)
-    sig_path = os.path.join(root, SIGNATURE_FILE)
-    raw_sig = _read_regular(sig_path, MAX_SIGNATURE, SIGNATURE_FILE) if os.path.lexists(sig_path) else None
-    return check_signature_bytes(raw, raw_sig, policy, where=root)
+def check_signature(bundle: OpenedBundle, policy: TrustPolicy) -> SignatureCheck:
+    """The first step of every import: the trust policy over the bundle.json and signature bytes
+    read when the bundle was opened (importer/opened.py), the very bytes every later step uses.
+    Raises a PolicyRejected subclass, or SignatureVerifierUnavailable."""
+    return check_signature_bytes(bundle.raw_bundle_json, bundle.raw_signature, policy, where=bundle.path)
 
 
 def check_signature_bytes(raw: bytes, raw_sig: Optional[bytes], policy: TrustPolicy, *,

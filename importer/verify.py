@@ -30,6 +30,7 @@ from importer.manifest import (
     load_bundle_manifest,
 )
 from importer.mediatypes import REF_NAME_ANNOTATION
+from importer.opened import open_bundle
 from importer.problems import Problem
 from importer.sums import parse_sums
 
@@ -84,10 +85,11 @@ def verify_bundle(
     deep: bool = True,
     workers: Optional[int] = None,
     on_bytes: Optional[ProgressFn] = None,
-    expect_bundle_digest: Optional[str] = None,
+    raw_bundle_json: Optional[bytes] = None,
 ) -> VerifyReport:
     """Verify the bundle folder ``root``; returns a report listing every problem.
-    ``expect_bundle_digest``: the bundle.json digest an earlier step (the signature) judged.
+    ``raw_bundle_json``: the bundle.json bytes read when the bundle was opened (importer/opened.py),
+    the ones the signature step judged; without it bundle.json is read here.
 
     Raises only for a bundle.json that cannot be used at all (ManifestError and subclasses,
     including an unsupported schema version)."""
@@ -107,18 +109,10 @@ def verify_bundle(
             add(Problem("sums-invalid", SUMS_FILE, text))
 
     # === bundle.json (bounded read, then schema rules)
-    bj_path = os.path.join(root, BUNDLE_JSON)
-    if not os.path.isfile(bj_path):
-        raise ManifestError(
-            f"reading {bj_path}: expected a sneakernet bundle manifest, found no file",
-            hint="point the importer at the bundle folder (the one holding bundle.json)",
-        )
-    raw_bj = read_file_limited(bj_path, limits.MAX_BUNDLE_JSON, BUNDLE_JSON)
+    if raw_bundle_json is None:
+        raw_bundle_json = open_bundle(root).raw_bundle_json
+    raw_bj = raw_bundle_json
     bj_digest = Digest.of_bytes(raw_bj)
-    if expect_bundle_digest is not None and str(bj_digest) != expect_bundle_digest:
-        add(Problem("digest-mismatch", BUNDLE_JSON,
-                    f"expected {expect_bundle_digest} (what the signature step checked), found {bj_digest}: "
-                    "the file changed during the import"))
     if BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
         add(Problem("digest-mismatch", BUNDLE_JSON,
                     f"SHA256SUMS says {sums[BUNDLE_JSON]}, the file hashes to {bj_digest}"))

@@ -45,7 +45,7 @@ def test_inspect_reads_a_packed_bundle_in_place_and_names_a_wrong_folder(tmp_pat
     (tmp_path / "empty").mkdir()
     proc = run_cli("bundle", "inspect", str(tmp_path / "empty"))
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"inspecting {tmp_path / 'empty'}: expected bundle.json in the folder, found none" in proc.stderr
+    assert f"opening {tmp_path / 'empty'}: expected bundle.json in the folder, found none" in proc.stderr
 
 
 @pytest.mark.engine

@@ -15,10 +15,10 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from importer.bundlefiles import bundle_json_digest, open_root
 from importer.errors import PostLoadMismatch, UsageError
 from importer.identity import OCI
 from importer.importing import ImportResult, verify_or_raise
+from importer.opened import OpenedBundle
 from importer.postload import ImageCheck, check_image
 from importer.registry import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registryauth import Credentials
@@ -78,21 +78,20 @@ def checks_from_push(report: PushReport) -> List[ImageCheck]:
 
 
 def import_to_registry(
-    bundle: str,
+    bundle: OpenedBundle,
     sink: RegistrySink,
     *,
     force: bool = False,
     progress: Optional[ProgressFactory] = None,
     result: Optional[ImportResult] = None,
-    expect_bundle_digest: Optional[str] = None,
 ) -> ImportResult:
-    """Verify every byte, push, read back and compare; ``result`` is filled in as work proceeds.
-    ``expect_bundle_digest``: the bundle.json a signature step judged."""
+    """Verify every byte of the opened bundle (against the bundle.json the signature step
+    judged), push, read back and compare; ``result`` is filled in as work proceeds."""
     started = time.monotonic()
-    res = result or ImportResult(root=bundle, bundle_digest="", report=VerifyReport(root=bundle))
-    root = open_root(bundle)
-    res.bundle_digest = str(bundle_json_digest(root))
-    res.report = verify_or_raise(bundle, progress=progress, expect_bundle_digest=expect_bundle_digest)
+    res = result or ImportResult(root=bundle.path, bundle_digest="", report=VerifyReport(root=bundle.path))
+    root = bundle.root
+    res.bundle_digest = str(bundle.digest)
+    res.report = verify_or_raise(bundle, progress=progress)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
