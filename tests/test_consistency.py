@@ -30,7 +30,7 @@ from importer.archiveverify import verify_archive
 from importer.sums import parse_sums
 from importer.verify import verify_bundle
 from tests.bundlegen import make_bundle
-from tests.trustkit import regenerate_sums
+from tests.trustkit import regenerate_sums, sums_accept
 
 BLOBS = "blobs/sha256/"
 FAKE_DIFF_ID = "sha256:" + "ab" * 32
@@ -133,6 +133,190 @@ def _assert_both(found: dict[str, list[tuple[str, str]]], problem_id: str, *word
         hits = found.get(f"{where}:{problem_id}")
         assert hits, f"{where}: expected [{problem_id}], found {sorted(found)}"
         assert any(all(w in f"{path}: {msg}" for w in words) for path, msg in hits), (where, hits, words)
+
+
+def test_the_repinned_pristine_bundle_passes(bundle: Path, tmp_path: Path) -> None:
+    """The re-pinning itself introduces no problem (so each case below trips its rule only)."""
+    doc = _doc(bundle)
+    _replace_config(bundle, doc, APP, lambda c: c)
+    _repin(bundle, doc)
+    assert _problems(bundle, tmp_path) == {}
+    assert sums_accept(bundle)
+
+
+# ============================================================================ 1. shared layer records agree
+
+
+def _lie_diff_id(b: Path, doc: dict[str, Any]) -> None:
+    """The app's config and record claim another diffId for the layer it shares with the base."""
+    doc["images"][APP]["layers"][0]["diffId"] = FAKE_DIFF_ID
+    _replace_config(b, doc, APP, lambda c: {**c, "rootfs": {**c["rootfs"],
+                                                           "diff_ids": [FAKE_DIFF_ID, *c["rootfs"]["diff_ids"][1:]]}})
+
+
+def _lie_uncompressed_size(b: Path, doc: dict[str, Any]) -> None:
+    doc["images"][APP]["layers"][0]["uncompressedSize"] += 4096
+
+
+def _lie_media_type(b: Path, doc: dict[str, Any]) -> None:
+    doc["images"][APP]["layers"][0]["mediaType"] = GZIP
+    _replace_manifest(b, doc, APP, lambda m: {**m, "layers": [{**m["layers"][0], "mediaType": GZIP},
+                                                               *m["layers"][1:]]})
+
+
+def _lie_external(b: Path, doc: dict[str, Any]) -> None:
+    doc["schemaVersion"] = "3.1"
+    doc["images"][APP]["layers"][0]["external"] = True
+
+
+def _lie_size(b: Path, doc: dict[str, Any]) -> None:
+    """Both records external (a valid delta so far), but they disagree on the blob's size."""
+    doc["schemaVersion"] = "3.1"
+    for image in doc["images"]:
+        image["layers"][0]["external"] = True
+    (b / BLOBS / doc["images"][BASE]["layers"][0]["digest"][7:]).unlink()
+    doc["images"][APP]["layers"][0]["size"] += 1
+    _replace_manifest(b, doc, APP, lambda m: {**m, "layers": [{**m["layers"][0], "size": m["layers"][0]["size"] + 1},
+                                                               *m["layers"][1:]]})
+
+
+LIES = {"diffId": _lie_diff_id, "uncompressedSize": _lie_uncompressed_size, "mediaType": _lie_media_type,
+        "external": _lie_external, "size": _lie_size}
+
+
+@pytest.mark.parametrize("field", sorted(LIES))
+def test_records_of_a_shared_layer_must_agree(bundle: Path, tmp_path: Path, field: str) -> None:
+    doc = _doc(bundle)
+    LIES[field](bundle, doc)
+    _repin(bundle, doc)
+    found = _problems(bundle, tmp_path)
+    _assert_both(found, "layer-record-conflict", field, "fake/base:1", "fake/app:2",
+                 doc["images"][BASE]["layers"][0]["digest"])
+
+
+# ============================================================================ 2. external only where a delta allows it
+
+
+def test_external_layer_listed_in_files_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """The top layer claims to be external, yet is stored: its diffId check would be skipped, so
+    any bytes could stand there (here: not a layer at all)."""
+    doc = _doc(bundle)
+    doc["schemaVersion"] = "3.1"
+    top = doc["images"][APP]["layers"][2]
+    (bundle / BLOBS / top["digest"][7:]).unlink()
+    desc = _put_blob(bundle, b"not a layer")
+    top.update(desc, external=True)
+    _replace_manifest(bundle, doc, APP, lambda m: {**m, "layers": [*m["layers"][:2], {**m["layers"][2], **desc}]})
+    _repin(bundle, doc)
+    found = _problems(bundle, tmp_path)
+    _assert_both(found, "invalid-external-layer", desc["digest"], "listed in files")
+
+
+def test_external_layer_present_but_unlisted_is_refused(bundle: Path, tmp_path: Path) -> None:
+    doc = _doc(bundle)
+    doc["schemaVersion"] = "3.1"
+    top = doc["images"][APP]["layers"][2]
+    top["external"] = True
+    path = BLOBS + top["digest"][7:]
+    _repin(bundle, doc, unlisted=(path,))
+    found = _problems(bundle, tmp_path, add_members=(path,))
+    _assert_both(found, "invalid-external-layer", top["digest"], "stored in the bundle")
+
+
+def test_external_layer_in_a_full_bundle_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """schemaVersion 3.0 is not a delta: a layer it leaves out is a missing layer, not a base one."""
+    doc = _doc(bundle)
+    assert doc["schemaVersion"] == "3.0"
+    top = doc["images"][APP]["layers"][2]
+    top["external"] = True
+    (bundle / BLOBS / top["digest"][7:]).unlink()
+    _repin(bundle, doc)
+    found = _problems(bundle, tmp_path)
+    _assert_both(found, "invalid-external-layer", top["digest"], "3.0")
+
+
+def test_a_real_delta_still_passes(bundle: Path, tmp_path: Path) -> None:
+    doc = _doc(bundle)
+    doc["schemaVersion"] = "3.1"
+    top = doc["images"][APP]["layers"][2]
+    top["external"] = True
+    (bundle / BLOBS / top["digest"][7:]).unlink()
+    _repin(bundle, doc)
+    assert _problems(bundle, tmp_path) == {}
+
+
+# ============================================================================ 3. JSON documents are objects
+
+
+def _manifest_is_array(b: Path, doc: dict[str, Any]) -> str:
+    _replace_manifest(b, doc, APP, lambda m: [])
+    return BLOBS + doc["images"][APP]["manifest"]["digest"][7:]
+
+
+def _config_is_null(b: Path, doc: dict[str, Any]) -> str:
+    _replace_config(b, doc, APP, lambda c: None)
+    return BLOBS + doc["images"][APP]["config"]["digest"][7:]
+
+
+def _layer_descriptor_is_a_string(b: Path, doc: dict[str, Any]) -> str:
+    _replace_manifest(b, doc, APP, lambda m: {**m, "layers": [*m["layers"], "junk"]})
+    return BLOBS + doc["images"][APP]["manifest"]["digest"][7:]
+
+
+def _config_descriptor_is_an_array(b: Path, doc: dict[str, Any]) -> str:
+    _replace_manifest(b, doc, APP, lambda m: {**m, "config": [m["config"]]})
+    return BLOBS + doc["images"][APP]["manifest"]["digest"][7:]
+
+
+def _index_entry_is_a_number(b: Path, doc: dict[str, Any]) -> str:
+    index = json.loads((b / "index.json").read_text())
+    index["manifests"].append(42)
+    (b / "index.json").write_text(json.dumps(index))
+    return "index.json"
+
+
+def _rootfs_is_an_array(b: Path, doc: dict[str, Any]) -> str:
+    _replace_config(b, doc, APP, lambda c: {**c, "rootfs": [c["rootfs"]]})
+    return BLOBS + doc["images"][APP]["config"]["digest"][7:]
+
+
+NOT_OBJECTS = {f.__name__[1:]: f for f in (_manifest_is_array, _config_is_null, _layer_descriptor_is_a_string,
+                                           _config_descriptor_is_an_array, _index_entry_is_a_number,
+                                           _rootfs_is_an_array)}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_OBJECTS))
+def test_json_documents_must_be_objects(bundle: Path, tmp_path: Path, name: str) -> None:
+    doc = _doc(bundle)
+    path = NOT_OBJECTS[name](bundle, doc)
+    _repin(bundle, doc)
+    assert sums_accept(bundle)
+    found = _problems(bundle, tmp_path)
+    _assert_both(found, "invalid-manifest", path, "expected", "object")
+
+
+# ============================================================================ 4. SHA256SUMS lists every file
+
+
+def _listed(b: Path) -> set[str]:
+    return {f["path"] for f in _doc(b)["files"]} | {"bundle.json"}
+
+
+def test_empty_sums_is_refused(bundle: Path, tmp_path: Path) -> None:
+    (bundle / "SHA256SUMS").write_bytes(b"")
+    found = _problems(bundle, tmp_path)
+    for where in ("folder", "tar"):
+        assert {path for path, _ in found.get(f"{where}:sums-mismatch", [])} == _listed(bundle), where
+
+
+def test_partial_sums_is_refused(bundle: Path, tmp_path: Path) -> None:
+    lines = (bundle / "SHA256SUMS").read_text().splitlines(keepends=True)
+    kept = [x for x in lines if x.endswith("  bundle.json\n") or x.endswith("  index.json\n")]
+    (bundle / "SHA256SUMS").write_text("".join(kept))
+    found = _problems(bundle, tmp_path)
+    for where in ("folder", "tar"):
+        assert {path for path, _ in found.get(f"{where}:sums-mismatch", [])} == \
+            _listed(bundle) - {"bundle.json", "index.json"}, where
 
 
 # ============================================================================ 5. SHA256SUMS split as coreutils does
