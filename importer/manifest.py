@@ -120,6 +120,15 @@ class BundleManifest:
     def major(self) -> int:
         return int(self.schema_version.split(".")[0])
 
+    @property
+    def minor(self) -> int:
+        return int(self.schema_version.split(".")[1])
+
+    @property
+    def may_be_delta(self) -> bool:
+        """Schema 3.1 and later may leave layers out (``external``); 3.0 is always a full bundle."""
+        return (self.major, self.minor) >= (3, 1)
+
     def unique_layers(self) -> List[LayerRecord]:
         """Every distinct layer, stored or external."""
         seen: Dict[Digest, LayerRecord] = {}

@@ -8,7 +8,13 @@ from typing import Dict, Iterable, List, Tuple
 from importer.digest import Digest
 from importer.manifest import safe_relpath
 
-_LINE_RE = re.compile(r"([0-9a-f]{64}) [ *](.+)")
+#: exactly what ``sha256sum -c`` reads, minus its leniencies (leading blanks, a trailing CR, blank
+#: lines, BSD-style lines, escaped names): 64 lowercase hex, a space, a space or '*', the name.
+_LINE_RE = re.compile(r"([0-9a-f]{64}) [ *](.+)", re.DOTALL)
+#: never in a name: C0 controls, DEL, and what str.splitlines() would split on (NEL, U+2028/9)
+_BAD_CHAR_RE = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+#: malformed lines named one by one; past this many, one problem counts the rest
+MAX_LINE_PROBLEMS = 50
 
 
 def format_sums(entries: Iterable[Tuple[str, Digest]]) -> bytes:
@@ -21,16 +27,22 @@ def parse_sums(raw: bytes) -> Tuple[Dict[str, Digest], List[str]]:
     """Parse SHA256SUMS; returns (path -> digest, problems). Unsafe paths are problems."""
     entries: Dict[str, Digest] = {}
     problems: List[str] = []
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return {}, ["SHA256SUMS: expected UTF-8 text, found binary data"]
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+    # coreutils splits on LF and nothing else; the writer ends every line with one
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for number, raw_line in enumerate(lines, 1):
+        try:
+            line = raw_line.decode("utf-8")
+        except UnicodeDecodeError:
+            problems.append(f"SHA256SUMS line {number}: expected UTF-8 text, found {raw_line[:120]!r}")
             continue
         m = _LINE_RE.fullmatch(line)
-        if m is None:
-            problems.append(f"SHA256SUMS line {number}: expected '<64 hex>  <path>', found {line[:120]!r}")
+        bad = _BAD_CHAR_RE.search(line)
+        if m is None or bad is not None:
+            what = f"a control or line-separator character {bad.group()!r} in" if bad else "a malformed line"
+            problems.append(f"SHA256SUMS line {number}: expected '<64 lowercase hex>  <path>' ending in LF, "
+                            f"found {what} {line[:120]!r}")
             continue
         path = m.group(2)
         if not safe_relpath(path):
@@ -40,4 +52,7 @@ def parse_sums(raw: bytes) -> Tuple[Dict[str, Digest], List[str]]:
             problems.append(f"SHA256SUMS line {number}: {path!r} is listed twice")
             continue
         entries[path] = Digest.from_hex(m.group(1))
+    if len(problems) > MAX_LINE_PROBLEMS:
+        rest = len(problems) - MAX_LINE_PROBLEMS
+        problems[MAX_LINE_PROBLEMS:] = [f"SHA256SUMS: {rest} more malformed line(s) not shown"]
     return entries, problems

@@ -1,8 +1,11 @@
 """verify_bundle(): check every byte of a bundle folder before anything touches an engine.
 
-Order: SHA256SUMS and bundle.json agree on every file; no file is missing or unlisted; every
-file's size and digest match (in parallel across cores); every layer decompresses within its
-recorded size to its diff_id (``deep``); index.json, manifests and configs agree with bundle.json.
+Order: SHA256SUMS lists exactly the files of bundle.json, with its digests; bundle.json's records
+agree with each other (``check_records``); no file is missing or unlisted; every file's size and
+digest match (in parallel across cores); every layer decompresses within its recorded size to its
+diff_id (``deep``); index.json, manifests and configs are the JSON objects the OCI spec requires
+and agree with bundle.json. ``check_sums_listing``, ``check_records`` and ``_check_layout`` are
+shared with the archive verifier (importer/archiveverify.py).
 Every problem is collected; nothing stops at the first one.
 """
 
@@ -13,7 +16,7 @@ import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from importer import limits
 from importer.digest import Digest, hash_file
@@ -98,7 +101,7 @@ def verify_bundle(
     add = report.problems.append
 
     # === SHA256SUMS
-    sums: Dict[str, Digest] = {}
+    sums: Optional[Dict[str, Digest]] = None
     sums_path = os.path.join(root, SUMS_FILE)
     if not os.path.isfile(sums_path):
         add(Problem("missing-file", SUMS_FILE, "expected the checksum list, found no file"))
@@ -113,7 +116,7 @@ def verify_bundle(
         raw_bundle_json = open_bundle(root).raw_bundle_json
     raw_bj = raw_bundle_json
     bj_digest = Digest.of_bytes(raw_bj)
-    if BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
+    if sums is not None and BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
         add(Problem("digest-mismatch", BUNDLE_JSON,
                     f"SHA256SUMS says {sums[BUNDLE_JSON]}, the file hashes to {bj_digest}"))
     try:
@@ -131,16 +134,9 @@ def verify_bundle(
     listed: Set[str] = set(expected) | {BUNDLE_JSON}
     if SIGNATURE_FILE in on_disk:
         listed.add(SIGNATURE_FILE)
-    if sums:
-        for path in sorted(listed - set(sums)):
-            add(Problem("sums-mismatch", path, "expected a line in SHA256SUMS, found none"))
-        for path in sorted(set(sums) - listed):
-            add(Problem("sums-mismatch", path,
-                        "SHA256SUMS lists it, bundle.json does not (edited SHA256SUMS?)"))
-        for path, digest in sorted(expected.items()):
-            if path in sums and sums[path] != digest:
-                add(Problem("sums-mismatch", path,
-                            f"bundle.json pins {digest}, SHA256SUMS says {sums[path]}"))
+    if sums is not None:
+        check_sums_listing(sums, expected, listed, add)
+    check_records(manifest, set(on_disk), add)
     for path, st in sorted(on_disk.items()):
         if path in listed or path == SUMS_FILE:
             if not stat.S_ISREG(st.st_mode):
@@ -216,6 +212,67 @@ def verify_bundle(
     return report
 
 
+def check_sums_listing(sums: Dict[str, Digest], expected: Dict[str, Digest], listed: Set[str],
+                       add: Callable[[Problem], None]) -> None:
+    """SHA256SUMS lists exactly ``listed`` (every file of bundle.json, bundle.json itself, the
+    signature when there is one) with bundle.json's digests: an empty or partial list is refused,
+    one problem per missing or extra line (folder and archive verification alike)."""
+    for path in sorted(listed - set(sums)):
+        add(Problem("sums-mismatch", path, "expected a line in SHA256SUMS, found none"))
+    for path in sorted(set(sums) - listed):
+        add(Problem("sums-mismatch", path, "SHA256SUMS lists it, bundle.json does not (edited SHA256SUMS?)"))
+    for path, digest in sorted(expected.items()):
+        if path in sums and sums[path] != digest:
+            add(Problem("sums-mismatch", path, f"bundle.json pins {digest}, SHA256SUMS says {sums[path]}"))
+
+
+_RECORD_FIELDS = (("mediaType", "media_type"), ("size", "size"), ("diffId", "diff_id"),
+                  ("uncompressedSize", "uncompressed_size"), ("external", "external"))
+
+
+def check_records(manifest: BundleManifest, present: Set[str], add: Callable[[Problem], None]) -> None:
+    """bundle.json's records agree with each other (folder and archive verification alike).
+
+    Every record of one layer blob (same digest, in any image) carries the same mediaType, size,
+    diffId, uncompressedSize and external flag: only one of them is checked against the bytes.
+    ``external`` appears only in a delta bundle (schema 3.1+), on a layer that is neither listed
+    in ``files`` nor stored (``present``: the paths the bundle holds), whose diffId check it skips.
+    """
+    first: Dict[Digest, Tuple[str, LayerRecord]] = {}
+    external: Dict[Digest, str] = {}
+    for image in manifest.images:
+        for i, layer in enumerate(image.layers):
+            where = f"{image.name} (layer {i + 1}/{len(image.layers)})"
+            if layer.external:
+                external.setdefault(layer.digest, where)
+            seen = first.setdefault(layer.digest, (where, layer))
+            for name, attr in _RECORD_FIELDS:
+                ours, theirs = getattr(seen[1], attr), getattr(layer, attr)
+                if ours != theirs:
+                    add(Problem("layer-record-conflict", layer.digest.blob_path,
+                                f"layer {layer.digest}: expected every record of the blob to agree, found {name} "
+                                f"{_shown(ours)} in {seen[0]} and {_shown(theirs)} in {where}"))
+    listed = {f.path for f in manifest.files}
+    for digest, where in external.items():
+        path = digest.blob_path
+        if not manifest.may_be_delta:
+            add(Problem("invalid-external-layer", path,
+                        f"layer {digest} of {where} is marked external: expected schemaVersion 3.1 or later "
+                        f"(a delta bundle), found {manifest.schema_version} (a full bundle leaves no layer out)"))
+        if path in listed:
+            add(Problem("invalid-external-layer", path,
+                        f"layer {digest} of {where} is marked external: expected it left out of the bundle, "
+                        "found it listed in files (its diffId would go unchecked)"))
+        elif path in present:
+            add(Problem("invalid-external-layer", path,
+                        f"layer {digest} of {where} is marked external: expected it left out of the bundle, "
+                        "found it stored in the bundle"))
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _layer_names(manifest: BundleManifest) -> Dict[Digest, str]:
     names: Dict[Digest, str] = {}
     for image in manifest.images:
@@ -224,30 +281,69 @@ def _layer_names(manifest: BundleManifest) -> Dict[Digest, str]:
     return names
 
 
+#: what _read_json returns for a document it did not read (absent, damaged, or not JSON)
+_UNREAD: Any = object()
+
+
 def _read_json(root: str, path: str, limit: int, bad: Set[str], add: Callable[[Problem], None]) -> Any:
     if path in bad or not os.path.isfile(os.path.join(root, path)):
-        return None
+        return _UNREAD
     try:
         return parse_json(read_file_limited(os.path.join(root, path), limit, path), path)
     except BundleError as e:
         add(_problem_of(e, path))
-        return None
+        return _UNREAD
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of a parsed value, as messages name it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _descriptor_issue(value: Any, where: str) -> Optional[str]:
+    """Why ``value`` is not an OCI descriptor object (its annotations and platform objects too)."""
+    if not isinstance(value, dict):
+        return f"expected {where} to be a descriptor object, found {_kind(value)}"
+    for key in ("annotations", "platform"):
+        if key in value and not isinstance(value[key], dict):
+            return f"expected {where}.{key} to be an object, found {_kind(value[key])}"
+    return None
 
 
 def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Callable[[Problem], None]) -> None:
+    """The OCI layout agrees with bundle.json; every JSON document is the object the OCI image
+    spec says it is (index.json, manifests, configs, the descriptors inside them, rootfs).
+    Shared by folder and archive verification (the archive's documents are written to a temp dir)."""
     for required in ("oci-layout", "index.json"):
         if required not in {f.path for f in manifest.files}:
             add(Problem("invalid-layout", required, "expected it listed in bundle.json (an OCI layout needs it), "
                         "found no entry"))
     layout = _read_json(root, "oci-layout", 4096, bad, add)
-    if layout is not None and (not isinstance(layout, dict) or layout.get("imageLayoutVersion") != "1.0.0"):
+    if layout is not _UNREAD and (not isinstance(layout, dict) or layout.get("imageLayoutVersion") != "1.0.0"):
         add(Problem("invalid-layout", "oci-layout", f"expected imageLayoutVersion 1.0.0, found {layout!r}"[:200]))
     index = _read_json(root, "index.json", limits.MAX_INDEX, bad, add)
     entries: List[Any] = []
-    if isinstance(index, dict) and isinstance(index.get("manifests"), list):
-        entries = index["manifests"]
-    elif index is not None:
+    if index is _UNREAD:
+        pass
+    elif not isinstance(index, dict):
+        add(Problem("invalid-manifest", "index.json",
+                    f"expected a JSON object (an OCI image index), found {_kind(index)}"))
+    elif not isinstance(index.get("manifests"), list):
         add(Problem("invalid-layout", "index.json", "expected an OCI index with a manifests array"))
+    else:
+        entries = index["manifests"]
+        for k, entry in enumerate(entries):
+            issue = _descriptor_issue(entry, f"manifests[{k}]")
+            if issue is not None:
+                add(Problem("invalid-manifest", "index.json", issue))
     for image in manifest.images:
         _check_image(root, image, entries, bad, add)
 
@@ -265,24 +361,57 @@ def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str
     for ref in image.refs:
         if ref not in refs_in_index:
             add(Problem("invalid-layout", "index.json", f"expected ref.name {ref!r} on {mdigest}, found none"))
-    doc = _read_json(root, image.manifest.digest.blob_path, limits.MAX_MANIFEST, bad, add)
-    if isinstance(doc, dict):
-        config: Dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
-        if config.get("digest") != str(image.config.digest) or config.get("size") != image.config.size:
-            found = config.get("digest")
-            add(Problem("invalid-layout", image.manifest.digest.blob_path,
-                        f"manifest of {image.name}: expected config {image.config.digest}, found {found}"))
-        layers: List[Any] = doc["layers"] if isinstance(doc.get("layers"), list) else []
-        got = [(x.get("digest"), x.get("size"), x.get("mediaType")) for x in layers if isinstance(x, dict)]
-        want = [(str(x.digest), x.size, x.media_type) for x in image.layers]
-        if got != want:
-            add(Problem("invalid-layout", image.manifest.digest.blob_path,
-                        f"manifest of {image.name}: its layers differ from bundle.json"))
-    cfg = _read_json(root, image.config.digest.blob_path, limits.MAX_CONFIG, bad, add)
-    if isinstance(cfg, dict):
-        rootfs: Dict[str, Any] = cfg["rootfs"] if isinstance(cfg.get("rootfs"), dict) else {}
-        diff_ids = rootfs.get("diff_ids")
-        want_ids = [str(x.diff_id) for x in image.layers]
-        if diff_ids != want_ids:
-            add(Problem("diffid-mismatch", image.config.digest.blob_path,
-                        f"config of {image.name}: rootfs.diff_ids differ from bundle.json's layers"))
+    mpath = image.manifest.digest.blob_path
+    doc = _read_json(root, mpath, limits.MAX_MANIFEST, bad, add)
+    if doc is _UNREAD:
+        pass
+    elif not isinstance(doc, dict):
+        add(Problem("invalid-manifest", mpath,
+                    f"manifest of {image.name}: expected a JSON object (an OCI image manifest), found {_kind(doc)}"))
+    else:
+        _check_manifest_doc(image, doc, mpath, add)
+    cpath = image.config.digest.blob_path
+    cfg = _read_json(root, cpath, limits.MAX_CONFIG, bad, add)
+    if cfg is _UNREAD:
+        return
+    if not isinstance(cfg, dict):
+        add(Problem("invalid-manifest", cpath,
+                    f"config of {image.name}: expected a JSON object (an OCI image config), found {_kind(cfg)}"))
+        return
+    rootfs = cfg.get("rootfs")
+    if not isinstance(rootfs, dict):
+        add(Problem("invalid-manifest", cpath,
+                    f"config of {image.name}: expected rootfs to be an object, found {_kind(rootfs)}"))
+    elif rootfs.get("diff_ids") != [str(x.diff_id) for x in image.layers]:
+        add(Problem("diffid-mismatch", cpath,
+                    f"config of {image.name}: rootfs.diff_ids differ from bundle.json's layers"))
+
+
+def _check_manifest_doc(image: ImageRecord, doc: Dict[str, Any], mpath: str, add: Callable[[Problem], None]) -> None:
+    """An image manifest object: its config and layer descriptors are objects and match bundle.json."""
+    issues: List[str] = []
+    config = doc.get("config")
+    issue = _descriptor_issue(config, "config")
+    if issue is not None:
+        issues.append(issue)
+    layers = doc.get("layers")
+    if not isinstance(layers, list):
+        issues.append(f"expected layers to be an array of descriptor objects, found {_kind(layers)}")
+        layers = []
+    for k, layer in enumerate(layers):
+        issue = _descriptor_issue(layer, f"layers[{k}]")
+        if issue is not None:
+            issues.append(issue)
+    if "annotations" in doc and not isinstance(doc["annotations"], dict):
+        issues.append(f"expected annotations to be an object, found {_kind(doc['annotations'])}")
+    for text in issues:
+        add(Problem("invalid-manifest", mpath, f"manifest of {image.name}: {text}"))
+    if issues or not isinstance(config, dict):
+        return
+    if config.get("digest") != str(image.config.digest) or config.get("size") != image.config.size:
+        add(Problem("invalid-layout", mpath,
+                    f"manifest of {image.name}: expected config {image.config.digest}, found {config.get('digest')}"))
+    got = [(x.get("digest"), x.get("size"), x.get("mediaType")) for x in layers]
+    want = [(str(x.digest), x.size, x.media_type) for x in image.layers]
+    if got != want:
+        add(Problem("invalid-layout", mpath, f"manifest of {image.name}: its layers differ from bundle.json"))
