@@ -45,6 +45,12 @@ class InvalidReference(UsageError):
     reference = "invalid-reference"
 
 
+class UnwritableDestination(UsageError):
+    """``copy SRC DST``: DST cannot be written (permissions, no space, a link or special file in it)."""
+
+    reference = "unwritable-destination"
+
+
 class IntegrityError(BundleError):
     """Bytes on disk differ from what the bundle pins."""
 
@@ -70,6 +76,19 @@ class DiffIDMismatch(IntegrityError):
 
 class MissingBlob(IntegrityError):
     reference = "missing-file"
+
+
+class NotRegularFile(IntegrityError):
+    """A path the bundle names is a symbolic link, folder, FIFO, device or socket (or goes
+    through a linked folder): a bundle holds regular files only, and nothing is read through a link."""
+
+    reference = "not-a-regular-file"
+
+
+class UnreadableFile(IntegrityError):
+    """A file of the bundle is there but cannot be read (permissions, I/O error)."""
+
+    reference = "unreadable-file"
 
 
 class DecompressFailed(IntegrityError):

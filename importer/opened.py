@@ -10,14 +10,13 @@ files are opened without following links (docs/security.md)."""
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from typing import BinaryIO, Optional, Type, Union
 
 from importer.archive import ArchiveReader, locate
 from importer.digest import Digest
-from importer.errors import BundleError, ManifestError
+from importer.errors import BundleError, ManifestError, MissingBlob, NotRegularFile
+from importer.fsutil import open_regular
 from importer.limits import MAX_BUNDLE_JSON, MAX_SIGNATURE, parse_json, read_limited
 from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, parse_schema_version
 from importer.signature import BadSignature
@@ -105,11 +104,9 @@ def reader_read(reader: ArchiveReader, rel: str, limit: int) -> bytes:
 def _read_folder_file(root: str, rel: str, limit: int, refused: Type[BundleError]) -> Optional[bytes]:
     """A small file directly in the bundle folder: a regular file (no link followed), bounded.
     bundle.json (``refused`` is ManifestError) must exist; the signature (BadSignature) may not."""
-    path = os.path.join(root, rel)
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
+        f = open_regular(os.path.join(root, rel), f"reading {rel}", root=root)
+    except MissingBlob:
         if refused is not ManifestError:
             return None
         raise ManifestError(
@@ -117,23 +114,16 @@ def _read_folder_file(root: str, rel: str, limit: int, refused: Type[BundleError
             hint="pass the folder `bundle export -o` wrote (the one holding bundle.json), or its .tar / "
             ".tar.parts.json",
         ) from None
-    except OSError as e:
-        what = "a symlink" if e.errno == errno.ELOOP else e.strerror
-        raise refused(f"reading {path}: expected a regular file, found {what}",
-                            hint="copy the bundle again without links (cp -r, not cp -s)") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise refused(f"reading {path}: expected a regular file, found a "
-                                f"{'folder' if stat.S_ISDIR(st.st_mode) else 'special file'}",
-                                hint="copy the bundle again without links or special files")
+    except NotRegularFile as e:
+        raise refused(e.message, hint="copy the bundle again without links or special files") from None
+    with f:
         return read_limited(f, limit, rel)
 
 
 def open_bundle_file(root: BundleRoot, rel: str) -> BinaryIO:
     """Open the bundle file ``rel`` (a relative POSIX path) for reading; the caller closes it."""
     if isinstance(root, str):
-        return open(os.path.join(root, rel), "rb")
+        return open_regular(os.path.join(root, rel), f"reading {rel}", root=root)
     return root.open(rel)  # type: ignore[return-value]
 
 
