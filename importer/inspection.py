@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 from importer.archive import ArchiveReader, locate
 from importer.bundlefiles import read_bundle_file
 from importer.digest import Digest
-from importer.errors import ManifestError
+from importer.errors import ManifestError, UnreadableFile
 from importer.legacy import load_legacy_manifest
 from importer.limits import MAX_BUNDLE_JSON, parse_json, read_file_limited
 from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest, parse_schema_version
@@ -21,7 +21,10 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
         if not os.path.isfile(os.path.join(root, BUNDLE_JSON)):
             raise ManifestError(f"inspecting {root}: expected {BUNDLE_JSON} in the folder, found none",
                                 hint="pass the folder `bundle export -o` wrote, or its .tar / .tar.parts.json")
-        raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+        try:
+            raw = read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+        except OSError as e:
+            raise UnreadableFile.of(e, os.path.join(root, BUNDLE_JSON), doing="inspecting") from e
     else:
         reader = ArchiveReader(root)
         raw = read_bundle_file(reader, BUNDLE_JSON, MAX_BUNDLE_JSON, BUNDLE_JSON)
