@@ -16,16 +16,17 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from bundle.export import export_images
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
-from importer.cli import render_error
-from importer.errors import BundleError
+from importer.errors import BundleError, os_error
 from importer.inspection import inspect_bundle
 from importer.manifest import BundleManifest
 from importer.progress import human_bytes
+from importer.text import printable, render_error
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +155,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _t(value: object, style: str = "") -> Text:
+    """A bundle field or file name for rich: control characters escaped (importer/text.py), and
+    as a Text, so that rich reads no markup (``[/bold]``) or emoji codes in it."""
+    return Text(printable(str(value)), style=style)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     info = inspect_bundle(args.bundle)
     if args.json:
@@ -162,32 +169,41 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)
-    console.print(f"[bold]{info['bundle']}[/bold]  schema {info['schemaVersion']}  created {info['created']}"
-                  f"  by sneakernet {info['toolVersion']}  signed: {'yes' if info['signed'] else 'no'}")
+    console.print(Text.assemble(
+        _t(info["bundle"], "bold"), f"  schema {printable(str(info['schemaVersion']))}  created ",
+        _t(info["created"]), "  by sneakernet ", _t(info["toolVersion"]),
+        f"  signed: {'yes' if info['signed'] else 'no'}"))
     table = Table("IMAGE", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
     for image in info["images"]:
         shared = sum(1 for layer in image["layers"] if layer["sharedWith"])
-        table.add_row(", ".join(image["refs"]) or "(untagged)", image["configDigest"][:19],
+        table.add_row(_t(", ".join(image["refs"]) or "(untagged)"), _t(image["configDigest"][:19]),
                       str(len(image["layers"])), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))
     console.print(table)
     if info.get("delta"):
-        console.print(f"[bold]delta bundle[/bold]: the offline host must already hold "
-                      f"{len(info['delta']['requires'])} layer(s):")
+        console.print(Text.assemble(("delta bundle", "bold"), ": the offline host must already hold "
+                                    f"{len(info['delta']['requires'])} layer(s):"))
         for req in info["delta"]["requires"]:
-            console.print(f"  {req['diffId']}  ({human_bytes(req['uncompressedSize'])}, used by "
-                          f"{', '.join(req['usedBy'])})")
+            console.print(Text.assemble(
+                "  ", _t(req["diffId"]), f"  ({human_bytes(req['uncompressedSize'])}, used by ",
+                _t(", ".join(req["usedBy"])), ")"))
     totals = info["totals"]
-    console.print(f"{totals['files']} files, {human_bytes(totals['bytes'])} on disk; "
-                  f"{totals['uniqueLayers']} unique layers, {human_bytes(totals['uncompressedBytes'])} uncompressed")
+    console.print(Text(f"{totals['files']} files, {human_bytes(totals['bytes'])} on disk; "
+                       f"{totals['uniqueLayers']} unique layers, {human_bytes(totals['uncompressedBytes'])} "
+                       "uncompressed"))
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        rc: int = args.handler(args)
-        return rc
+        try:
+            rc: int = args.handler(args)
+            return rc
+        except OSError as e:  # a file that could not be read or written: typed, naming it
+            if args.debug:
+                raise
+            raise os_error(e, getattr(args, "bundle", None)) from e
     except BundleError as e:
         if args.debug:
             raise
@@ -196,5 +212,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("error[interrupted]: stopped by the user", file=sys.stderr)
         return 130
-
-
+    except Exception as e:  # the last resort: never a bare traceback for users
+        if args.debug:
+            raise
+        print(printable(f"error[internal]: {type(e).__name__}: {e}"), file=sys.stderr)
+        print("hint: this is a bug in bundle; re-run with --debug and report the traceback", file=sys.stderr)
+        return 1

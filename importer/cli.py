@@ -9,12 +9,11 @@ import argparse
 import json
 import os
 import sys
-import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
 from importer.bundleinput import sink_for
-from importer.errors import BundleError, UsageError, VerificationFailed
+from importer.errors import BundleError, UsageError, VerificationFailed, os_error
 from importer.importing import ImportResult, import_bundle, verify_or_raise
 from importer.legacy import (
     load_legacy_manifest,
@@ -32,6 +31,7 @@ from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
 from importer.sinks.registry import add_registry_arguments, import_to_registry, registry_sink
 from importer.smoke.cli import add_smoke_arguments, smoke_after_import
 from importer.smoke.cli import main as smoke_main
+from importer.text import printable, render_error
 from importer.verify import VerifyReport
 
 EXIT_OK = 0
@@ -125,7 +125,7 @@ def _signature_first(args: argparse.Namespace, bundle: OpenedBundle) -> Signatur
     policy = TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature))
     sig = check_signature(bundle, policy)
     if not args.quiet:
-        print(sig.line(), file=sys.stderr)
+        _say(sig.line())
     return sig
 
 
@@ -167,7 +167,7 @@ def make_sink(args: argparse.Namespace) -> Any:
     sink, why = choose_sink(EngineOptions.from_args(args))
     args.selected_by = why
     if not args.engine:
-        print(f"engine: {sink.kind} (chosen because {why})", file=sys.stderr)
+        _say(f"engine: {sink.kind} (chosen because {why})")
     return sink
 
 
@@ -201,16 +201,20 @@ def cmd_import(args: argparse.Namespace) -> int:
             import_legacy_bundle(bundle.path, sink, force=args.force, result=result, raw_bundle_json=raw,
                                  major=major, lock_wait=args.wait_lock, signature_line=sig.line(),
                                  deep=bool(getattr(args, "deep", False)),
-                                 on_notice=lambda line: print(line, file=sys.stderr))
+                                 on_notice=_say)
         elif sink.kind == "registry":  # push, read back (importer/sinks/registry.py)
             import_to_registry(bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
         else:
             import_bundle(bundle, sink_for(bundle, sink), force=args.force,
                           progress=_progress(args.quiet), result=result,
                           signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
-                          on_notice=lambda line: print(line, file=sys.stderr))
+                          on_notice=_say)
     except BundleError as e:
         error = e
+    except OSError as e:  # typed here too, so that the receipt records it
+        if args.debug:
+            raise
+        error = os_error(e, args.bundle)
     except KeyboardInterrupt as e:
         error = stop_error(e, "importing")
         error.message += ("; NOT everything this run loaded could be removed (listed below)" if result.leftovers
@@ -227,13 +231,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     elif result.checks and not args.json:
         print(render_table(result.checks))
     if receipt_path and not args.json:
-        print(f"receipt: {receipt_path}", file=sys.stderr)
+        _say(f"receipt: {receipt_path}")
     if result.leftovers:
         host = f" -H {result.engine.address}" if result.engine else ""
         left = " ".join(result.leftovers)
         remove = {"containerd": "ctr images rm", "podman": "podman rmi", "oci": "(edit index.json of)"}.get(
             result.engine.kind if result.engine else "docker", f"docker{host} image rm")
-        print(f"left in the engine by this run: {left}\n  remove with: {remove} {left}", file=sys.stderr)
+        _say(f"left in the engine by this run: {left}")
+        _say(f"  remove with: {remove} {left}")
     if error is not None:
         raise error
     if args.smoke:
@@ -291,12 +296,9 @@ def _problem_dict(p: object) -> Any:
     return to_dict() if callable(to_dict) else str(p)
 
 
-def render_error(e: BundleError) -> None:
-    print(f"error[{e.reference}]: {e.message}", file=sys.stderr)
-    if e.context:
-        print(textwrap.indent(e.context, "  "), file=sys.stderr)
-    if e.hint:
-        print(f"hint: {e.hint}", file=sys.stderr)
+def _say(line: str) -> None:
+    """One line on stderr, escaped: it may quote bundle fields and file names (importer/text.py)."""
+    print(printable(line), file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -317,7 +319,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
     try:
         with stop_on_signals():
-            return handler(args)
+            try:
+                return handler(args)
+            except OSError as e:  # a file that could not be read or written: typed, naming it
+                if args.debug:
+                    raise
+                raise os_error(e, args.bundle) from e
     except BundleError as e:
         if args.debug:
             raise
@@ -328,12 +335,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return e.exit_code
     except KeyboardInterrupt as e:
         stopped = stop_error(e, "bundle-import")
-        print(f"error[{stopped.reference}]: {stopped.message}", file=sys.stderr)
+        _say(f"error[{stopped.reference}]: {stopped.message}")
         return stopped.exit_code
     except Exception as e:  # the last resort: never a bare traceback for users
         if args.debug:
             raise
-        print(f"error[internal]: {type(e).__name__}: {e}", file=sys.stderr)
+        _say(f"error[internal]: {type(e).__name__}: {e}")
         print("hint: this is a bug in bundle-import; re-run with --debug and report the traceback",
               file=sys.stderr)
         return 1

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import textwrap
 from typing import Callable, Optional, Sequence
 
 from importer.copying import copy_bundle
-from importer.errors import BundleError
+from importer.errors import BundleError, os_error
 from importer.progress import StderrProgress, human_bytes
 from importer.sizes import parse_size
+from importer.text import printable, render_error
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -34,7 +34,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
         print(json.dumps(res.to_dict(), indent=2))
     else:
         print(f"copied {len(res.copied)}, resumed {len(res.resumed)}, skipped {len(res.skipped)} file(s) "
-              f"({human_bytes(res.bytes_copied)}) in {res.seconds:.1f}s; verified {res.target}: OK")
+              f"({human_bytes(res.bytes_copied)}) in {res.seconds:.1f}s; verified {printable(res.target)}: OK")
     return 0
 
 
@@ -46,15 +46,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = p.parse_args(argv)
     try:
-        return cmd_copy(args)
+        try:
+            return cmd_copy(args)
+        except OSError as e:  # typed, naming the file: unreadable-file for SRC's, else file-access
+            if args.debug:
+                raise
+            raise os_error(e, args.src) from e
     except BundleError as e:
         if args.debug:
             raise
-        print(f"error[{e.reference}]: {e.message}", file=sys.stderr)
-        if e.context:
-            print(textwrap.indent(e.context, "  "), file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+        render_error(e)
         return e.exit_code
     except KeyboardInterrupt:
         print("error[interrupted]: stopped; run the same command again to finish the copy", file=sys.stderr)

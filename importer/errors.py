@@ -7,6 +7,8 @@ which file/blob/image, what was expected and what was found; ``hint`` says what 
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import List, Optional, Sequence
 
 
@@ -51,6 +53,13 @@ class UnwritableDestination(UsageError):
     reference = "unwritable-destination"
 
 
+class FileAccessError(UsageError):
+    """A file or folder outside the bundle (receipt, ``--have``, output folder...) could not be
+    read or written: an OSError that reached a CLI (see :func:`os_error`)."""
+
+    reference = "file-access"
+
+
 class IntegrityError(BundleError):
     """Bytes on disk differ from what the bundle pins."""
 
@@ -85,14 +94,23 @@ class NotRegularFile(IntegrityError):
     reference = "not-a-regular-file"
 
 
+class DecompressFailed(IntegrityError):
+    reference = "decompress-failed"
+
+
 class UnreadableFile(IntegrityError):
-    """A file of the bundle is there but cannot be read (permissions, I/O error)."""
+    """A file or folder of the bundle could not be read (permissions, an I/O error)."""
 
     reference = "unreadable-file"
 
-
-class DecompressFailed(IntegrityError):
-    reference = "decompress-failed"
+    @classmethod
+    def of(cls, err: OSError, path: Optional[str] = None, *, doing: str = "reading") -> UnreadableFile:
+        where = path if path is not None else err.filename if isinstance(err.filename, str) else "a bundle file"
+        return cls(
+            f"{doing} {where}: expected a readable file, found {os_error_text(err)}",
+            hint="give the importer read access to the bundle (the file and every folder above it); "
+            "an I/O error: re-copy the bundle from the source medium",
+        )
 
 
 class InventoryDamaged(IntegrityError):
@@ -225,3 +243,33 @@ class DeltaBaseMissing(BundleError):
 class Interrupted(BundleError):
     reference = "interrupted"
     exit_code = 130
+
+
+def os_error_text(err: OSError) -> str:
+    """``Permission denied (EACCES)``: the errno text and its symbolic name."""
+    name = errno.errorcode.get(err.errno or 0)
+    text = err.strerror or str(err) or type(err).__name__
+    return f"{text} ({name})" if name else text
+
+
+def _in_bundle(path: str, bundle: str) -> bool:
+    """``path`` is the bundle BUNDLE names, a file below that folder, or one of its tar parts."""
+    p, b = os.path.abspath(path), os.path.abspath(bundle)
+    if p == b or p.startswith(b.rstrip(os.sep) + os.sep):
+        return True
+    cut = b.rfind(".tar")
+    return cut > len(os.path.dirname(b)) and p.startswith(b[:cut + 4])
+
+
+def os_error(err: OSError, bundle: Optional[str] = None) -> BundleError:
+    """An OSError that reached a CLI, typed: :class:`UnreadableFile` when it concerns a file of
+    ``bundle`` (the BUNDLE argument), else :class:`FileAccessError`; both name the file and the
+    errno text."""
+    path = err.filename if isinstance(err.filename, str) else None
+    if path is not None and bundle and _in_bundle(path, bundle):
+        return UnreadableFile.of(err, path)
+    other = f" and {err.filename2}" if isinstance(err.filename2, str) else ""
+    return FileAccessError(
+        f"accessing {path or 'a file'}{other}: expected it readable and writable, found {os_error_text(err)}",
+        hint="check the path, its permissions and the free space of its file system",
+    )

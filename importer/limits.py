@@ -15,6 +15,7 @@ MAX_SUMS = 64 * 1024 * 1024
 MAX_DOCKER_SAVE_JSON = 64 * 1024 * 1024
 MAX_SIGNATURE = 64 * 1024
 MAX_ENGINE_JSON = 256 * 1024 * 1024
+MAX_BUNDLE_DEPTH = 32  # folder levels below a bundle root (a bundle needs 2: blobs/sha256/<digest>)
 # a registry's listing (bundle-import --inventory --registry, delta pushes searching for a mount source)
 MAX_REGISTRY_REPOSITORIES = 10_000
 MAX_REGISTRY_TAGS = 10_000  # per repository

@@ -24,6 +24,7 @@ from importer.identity import (
 )
 from importer.manifest import ImageRecord
 from importer.sinks import EngineImage
+from importer.text import printable
 
 IDENTITY_RULES = {CLASSIC: "config-digest", CONTAINERD: "diff-ids+manifest", OCI: "manifest-digest",
                   DOCKER_ARCHIVE: "config-digest+diff-ids"}
@@ -128,9 +129,9 @@ def render_table(checks: List[ImageCheck]) -> str:
     rows = [("IMAGE", "EXPECTED CONFIG", "ENGINE ID", "LAYERS", "RESULT")]
     for c in checks:
         rows.append((
-            c.image.name,
+            printable(c.image.name),
             c.image.config.digest.short,
-            (c.found.image_id[:19] if c.found else "-"),
+            (printable(c.found.image_id[:19]) if c.found else "-"),
             f"{c.layers_matched}/{len(c.image.layers)}",
             ("MATCH" if c.ok else c.result.upper())
             + ("" if c.deep is None else " +DEEP" if c.deep.ok else " DEEP-MISMATCH")

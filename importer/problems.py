@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
+from importer.text import printable
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -15,7 +17,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"[{self.id}] {self.path}: {self.message}"
+        """One line for people (names and messages escaped: importer/text.py); to_dict() is exact."""
+        return f"[{self.id}] {printable(self.path)}: {printable(self.message)}"
 
     def to_dict(self) -> Dict[str, str]:
         return {"id": self.id, "path": self.path, "message": self.message}

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from importer import limits
 from importer.digest import Digest, hash_file
-from importer.errors import BundleError, IntegrityError, ManifestError
+from importer.errors import BundleError, IntegrityError, LimitExceeded, ManifestError, UnreadableFile, os_error_text
 from importer.layers import check_layer
 from importer.limits import parse_json, read_file_limited
 from importer.manifest import (
@@ -67,14 +67,40 @@ class VerifyReport:
         }
 
 
-def _walk_files(root: str) -> Dict[str, os.stat_result]:
-    """Every entry below root (relative POSIX path -> lstat), never following links."""
+def _walk_files(root: str, unreadable: Optional[Dict[str, OSError]] = None,
+                max_depth: int = limits.MAX_BUNDLE_DEPTH) -> Dict[str, os.stat_result]:
+    """Every entry below root (relative POSIX path -> lstat), never following links.
+
+    Iterative (os.walk recurses, one frame per level: a deep folder is a RecursionError) and
+    bounded: a folder more than ``max_depth`` levels below root is LimitExceeded. A folder that
+    cannot be listed goes into ``unreadable`` (relative path -> the error), or, without that
+    dict, raises UnreadableFile."""
     found: Dict[str, os.stat_result] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
-            found[rel] = os.lstat(os.path.join(dirpath, name))
+    pending: List[Tuple[str, int]] = [("", 0)]
+    while pending:
+        rel_dir, depth = pending.pop()
+        if depth > max_depth:
+            shown = rel_dir if len(rel_dir) <= 120 else rel_dir[:120] + "..."
+            raise LimitExceeded(
+                f"listing the bundle folder {root}: expected folders at most {max_depth} levels deep, "
+                f"found {shown} ({depth} levels deep)",
+                hint="a bundle holds blobs/sha256/<digest> and a few files: remove the stray folder, or "
+                "re-copy the bundle into an empty folder",
+            )
+        here = os.path.join(root, rel_dir) if rel_dir else root
+        try:
+            with os.scandir(here) as entries:
+                listing = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            for name, is_dir in listing:
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if is_dir:
+                    pending.append((rel, depth + 1))
+                else:  # files, links (to folders too) and special files
+                    found[rel] = os.lstat(os.path.join(here, name))
+        except OSError as e:
+            if unreadable is None:
+                raise UnreadableFile.of(e, here, doing="listing") from e
+            unreadable[rel_dir or "."] = e
     return found
 
 
@@ -106,10 +132,14 @@ def verify_bundle(
     if not os.path.isfile(sums_path):
         add(Problem("missing-file", SUMS_FILE, "expected the checksum list, found no file"))
     else:
-        raw_sums = read_file_limited(sums_path, limits.MAX_SUMS, SUMS_FILE)
-        sums, sum_problems = parse_sums(raw_sums)
-        for text in sum_problems:
-            add(Problem("sums-invalid", SUMS_FILE, text))
+        try:
+            raw_sums = read_file_limited(sums_path, limits.MAX_SUMS, SUMS_FILE)
+        except OSError as e:
+            add(Problem("unreadable-file", SUMS_FILE, f"expected a readable file, found {os_error_text(e)}"))
+        else:
+            sums, sum_problems = parse_sums(raw_sums)
+            for text in sum_problems:
+                add(Problem("sums-invalid", SUMS_FILE, text))
 
     # === bundle.json (bounded read, then schema rules)
     if raw_bundle_json is None:
@@ -130,7 +160,10 @@ def verify_bundle(
     # === file lists agree: bundle.json files, SHA256SUMS, what is on disk
     expected: Dict[str, Digest] = {f.path: f.digest for f in manifest.files}
     sizes: Dict[str, int] = {f.path: f.size for f in manifest.files}
-    on_disk = _walk_files(root)
+    unreadable: Dict[str, OSError] = {}
+    on_disk = _walk_files(root, unreadable)
+    for path, err in sorted(unreadable.items()):
+        add(Problem("unreadable-file", path, f"expected a folder that can be listed, found {os_error_text(err)}"))
     listed: Set[str] = set(expected) | {BUNDLE_JSON}
     if SIGNATURE_FILE in on_disk:
         listed.add(SIGNATURE_FILE)
@@ -151,6 +184,8 @@ def verify_bundle(
     to_hash: List[str] = []
     for path in sorted(expected):
         found_st = on_disk.get(path)
+        if found_st is None and any(path.startswith(f"{d}/") or d == "." for d in unreadable):
+            continue  # in a folder that could not be listed: reported above
         if found_st is None:
             add(Problem("missing-file", path, f"expected a file of {sizes[path]} bytes, found none"))
         elif not stat.S_ISREG(found_st.st_mode):
@@ -182,7 +217,7 @@ def verify_bundle(
                     return Problem("digest-mismatch", path, f"expected {expected[path]}, found {got}")
             return _problem_of(e, path)
         except OSError as e:
-            return Problem("unreadable-file", path, f"expected a readable file, found {e}")
+            return Problem("unreadable-file", path, f"expected a readable file, found {os_error_text(e)}")
         finally:
             if on_bytes is not None:
                 on_bytes(sizes[path])
