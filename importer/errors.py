@@ -88,6 +88,18 @@ class LimitExceeded(IntegrityError):
     reference = "limit-exceeded"
 
 
+class NotRegularFile(IntegrityError):
+    """A bundle file is a symbolic link, a device, a fifo or a folder where a regular file belongs."""
+
+    reference = "not-a-regular-file"
+
+
+class ArchiveManifestMismatch(IntegrityError):
+    """The ``manifest.json`` inside a schema 1/2 archive disagrees with bundle.json."""
+
+    reference = "archive-manifest-mismatch"
+
+
 class VerificationFailed(IntegrityError):
     """Collected verification problems; ``problems`` lists every one of them."""
 
