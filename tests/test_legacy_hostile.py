@@ -195,6 +195,33 @@ def test_the_rewriting_pass_changes_only_the_repo_tags(version: str) -> None:
     assert [e["Layers"] for e in entries] == [e["Layers"] for e in json.loads(old[MANIFEST_JSON])]
 
 
+def test_members_that_could_name_images_never_reach_an_engine(tmp_path: Path) -> None:
+    """An engine reads index.json's ref names instead of manifest.json when oci-layout is there:
+    both are left out of what streams into it (docker 25+ writes them beside manifest.json)."""
+    bundle = _copy("v1", tmp_path)
+    out = io.BytesIO()
+    index = json.dumps({"schemaVersion": 2, "manifests": [{"annotations": {
+        "io.containerd.image.name": "docker.io/evil/tag:1", "org.opencontainers.image.ref.name": "1"}}]}).encode()
+    with tarfile.open(fileobj=io.BytesIO(_plain_archive(bundle, "v1"))) as src, \
+            tarfile.open(fileobj=out, mode="w") as dst:
+        for name, data in ((b"oci-layout", b'{"imageLayoutVersion": "1.0.0"}'), (b"index.json", index)):
+            info = tarfile.TarInfo(name.decode())
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+        for member in src.getmembers():
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    _repin(bundle, "v1", out.getvalue())
+    assert _verify(bundle).returncode == 0  # they are allowed in the bundle ...
+    manifest = load_legacy_manifest((bundle / "bundle.json").read_bytes(), 1)
+    sent = io.BytesIO()
+    with open_archive(str(bundle), manifest) as reader:
+        archive_pass(reader, manifest, out=sent, staged=[["sneakernet-staging/0123456789ab:0"], None])
+    with tarfile.open(fileobj=io.BytesIO(sent.getvalue())) as tar:
+        names = tar.getnames()
+    assert "index.json" not in names and "oci-layout" not in names and names[-1] == MANIFEST_JSON  # ... not sent
+    assert b"evil/tag" not in sent.getvalue()
+
+
 def test_a_changed_archive_aborts_the_stream_before_manifest_json(tmp_path: Path) -> None:
     bundle = _copy("v1", tmp_path)
     manifest = load_legacy_manifest((bundle / "bundle.json").read_bytes(), 1)
