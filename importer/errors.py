@@ -125,6 +125,12 @@ class LimitExceeded(IntegrityError):
     reference = "limit-exceeded"
 
 
+class ArchiveManifestMismatch(IntegrityError):
+    """The ``manifest.json`` inside a schema 1/2 archive disagrees with bundle.json."""
+
+    reference = "archive-manifest-mismatch"
+
+
 class VerificationFailed(IntegrityError):
     """Collected verification problems; ``problems`` lists every one of them."""
 

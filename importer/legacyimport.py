@@ -2,9 +2,15 @@
 
 The same order as a schema-3 import (importer/importing.py): the engine answers, one import per
 engine at a time (its lock), free space (preflight), every byte verified, tag conflicts refused,
+the archive's own ``manifest.json`` compared with bundle.json (configs, ``RepoTags``, layers);
 then the archive streamed into the engine's docker-archive loader (``docker load`` over the
-Engine API or the CLI, ``podman load``, ``ctr images import``) and checked again as it passes,
-then read back and compared.
+Engine API or the CLI, ``podman load``, ``ctr images import``) under staging tags, as schema 3
+loads (importer/staging.py): a rewriting pass copies every member's bytes unchanged but replaces
+``RepoTags`` in manifest.json with ``sneakernet-staging/<run>:<n>`` and drops the members that
+could name images otherwise (``index.json``, ``oci-layout``, ``repositories``), checking the
+archive's digests again before the engine sees manifest.json. Then each image is read back
+under its staging tag and compared, only then tagged with the bundle's refs, and the staging
+tags are dropped; on any failure what this run loaded is removed.
 
 Identity: no manifest is pinned by a legacy bundle, so on Docker's classic store and podman the
 image ID must be the config digest; elsewhere (containerd, Docker's containerd store) the engine's
@@ -20,19 +26,27 @@ import dataclasses
 import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
+from importer import testhooks
 from importer.deepcheck import run_deep
 from importer.enginelock import engine_lock
 from importer.engines import feed
 from importer.errors import DeepMismatch, PostLoadMismatch, UsageError
 from importer.identity import CLASSIC, DOCKER_ARCHIVE
-from importer.legacy import LegacyManifest, load_legacy_manifest, open_archive, raise_if_problems, verify_legacy
+from importer.importing import TagConflict, _cleanup
+from importer.legacy import (
+    LegacyManifest,
+    archive_pass,
+    load_legacy_manifest,
+    open_archive,
+    raise_if_problems,
+    verify_legacy,
+)
 from importer.manifest import ImageRecord
 from importer.postload import ImageCheck, check_image
 from importer.preflight import run_preflight
-from importer.refs import has_domain, split_ref
+from importer.refs import normalize
 from importer.sinks import EngineInfo, Sink
-
-CHUNK = 1 << 20
+from importer.staging import find_stale, new_run_id, remove_refs, staging_ref
 
 
 def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw_bundle_json: bytes, major: int,
@@ -42,8 +56,6 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
     """Probe, lock, preflight, verify, load, check, tag (see the module doc). ``result`` (an
     importing.ImportResult) is filled in as work proceeds, so a receipt can still be written
     when this raises."""
-    from importer.importing import TagConflict
-
     started = time.monotonic()
     manifest = load_legacy_manifest(raw_bundle_json, major)
     kind = str(getattr(sink, "kind", "this engine"))
@@ -74,46 +86,74 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
         result.timings["preflightSeconds"] = time.monotonic() - started
         preflight.raise_if_short()
 
+        testhooks.reached("verify")
         report = verify_legacy(root, manifest, raw_bundle_json)
         result.report = report
         raise_if_problems(root, report)
         result.timings["verifySeconds"] = time.monotonic() - started
         for image in manifest.images:
             _refuse_tag_conflicts(sink, image, force, TagConflict)
-
-        t_load = time.monotonic()
-        names_before = {name: sink.lookup(name) is not None for name in _engine_spellings(sink, manifest)}
-        if to_load:
-            _load(new_command, root, manifest, kind)
-        result.timings["loadSeconds"] = time.monotonic() - t_load
-
-        checks: List[ImageCheck] = []
-        for image in manifest.images:
-            check = check_image(image, sink.lookup(_lookup_name(image, engine)), store)
-            if present[image.config.digest]:
-                check.status = "already-present"
-            checks.append(check)
-        result.checks = checks
-        bad = [c for c in checks if not c.ok]
-        if bad:
-            result.leftovers = _remove_loaded(sink, checks, present)
-            raise PostLoadMismatch(
-                "checking what the engine holds after loading: expected every image to match bundle.json, "
-                f"found {len(bad)} mismatch(es)",
-                context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
-                hint="the images this run loaded were removed",
-            )
-        if deep:
-            t_deep = time.monotonic()
-            _deep_check(sink, root, manifest, checks, present, result)
-            result.timings["deepSeconds"] = time.monotonic() - t_deep
-        _apply_tags(sink, checks, names_before)
+        try:
+            _load_check_tag(sink, root, manifest, kind, engine, store, present, to_load, result, deep)
+        except BaseException:  # e.g. SIGINT/SIGTERM: drop this run's staging tags
+            _, left = remove_refs(sink, result.staging_refs)
+            result.leftovers = sorted(set(result.leftovers) | set(left))
+            raise
+        # staging tags of runs killed earlier; the lock guarantees no other import is running
+        result.stale_removed, left = remove_refs(sink, find_stale(sink, exclude=result.staging_refs))
+        result.leftovers += left
     result.timings["totalSeconds"] = time.monotonic() - started
     return result
 
 
+def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, engine: EngineInfo, store: str,
+                    present: Dict[Any, bool], to_load: List[ImageRecord], result: Any, deep: bool) -> None:
+    """Load under staging tags (every image with a ref; untagged ones are found by config),
+    read each image back and compare, (``deep``) re-export and re-hash, then tag and drop the
+    staging tags."""
+    t_load = time.monotonic()
+    staged: Dict[int, str] = {}
+    if to_load:
+        run_id = new_run_id()
+        staged = {n: staging_ref(run_id, n) for n, image in enumerate(manifest.images) if image.refs}
+        result.staging_refs = list(staged.values())
+        # podman names a docker-archive tag without a registry localhost/...: hand it the full form
+        spell = normalize if kind == "podman" else (lambda ref: ref)
+        names = [[spell(staged[n])] if n in staged else None for n in range(len(manifest.images))]
+        try:
+            _load(sink.archive_command, root, manifest, kind, names)  # type: ignore[attr-defined]
+        except BaseException:
+            result.leftovers = _cleanup(sink, list(staged.values()), [])
+            raise
+        testhooks.reached("loaded")
+    result.timings["loadSeconds"] = time.monotonic() - t_load
+
+    checks: List[ImageCheck] = []
+    for n, image in enumerate(manifest.images):
+        check = check_image(image, sink.lookup(staged.get(n) or _lookup_name(image, engine)), store)
+        if present[image.config.digest]:
+            check.status = "already-present"
+        checks.append(check)
+    result.checks = checks
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        result.leftovers = _remove_loaded(sink, checks, present, staged)
+        raise PostLoadMismatch(
+            "checking what the engine holds after loading: expected every image to match bundle.json, "
+            f"found {len(bad)} mismatch(es)",
+            context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
+            hint="the images this run loaded were removed; nothing was tagged",
+        )
+    if deep:
+        t_deep = time.monotonic()
+        _deep_check(sink, root, manifest, checks, present, staged, result)
+        result.timings["deepSeconds"] = time.monotonic() - t_deep
+    _apply_tags(sink, checks)
+    result.leftovers = _cleanup(sink, list(staged.values()), [])
+
+
 def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[ImageCheck],
-                present: Dict[Any, bool], result: Any) -> None:
+                present: Dict[Any, bool], staged: Dict[int, str], result: Any) -> None:
     """``--deep``: export every image back out of the engine and hash each layer again (as for
     schema 3, importer/deepcheck.py); on a mismatch remove what this run loaded. A legacy bundle
     records no per-layer sizes: the uncompressed archive bounds every layer."""
@@ -128,22 +168,22 @@ def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[Im
         for check, image in zip(checks, originals):
             check.image = image
     if failures:
-        result.leftovers = _remove_loaded(sink, checks, present)
+        result.leftovers = _remove_loaded(sink, checks, present, staged)
         raise DeepMismatch(
             "re-exporting the images from the engine (--deep): expected every layer to hash to its diff_id, "
             f"found {sum(1 for c in checks if c.deep and not c.deep.ok)} image(s) where one differs",
             context="\n".join(failures),
             hint="the engine's stored copy of those layers is damaged: remove the image (and every image sharing "
-            "the layer) from the engine and import again; the images this run loaded were removed",
+            "the layer) from the engine and import again; the images this run loaded were removed, nothing was tagged",
         )
 
 
-def _remove_loaded(sink: Sink, checks: List[ImageCheck], present: Dict[Any, bool]) -> List[str]:
-    """Remove the images this run loaded (not those already present); what could not be removed."""
-    from importer.importing import _cleanup
-
+def _remove_loaded(sink: Sink, checks: List[ImageCheck], present: Dict[Any, bool],
+                   staged: Dict[int, str]) -> List[str]:
+    """Drop this run's staging tags, then remove the images this run loaded (not those already
+    present); what could not be removed."""
     loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
-    return _cleanup(sink, [], loaded)
+    return _cleanup(sink, list(staged.values()), loaded)
 
 
 def _lookup_name(image: ImageRecord, engine: EngineInfo) -> str:
@@ -173,36 +213,22 @@ def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, force: bool, conflict:
             )
 
 
-def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest, kind: str) -> None:
-    """Stream the archive (decompressed, hashed as it passes) into the engine's loader; a digest
-    or size mismatch aborts the loader before it sees the end of the archive."""
+def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest, kind: str,
+          names: List[Optional[List[str]]]) -> None:
+    """Stream the archive (decompressed, hashed as it passes) into the engine's loader through
+    the rewriting pass (importer/legacy.py ``archive_pass``): every member's bytes unchanged,
+    manifest.json last with the staging tags as ``RepoTags``, and only after the archive's
+    digests matched; a mismatch aborts the loader before it sees a manifest.json."""
     def write(out: BinaryIO) -> None:
         with open_archive(root, manifest) as reader:
-            while True:
-                chunk = reader.read(CHUNK)
-                if not chunk:
-                    break
-                out.write(chunk)
-            reader.finish()
+            archive_pass(reader, manifest, out=out, staged=names)
 
     feed(new_command(f"loading {manifest.archive.path} into {kind}"), write)
 
 
-def _podman_spelling(ref: str) -> Optional[str]:
-    """The name ``podman load`` gives a docker-archive tag without a registry (``localhost/...``)."""
-    return None if has_domain(split_ref(ref)[0]) else "localhost/" + ref
-
-
-def _engine_spellings(sink: Sink, manifest: LegacyManifest) -> List[str]:
-    if getattr(sink, "kind", "") != "podman":
-        return []
-    names = (_podman_spelling(ref) for image in manifest.images for ref in image.refs)
-    return [n for n in names if n]
-
-
-def _apply_tags(sink: Sink, checks: List[ImageCheck], names_before: Dict[str, bool]) -> None:
-    """Every ref of the bundle names its image (it may have been present untagged, or loaded by
-    podman as ``localhost/REF``: renamed to the full form the schema-3 import uses)."""
+def _apply_tags(sink: Sink, checks: List[ImageCheck]) -> None:
+    """Every ref of the bundle names its image, now that it matched bundle.json (it may also have
+    been present untagged); podman gets the full form the schema-3 import uses."""
     for check in checks:
         assert check.found is not None
         for ref in check.image.refs:
@@ -210,8 +236,4 @@ def _apply_tags(sink: Sink, checks: List[ImageCheck], names_before: Dict[str, bo
             if current is None or current.image_id != check.found.image_id:
                 sink.tag(check.found.image_id, ref)
                 check.tags_applied.append(ref)
-        untag = getattr(sink, "untag", None)
-        for ref in check.image.refs:
-            spelled = _podman_spelling(ref) if untag is not None else None
-            if spelled and not names_before.get(spelled, True):
-                untag(check.found.image_id, spelled)  # type: ignore[misc]
+                testhooks.reached("tagged")

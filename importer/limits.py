@@ -12,6 +12,7 @@ MAX_INDEX = 4 * 1024 * 1024
 MAX_MANIFEST = 4 * 1024 * 1024
 MAX_CONFIG = 16 * 1024 * 1024
 MAX_SUMS = 64 * 1024 * 1024
+MAX_LEGACY_SUMS = 64 * 1024  # schema 1/2: three lines at most; larger is refused, never truncated
 MAX_DOCKER_SAVE_JSON = 64 * 1024 * 1024
 MAX_SIGNATURE = 64 * 1024
 MAX_ENGINE_JSON = 256 * 1024 * 1024

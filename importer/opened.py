@@ -115,6 +115,8 @@ def _read_folder_file(root: str, rel: str, limit: int, refused: Type[BundleError
             ".tar.parts.json",
         ) from None
     except NotRegularFile as e:
+        if refused is ManifestError:
+            raise
         raise refused(e.message, hint="copy the bundle again without links or special files") from None
     with f:
         return read_limited(f, limit, rel)

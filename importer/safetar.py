@@ -242,6 +242,11 @@ class SafeTarReader:
         self.position += len(data)
         return bytes(data)
 
+    def skip_rest(self) -> None:
+        """Skip what is left of the current member (its data and padding): the stream then stands
+        at the next header (a caller copying members byte for byte can cut there)."""
+        self._finish_member()
+
     def _finish_member(self) -> None:
         self._skip(self._left + self._pad)
         self._left = self._pad = 0
