@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import stat
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Set
@@ -113,22 +114,30 @@ class TarMember:
 # ============================================================================ header fields
 
 
-def _num(field_: bytes, what: str) -> int:
+def _num(field_: bytes, what: str, *, base256: bool = True, limit: int = 2**63 - 1) -> int:
+    """A numeric header field: octal digits (space/NUL padded) or, where GNU tar allows it (sizes,
+    ids, times; never the mode), base-256. Anything else is malformed, as GNU tar says too."""
     if field_ and field_[0] & 0x80:  # GNU base-256
+        if not base256:
+            raise ArchiveMalformed(f"reading {what}: expected an octal number, found a base-256 one", hint=_HINT)
         if field_[0] == 0xFF:
             raise ArchiveMalformed(f"reading {what}: expected a non-negative number, found a negative one",
                                    hint=_HINT)
         value = field_[0] & 0x7F
         for b in field_[1:]:
             value = (value << 8) | b
+        if value > limit:
+            raise ArchiveMalformed(f"reading {what}: expected a number up to {limit}, found {value}", hint=_HINT)
         return value
     text = field_.split(b"\0", 1)[0].strip(b" ")
     if not text:
         return 0
-    try:
-        return int(text, 8)
-    except ValueError:
-        raise ArchiveMalformed(f"reading {what}: expected an octal number, found {text[:20]!r}", hint=_HINT) from None
+    if not _OCTAL.fullmatch(text):
+        raise ArchiveMalformed(f"reading {what}: expected an octal number, found {text[:20]!r}", hint=_HINT)
+    return int(text, 8)
+
+
+_OCTAL = re.compile(rb"[0-7]+")
 
 
 def _str(field_: bytes) -> str:
@@ -136,7 +145,7 @@ def _str(field_: bytes) -> str:
 
 
 def _checksum_ok(block: bytes) -> bool:
-    stored = _num(block[148:156], "a header checksum")
+    stored = _num(block[148:156], "a header checksum", base256=False)
     unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:])
     signed = sum((b - 256 if b > 127 else b) for b in block[:148]) + 8 * 32 + sum(
         (b - 256 if b > 127 else b) for b in block[156:])
@@ -371,8 +380,9 @@ class SafeTarReader:
         mtime = block[136:148]
         return TarMember(
             name=norm, type=kind, size=size if kind == FILE else 0,
-            mode=_num(block[100:108], f"the mode of {where}") & 0o7777, linkname=linkname,
-            uid=_num(block[108:116], f"the uid of {where}"), gid=_num(block[116:124], f"the gid of {where}"),
+            mode=_num(block[100:108], f"the mode of {where}", base256=False) & 0o7777, linkname=linkname,
+            uid=_num(block[108:116], f"the uid of {where}", limit=2**32 - 1),
+            gid=_num(block[116:124], f"the gid of {where}", limit=2**32 - 1),
             mtime=float(_num(mtime, f"the mtime of {where}")), offset=self.position, pax=pax,
         )
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from importer import limits
-from importer.digest import Digest, hash_file
+from importer.digest import Digest, hash_file, is_digest
 from importer.errors import BundleError, IntegrityError, LimitExceeded, ManifestError, UnreadableFile, os_error_text
 from importer.layers import check_layer
 from importer.limits import parse_json, read_file_limited
@@ -344,12 +344,28 @@ def _kind(value: Any) -> str:
 
 
 def _descriptor_issue(value: Any, where: str) -> Optional[str]:
-    """Why ``value`` is not an OCI descriptor object (its annotations and platform objects too)."""
+    """Why ``value`` is not an OCI descriptor: an object with a ``mediaType`` string, a valid
+    ``digest``, a non-negative integer ``size``, and object ``annotations`` (of strings) and
+    ``platform`` (``os`` and ``architecture`` strings) when present."""
     if not isinstance(value, dict):
         return f"expected {where} to be a descriptor object, found {_kind(value)}"
-    for key in ("annotations", "platform"):
-        if key in value and not isinstance(value[key], dict):
-            return f"expected {where}.{key} to be an object, found {_kind(value[key])}"
+    media_type = value.get("mediaType")
+    if not isinstance(media_type, str) or "/" not in media_type:
+        return f"expected {where}.mediaType to be a media type string, found {_kind(media_type)}"
+    if not is_digest(value.get("digest")):
+        return f"expected {where}.digest to be 'sha256:' + 64 lowercase hex, found {_kind(value.get('digest'))}"
+    size = value.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        return f"expected {where}.size to be a non-negative integer, found {_kind(size)}"
+    annotations = value.get("annotations", {})
+    if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+        return f"expected {where}.annotations to be an object of strings, found {_kind(annotations)}"
+    if "platform" in value:
+        platform = value["platform"]
+        if not isinstance(platform, dict) or not isinstance(platform.get("os"), str) or \
+                not isinstance(platform.get("architecture"), str):
+            return f"expected {where}.platform to be an object with os and architecture strings, " \
+                f"found {_kind(platform)}"
     return None
 
 
@@ -386,13 +402,18 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
 def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str],
                  add: Callable[[Problem], None]) -> None:
     mdigest = str(image.manifest.digest)
+    mine = [e for e in entries if isinstance(e, dict) and e.get("digest") == mdigest]
     refs_in_index = {
-        str(e.get("annotations", {}).get(REF_NAME_ANNOTATION))
-        for e in entries if isinstance(e, dict) and e.get("digest") == mdigest
-        and isinstance(e.get("annotations"), dict)
+        str(e.get("annotations", {}).get(REF_NAME_ANNOTATION)) for e in mine if isinstance(e.get("annotations"), dict)
     }
-    if not any(isinstance(e, dict) and e.get("digest") == mdigest for e in entries):
+    if not mine:
         add(Problem("invalid-layout", "index.json", f"expected an entry for {image.name} ({mdigest}), found none"))
+    for e in mine:
+        if e.get("size") != image.manifest.size or e.get("mediaType") != image.manifest.media_type:
+            add(Problem("invalid-layout", "index.json",
+                        f"expected the entry for {image.name} to describe {image.manifest.media_type} of "
+                        f"{image.manifest.size} bytes, found {str(e.get('mediaType'))[:80]!r} of "
+                        f"{e.get('size')!r:.40}"))
     for ref in image.refs:
         if ref not in refs_in_index:
             add(Problem("invalid-layout", "index.json", f"expected ref.name {ref!r} on {mdigest}, found none"))
@@ -417,6 +438,9 @@ def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str
     if not isinstance(rootfs, dict):
         add(Problem("invalid-manifest", cpath,
                     f"config of {image.name}: expected rootfs to be an object, found {_kind(rootfs)}"))
+    elif rootfs.get("type") != "layers":
+        add(Problem("invalid-manifest", cpath,
+                    f"config of {image.name}: expected rootfs.type 'layers', found {_kind(rootfs.get('type'))}"))
     elif rootfs.get("diff_ids") != [str(x.diff_id) for x in image.layers]:
         add(Problem("diffid-mismatch", cpath,
                     f"config of {image.name}: rootfs.diff_ids differ from bundle.json's layers"))
@@ -443,7 +467,8 @@ def _check_manifest_doc(image: ImageRecord, doc: Dict[str, Any], mpath: str, add
         add(Problem("invalid-manifest", mpath, f"manifest of {image.name}: {text}"))
     if issues or not isinstance(config, dict):
         return
-    if config.get("digest") != str(image.config.digest) or config.get("size") != image.config.size:
+    if config.get("digest") != str(image.config.digest) or config.get("size") != image.config.size or \
+            config.get("mediaType") != image.config.media_type:
         add(Problem("invalid-layout", mpath,
                     f"manifest of {image.name}: expected config {image.config.digest}, found {config.get('digest')}"))
     got = [(x.get("digest"), x.get("size"), x.get("mediaType")) for x in layers]

@@ -295,6 +295,45 @@ def test_json_documents_must_be_objects(bundle: Path, tmp_path: Path, name: str)
     _assert_both(found, "invalid-manifest", path, "expected", "object")
 
 
+# Found by the fuzzer (tests/test_fuzz.py): descriptors whose fields have the wrong type, an
+# index entry describing the manifest with another size, a rootfs that is not of type "layers".
+
+
+def _config_media_type_is_a_number(b: Path, doc: dict[str, Any]) -> tuple[str, str]:
+    _replace_manifest(b, doc, APP, lambda m: {**m, "config": {**m["config"], "mediaType": 2**63}})
+    return "invalid-manifest", BLOBS + doc["images"][APP]["manifest"]["digest"][7:]
+
+
+def _layer_size_is_a_string(b: Path, doc: dict[str, Any]) -> tuple[str, str]:
+    _replace_manifest(b, doc, APP, lambda m: {**m, "layers": [{**m["layers"][0], "size": "141"}, *m["layers"][1:]]})
+    return "invalid-manifest", BLOBS + doc["images"][APP]["manifest"]["digest"][7:]
+
+
+def _index_entry_with_another_size(b: Path, doc: dict[str, Any]) -> tuple[str, str]:
+    index = json.loads((b / "index.json").read_text())
+    index["manifests"][0]["size"] += 1
+    (b / "index.json").write_text(json.dumps(index))
+    return "invalid-layout", "index.json"
+
+
+def _rootfs_of_another_type(b: Path, doc: dict[str, Any]) -> tuple[str, str]:
+    _replace_config(b, doc, APP, lambda c: {**c, "rootfs": {**c["rootfs"], "type": {}}})
+    return "invalid-manifest", BLOBS + doc["images"][APP]["config"]["digest"][7:]
+
+
+WRONG_FIELDS = {f.__name__[1:]: f for f in (_config_media_type_is_a_number, _layer_size_is_a_string,
+                                            _index_entry_with_another_size, _rootfs_of_another_type)}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_FIELDS))
+def test_descriptor_and_rootfs_fields_are_checked(bundle: Path, tmp_path: Path, name: str) -> None:
+    doc = _doc(bundle)
+    problem_id, path = WRONG_FIELDS[name](bundle, doc)
+    _repin(bundle, doc)
+    assert sums_accept(bundle)
+    _assert_both(_problems(bundle, tmp_path), problem_id, path, "expected")
+
+
 # ============================================================================ 4. SHA256SUMS lists every file
 
 

@@ -306,3 +306,21 @@ def test_decompression_bomb_stops_at_the_recorded_size(tmp_path: Path, compressi
     proc = run_importer(b, "--verify-only")
     assert proc.returncode == 3 and error_id(proc.stderr) == "verification-failed"
     assert f"[limit-exceeded] blobs/sha256/{digest[7:]}" in proc.stderr
+
+
+# Found by the fuzzer (tests/test_fuzz.py): numeric header fields GNU tar refuses.
+@pytest.mark.parametrize(("offset", "value"), [
+    (100, b"\x80" + b"\0" * 6 + b"\x01"),  # the mode in base-256 (GNU tar: mode_t must be octal)
+    (136, b"\xbc" + b"0" * 11),  # an mtime in base-256 past 2**63
+    (108, b"\x80" + b"\0" * 2 + b"\x01" + b"\0" * 4),  # a uid past 2**32
+    (100, b"0o00644\0"),  # int(..., 8) would take Python's prefix
+    (124, b"+0000000012\0"),  # ... and a sign
+])
+def test_numeric_fields_are_octal_or_bounded_base256(offset: int, value: bytes) -> None:
+    data = bytearray(_tar((_info("a"), b"x" * 10)))
+    at = next(i for i in range(0, len(data), 512) if data[i:i + 1] == b"a")  # the member's ustar header
+    data[at + offset:at + offset + len(value)] = value
+    data[at + 148:at + 156] = b" " * 8
+    data[at + 148:at + 156] = b"%06o\0 " % sum(data[at:at + 512])
+    with pytest.raises(ArchiveMalformed):
+        list(SafeTarReader(io.BytesIO(bytes(data)), BUNDLE_POLICY))

@@ -1,0 +1,465 @@
+"""The bundle fuzzer (tests/test_fuzz.py, docs/security.md "Fuzzing"): seeded mutations of a small
+bundle, each run through the importer's verification and inspection in-process, and a reference
+check, written apart from the importer, that says which accepted bundles must have been refused.
+
+Targets: bundle.json, index.json, an image manifest, an image config (JSON mutations, raw or
+re-pinned so every digest, size and SHA256SUMS line still matches), SHA256SUMS (line-level byte
+mutations), the parts index of a split bundle (JSON mutations) and the tar headers of a packed
+bundle (byte flips, raw or with the header checksum recomputed)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import zstandard
+
+from bundle.archive import pack_bundle
+from tests.trustkit import regenerate_sums
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLE_SCHEMA = json.loads((REPO / "schemas" / "bundle" / "v3.schema.json").read_text())
+TARGETS = ("bundle.json", "index.json", "manifest", "config", "SHA256SUMS", "parts-index", "tar-header")
+CASE_SECONDS = 30
+
+
+# ============================================================================ JSON mutations
+
+_ODD_STRINGS = ["", "\x1b[31mred", "a\nb", "\u2028", "../../etc/passwd", "/abs", "sha256:" + "0" * 64,
+                "sha256:" + "A" * 64, "x" * 5000, "[/bold]", "\udcff", "app:1", "blobs/sha256/x"]
+_ODD_NUMBERS = [-1, 0, 1, 2**31, 2**63, 2**64 + 1, 10**400, 1.5, True, None]
+
+
+def _odd_value(rnd: random.Random, known: list[Any]) -> Any:
+    kind = rnd.randrange(7)
+    if kind == 0:
+        return rnd.choice(_ODD_STRINGS)
+    if kind == 1:
+        return rnd.choice(_ODD_NUMBERS)
+    if kind == 2:
+        return rnd.choice([[], {}, [None], {"": None}, [[]] * 3])
+    if kind == 3 and known:
+        return rnd.choice(known)  # a value from elsewhere in the document (a digest, a size, a ref)
+    if kind == 4:
+        nested: Any = 0
+        for _ in range(rnd.choice([10, 200, 900])):  # json.dumps stops near 1000
+            nested = [nested]
+        return nested
+    if kind == 5:
+        return rnd.choice(["sha256:" + f"{rnd.getrandbits(256):064x}", "sha512:" + "0" * 128])
+    return rnd.randrange(-3, 10**6)
+
+
+def _paths(doc: Any, prefix: tuple = ()) -> Iterator[tuple]:
+    yield prefix
+    if len(prefix) > 40:  # inside a deep nest a mutation made
+        return
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from _paths(value, (*prefix, i))
+
+
+def _leaves(doc: Any) -> list[Any]:
+    found: list[Any] = []
+    for path in _paths(doc):
+        value = _get(doc, path)
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            found.append(value)
+    return found
+
+
+def _get(doc: Any, path: tuple) -> Any:
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def mutate_json(doc: Any, rnd: random.Random, rounds: int = 0) -> Any:
+    """1-3 structural mutations: replace a node, delete a member, duplicate or drop a list item,
+    add a member, swap two values of the document."""
+    doc = json.loads(json.dumps(doc))
+    known = _leaves(doc)
+    for _ in range(rounds or rnd.randint(1, 3)):
+        paths = list(_paths(doc))
+        path = rnd.choice(paths)
+        op = rnd.randrange(5)
+        if not path:
+            if op == 0:
+                return _odd_value(rnd, known)  # the whole document replaced: [], null, 1, ...
+            continue
+        parent, key = _get(doc, path[:-1]), path[-1]
+        if op in (0, 1):
+            parent[key] = _odd_value(rnd, known)
+        elif op == 2:
+            del parent[key]
+        elif op == 3 and isinstance(parent, list):
+            parent.insert(key, json.loads(json.dumps(parent[key])))
+        elif op == 3 and isinstance(parent, dict):
+            parent[rnd.choice(["external", "extra", "diffId", "size", "refs", "platform"])] = \
+                _odd_value(rnd, known)
+        else:  # swap two values that do not contain each other
+            other = rnd.choice(paths)
+            if other and other[:len(path)] != path and path[:len(other)] != other:
+                mine, theirs = _get(doc, path), _get(doc, other)
+                parent[key] = theirs
+                _get(doc, other[:-1])[other[-1]] = mine
+    return doc
+
+
+def mutate_lines(raw: bytes, rnd: random.Random) -> bytes:
+    """Line-level byte mutations of a SHA256SUMS file."""
+    lines = raw.split(b"\n")
+    op = rnd.randrange(8)
+    i = rnd.randrange(len(lines))
+    if op == 0:
+        return b""
+    if op == 1:
+        del lines[i]
+    elif op == 2:
+        lines.insert(i, lines[i])
+    elif op == 3:
+        lines[i] = lines[i] + rnd.choice([b"\r", b" ", b"\0", "\u2028".encode(), b"\x0b"])
+    elif op == 4:
+        return raw.replace(b"\n", rnd.choice([b"\r\n", b"\r", "\u2028".encode(), b"\x0c"]))
+    elif op == 5:
+        lines[i] = lines[i].upper()
+    elif op == 6:
+        lines[i] = lines[i].replace(b"  ", rnd.choice([b" ", b" *", b"\t", b"   "]), 1)
+    else:
+        lines.insert(i, rnd.choice([b"", b"#", b"0" * 64 + b"  ../x", b"0" * 64 + b"  /etc/passwd"]))
+    return b"\n".join(lines)
+
+
+# ============================================================================ re-pinning
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _retarget(doc: Any, old: str, new: str, size: int) -> bool:
+    """Point every descriptor (and bundle.json files entry) of digest ``old`` at ``new``."""
+    changed = False
+    if isinstance(doc, dict):
+        if doc.get("digest") == old:
+            doc["digest"] = new
+            if "size" in doc:
+                doc["size"] = size
+            if doc.get("path") == f"blobs/sha256/{old[7:]}":
+                doc["path"] = f"blobs/sha256/{new[7:]}"
+            changed = True
+        for value in doc.values():
+            changed |= _retarget(value, old, new, size)
+    elif isinstance(doc, list):
+        for value in doc:
+            changed |= _retarget(value, old, new, size)
+    return changed
+
+
+def replace_blob(bundle: Path, old: str, data: bytes) -> None:
+    """Store ``data`` in place of blob ``old`` and re-pin everything that names it: manifests
+    naming a changed config are re-pinned in turn, then index.json, bundle.json, SHA256SUMS."""
+    blobs = bundle / "blobs" / "sha256"
+    new = "sha256:" + _sha(data)
+    (blobs / old[7:]).unlink(missing_ok=True)
+    (blobs / new[7:]).write_bytes(data)
+    for path in sorted(blobs.iterdir()):
+        if path.name == new[7:]:
+            continue
+        try:
+            doc = json.loads(path.read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(doc, dict) and "layers" in doc and _retarget(doc, old, new, len(data)):
+            replace_blob(bundle, "sha256:" + path.name, json.dumps(doc).encode())
+    index = json.loads((bundle / "index.json").read_bytes())
+    if _retarget(index, old, new, len(data)):
+        (bundle / "index.json").write_text(json.dumps(index))
+    repin_file(bundle, "index.json")
+    doc = json.loads((bundle / "bundle.json").read_bytes())
+    _retarget(doc, old, new, len(data))
+    (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(bundle)
+
+
+def repin_file(bundle: Path, rel: str) -> None:
+    """bundle.json's files entry of ``rel`` (not content-addressed) follows the file; then SHA256SUMS."""
+    doc = json.loads((bundle / "bundle.json").read_bytes())
+    data = (bundle / rel).read_bytes()
+    for entry in doc.get("files", []):
+        if isinstance(entry, dict) and entry.get("path") == rel:
+            entry["digest"], entry["size"] = "sha256:" + _sha(data), len(data)
+    (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(bundle)
+
+
+# ============================================================================ the reference check
+
+
+def _decompress(data: bytes, media_type: str) -> bytes:
+    if media_type.endswith("+zstd"):
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    if media_type.endswith("gzip"):
+        return gzip.decompress(data)
+    return data
+
+
+def reference_problems(bundle: Path) -> list[str]:
+    """What an independent reader finds wrong with a bundle folder (empty: it is sound)."""
+    try:
+        return _reference_problems(bundle)
+    except RecursionError:
+        return ["a JSON document nested too deep to check"]
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a document of the wrong shape
+        return [f"a document of the wrong shape: {type(e).__name__}: {e}"]
+
+
+def _descriptor(d: Any) -> bool:
+    """An OCI descriptor as the importer must insist on: mediaType, digest, non-negative size."""
+    return isinstance(d, dict) and isinstance(d.get("mediaType"), str) and isinstance(d.get("digest"), str) \
+        and isinstance(d.get("size"), int) and not isinstance(d.get("size"), bool) and d["size"] >= 0
+
+
+def _reference_problems(bundle: Path) -> list[str]:
+    try:
+        doc = json.loads((bundle / "bundle.json").read_bytes())
+    except (ValueError, OSError) as e:
+        return [f"bundle.json: {e}"]
+    problems = [f"bundle.json schema: {e.message}"
+                for e in jsonschema.Draft202012Validator(BUNDLE_SCHEMA).iter_errors(doc)][:5]
+    if problems:
+        return problems
+    files = {f["path"]: f for f in doc["files"]}
+    on_disk = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if not p.is_dir() or p.is_symlink()}
+    extra = on_disk - set(files) - {"bundle.json", "SHA256SUMS", "bundle.json.sig"}
+    problems += [f"{p}: unlisted" for p in sorted(extra)]
+    for path, entry in files.items():
+        full = bundle / path
+        if full.is_symlink() or not full.is_file():
+            problems.append(f"{path}: not a regular file")
+            continue
+        data = full.read_bytes()
+        if len(data) != entry["size"] or "sha256:" + _sha(data) != entry["digest"]:
+            problems.append(f"{path}: size or digest differs")
+    sums = subprocess.run(["sha256sum", "-c", "--strict", "--quiet", "SHA256SUMS"], cwd=bundle,
+                          capture_output=True, check=False)
+    if sums.returncode != 0:
+        problems.append("SHA256SUMS: sha256sum -c refuses it")
+    names = {line[66:].decode("utf-8", "replace")  # <64 hex><space><space or *><name>, as sha256sum -c reads it
+             for line in (bundle / "SHA256SUMS").read_bytes().split(b"\n") if line}
+    if names != set(files) | {"bundle.json"} | ({"bundle.json.sig"} & on_disk):
+        problems.append("SHA256SUMS: does not list exactly the bundle's files")
+    if problems:
+        return problems
+    index = json.loads((bundle / "index.json").read_bytes())
+    if json.loads((bundle / "oci-layout").read_bytes()) != {"imageLayoutVersion": "1.0.0"}:
+        problems.append("oci-layout: not version 1.0.0")
+    if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
+        return [*problems, "index.json: not an object with a manifests array"]
+    problems += [f"index.json manifests[{i}]: {d}" for i, d in enumerate(index["manifests"]) if not _descriptor(d)]
+    indexed = [(m.get("digest"), m.get("size"), m.get("mediaType")) for m in index["manifests"] if isinstance(m, dict)]
+    records: dict[str, dict] = {}
+    for image in doc["images"]:
+        name = image["refs"][0] if image["refs"] else image["manifest"]["digest"]
+        manifest = json.loads((bundle / "blobs/sha256" / image["manifest"]["digest"][7:]).read_bytes())
+        config = json.loads((bundle / "blobs/sha256" / image["config"]["digest"][7:]).read_bytes())
+        if not isinstance(manifest, dict) or not _descriptor(manifest.get("config")) or \
+                not isinstance(manifest.get("layers"), list) or not all(_descriptor(x) for x in manifest["layers"]):
+            return [*problems, f"{name}: the manifest is not an object of descriptors"]
+        rootfs = config.get("rootfs") if isinstance(config, dict) else None
+        if not isinstance(rootfs, dict) or rootfs.get("type") != "layers" or \
+                not isinstance(rootfs.get("diff_ids"), list):
+            return [*problems, f"{name}: the config has no rootfs object of type layers"]
+        mine = [m for m in indexed if m[0] == image["manifest"]["digest"]]
+        if not mine or any(m != (image["manifest"]["digest"], image["manifest"]["size"],
+                                 image["manifest"]["mediaType"]) for m in mine):
+            problems.append(f"{name}: manifest not in index.json with its size")
+        if {k: manifest["config"][k] for k in ("digest", "size", "mediaType")} != \
+                {k: image["config"][k] for k in ("digest", "size", "mediaType")}:
+            problems.append(f"{name}: manifest names another config")
+        named = [(x["digest"], x["size"]) for x in manifest["layers"]]
+        if named != [(x["digest"], x["size"]) for x in image["layers"]]:
+            problems.append(f"{name}: manifest names other layers")
+        if config["rootfs"]["diff_ids"] != [x["diffId"] for x in image["layers"]]:
+            problems.append(f"{name}: config names other diff_ids")
+        for layer in image["layers"]:
+            if layer.get("external"):
+                problems.append(f"{name}: an external layer in a full bundle")
+                continue
+            known = {k: layer.get(k) for k in ("mediaType", "size", "diffId", "uncompressedSize", "external")}
+            seen = records.setdefault(layer["digest"], known)  # unknown fields are ignored by readers
+            if seen != known:
+                problems.append(f"{name}: two records of {layer['digest'][:19]} disagree")
+            plain = _decompress((bundle / "blobs/sha256" / layer["digest"][7:]).read_bytes(), layer["mediaType"])
+            if "sha256:" + _sha(plain) != layer["diffId"] or len(plain) != layer["uncompressedSize"]:
+                problems.append(f"{name}: layer {layer['digest'][:19]} does not decompress to its diffId")
+    return problems
+
+
+# ============================================================================ one case
+
+
+@dataclass
+class Outcome:
+    target: str
+    repinned: bool
+    exit_code: int
+    stderr: str
+    seconds: float
+    inspect_error: str = ""
+    reference: list[str] = field(default_factory=list)
+
+    @property
+    def defects(self) -> list[str]:
+        found = []
+        if self.exit_code == 1 or "error[internal]" in self.stderr:
+            found.append("internal error")
+        if self.exit_code == 0 and self.reference:
+            found.append("accepted, but the reference check refuses it: " + "; ".join(self.reference[:3]))
+        if self.inspect_error:
+            found.append("inspect: " + self.inspect_error)
+        return found
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int) -> Iterator[None]:
+    def stop(*_: Any) -> None:
+        raise TimeoutError(f"over {seconds}s")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run_importer(target: Path) -> tuple[int, str]:
+    from importer.cli import main
+
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            code = main([str(target), "--verify-only", "--quiet"])
+        except SystemExit as e:  # argparse
+            code = int(e.code or 0)
+        except TimeoutError:
+            raise
+        except BaseException as e:
+            code, err = 1, io.StringIO(f"error[internal]: escaped main(): {type(e).__name__}: {e}")
+    return code, err.getvalue()
+
+
+def _inspect(target: Path) -> str:
+    from importer.errors import BundleError
+    from importer.inspection import inspect_bundle
+
+    try:
+        inspect_bundle(str(target))
+    except BundleError:
+        return ""
+    except TimeoutError:
+        raise
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def run_case(pristine: Path, work: Path, rnd: random.Random, target: str) -> Outcome:
+    """Mutate a copy of ``pristine`` at ``target``, then verify and inspect it."""
+    import time
+
+    if work.exists():
+        shutil.rmtree(work)
+    bundle = work / "b.bundle"
+    shutil.copytree(pristine, bundle)
+    repinned = rnd.random() < 0.6
+    doc = json.loads((bundle / "bundle.json").read_bytes())
+    subject: Path = bundle
+    if target == "bundle.json":
+        mutated = mutate_json(doc, rnd)
+        (bundle / "bundle.json").write_text(json.dumps(mutated, indent=2))
+        if repinned:
+            regenerate_sums(bundle)
+    elif target == "index.json":
+        (bundle / "index.json").write_text(json.dumps(mutate_json(json.loads((bundle / "index.json").read_bytes()),
+                                                                  rnd)))
+        if repinned:
+            repin_file(bundle, "index.json")
+    elif target in ("manifest", "config"):
+        image = rnd.choice(doc["images"])
+        old = image[target]["digest"]
+        raw = (bundle / "blobs/sha256" / old[7:]).read_bytes()
+        data = json.dumps(mutate_json(json.loads(raw), rnd)).encode()
+        if repinned:
+            replace_blob(bundle, old, data)
+        else:
+            (bundle / "blobs/sha256" / old[7:]).write_bytes(data)
+    elif target == "SHA256SUMS":
+        (bundle / "SHA256SUMS").write_bytes(mutate_lines((bundle / "SHA256SUMS").read_bytes(), rnd))
+    elif target == "parts-index":
+        pack_bundle(str(bundle), str(work / "b.tar"), split=64 * 1024)
+        index_path = work / "b.tar.parts.json"
+        index_path.write_text(json.dumps(mutate_json(json.loads(index_path.read_bytes()), rnd)))
+        subject = index_path
+    else:  # tar-header
+        pack_bundle(str(bundle), str(work / "b.tar"))
+        subject = work / "b.tar"
+        data = bytearray(subject.read_bytes())
+        headers = _header_offsets(bytes(data))
+        at = rnd.choice(headers)
+        for _ in range(rnd.randint(1, 4)):
+            field_at = rnd.choice([0, 100, 124, 136, 148, 156, 157, 257, 345, rnd.randrange(512)])
+            data[at + field_at + rnd.randrange(8)] = rnd.randrange(256)
+        if repinned:
+            block = data[at:at + 512]
+            block[148:156] = b" " * 8
+            block[148:156] = b"%06o\0 " % sum(block)
+            data[at:at + 512] = block
+        subject.write_bytes(bytes(data))
+    started = time.monotonic()
+    with _deadline(CASE_SECONDS):
+        code, stderr = _run_importer(subject)
+        inspect_error = _inspect(subject)
+    outcome = Outcome(target, repinned, code, stderr, time.monotonic() - started, inspect_error)
+    if code == 0 and subject == bundle:
+        outcome.reference = reference_problems(bundle)
+    elif code == 0:  # a tar or parts that verified: the reference reads it unpacked
+        unpacked = work / "unpacked"
+        unpacked.mkdir()
+        joined = b"".join(p.read_bytes() for p in sorted(work.glob("b.tar.part[0-9]*"))) if target == "parts-index" \
+            else subject.read_bytes()
+        proc = subprocess.run(["tar", "-x", "-C", str(unpacked)], input=joined, capture_output=True, check=False)
+        outcome.reference = reference_problems(unpacked) if proc.returncode == 0 else ["GNU tar refuses the archive"]
+    return outcome
+
+
+def _header_offsets(data: bytes) -> list[int]:
+    """Offsets of the header blocks of a tar we wrote (ustar/pax, regular members)."""
+    offsets, at = [], 0
+    while at + 512 <= len(data) and data[at:at + 512] != b"\0" * 512:
+        offsets.append(at)
+        size = int(data[at + 124:at + 136].strip(b"\0 ") or b"0", 8)
+        at += 512 + size + (-size % 512)
+    return offsets or [0]
+
+
+def budget_seconds(default: float) -> float:
+    return float(os.environ.get("SNEAKERNET_FUZZ_SECONDS", default))
+
+
