@@ -11,16 +11,15 @@ import json
 import os
 import posixpath
 import re
-import tarfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from importer.digest import CHUNK
 from importer.errors import BundleError, CommandFailed, UsageError
 from importer.layers import open_layer
 from importer.limits import MAX_CONFIG, read_file_limited
 from importer.manifest import ImageRecord
 from importer.reexport import ArchiveScan
+from importer.safetar import LAYER_POLICY, SafeTarReader
 
 
 @dataclass
@@ -215,9 +214,8 @@ def _member_names(root: str, image: ImageRecord, i: int) -> List[str]:
     layer = image.layers[i]
     try:
         with open_layer(root, layer, f"layer {i + 1}/{len(image.layers)} of {image.name}") as reader:
-            with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
-                names = [_norm(m.name) for m in tar]
+            names = [_norm(m.name) for m in SafeTarReader(reader, LAYER_POLICY, what=f"layer {i + 1} of {image.name}")]
             reader.finish()
-    except (BundleError, tarfile.TarError, OSError):
+    except (BundleError, OSError):
         return names
     return names
