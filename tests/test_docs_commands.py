@@ -547,3 +547,49 @@ def test_inline_unpack_commands_give_back_the_bundle(template: Path, docker_host
         assert not (work / "B" / "train.tar.parts.json").exists()
         proc = _sh("bundle-import B --verify-only", cwd=work, env=env)
         assert proc.returncode == 0, f"{where}: {cmd}: the unpacked B does not verify\n{proc.stdout}\n{proc.stderr}"
+
+
+def _our_program(segment: str) -> Optional[Tuple[str, ...]]:
+    """(module, subcommand...) of a `bundle`/`bundle-import`/importer zipapp/gpu-check command line."""
+    tokens = segment.split()
+    if tokens[:1] == ["python3"]:
+        tokens = [t for t in tokens[1:] if t != "-I"]
+        if not tokens or not tokens[0].endswith("bundle-import.pyz"):
+            return None
+        tokens[0] = "bundle-import"
+    if not tokens:
+        return None
+    if tokens[0] == "bundle" and len(tokens) > 1:
+        return ("bundle", tokens[1])
+    if tokens[0] == "bundle-import":
+        return ("importer", tokens[1]) if tokens[1:2] in (["smoke"], ["copy"]) else ("importer",)
+    if tokens[0] == "sneakernet-gpu-check":
+        return ("importer", "smoke")
+    return None
+
+
+def test_every_option_in_the_docs_exists() -> None:
+    """The optional [--flags] the runs above drop: each one a docs command names is in that
+    command's --help (a renamed or removed option cannot stay in the docs)."""
+    helps: Dict[Tuple[str, ...], str] = {}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    missing = []
+    checked = 0
+    for c in all_commands():
+        for segment in re.split(r"\|\||&&|[|;]", c.key):
+            program = _our_program(segment.strip())
+            if program is None:
+                continue
+            if program not in helps:
+                proc = subprocess.run([sys.executable, "-m", *program, "--help"], capture_output=True, text=True,
+                                      env=env, timeout=60, check=False)
+                assert proc.returncode == 0, f"{program} --help: {proc.stderr}"
+                helps[program] = proc.stdout
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", segment):
+                checked += 1
+                if flag == "--receipt" and program == ("importer", "smoke") and "gpu-check" in segment:
+                    continue
+                if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", helps[program]):
+                    missing.append(f"{c.doc}:{c.line}: {flag} is not in `{' '.join(program)} --help`")
+    assert checked > 100
+    assert not missing, "\n".join(missing)
