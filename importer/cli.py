@@ -137,7 +137,8 @@ def _legacy_major(bundle: OpenedBundle) -> Optional[int]:
     if bundle.is_archive:
         raise UsageError(
             f"reading {bundle.path}: expected a schema 3 bundle in a tar or parts, found schema {major}",
-            hint="unpack it (mkdir B && tar -xf FILE.tar -C B) and import the folder B")
+            hint="unpack it (mkdir B && tar -xf FILE.tar -C B; parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
+                 "and import the folder B")
     return major
 
 

@@ -80,3 +80,57 @@ def test_gpu_check_script_prints_the_receipt(tmp_path: Path) -> None:
     assert f"gpu-check: verdict {receipt['verdict']}" in proc.stderr
     if not receipt["host"]["gpus"]:
         assert proc.returncode == 2 and gate(receipt, "torch")["status"] == "SKIP"
+
+
+def test_gpu_check_takes_smoke_flags_without_a_receipt_path(tmp_path: Path) -> None:
+    """`sneakernet-gpu-check --gpus 0` (what docs/validation.md shows, no RECEIPT first): --gpus is a
+    smoke flag, never the receipt path; the receipt goes to a fresh folder under $TMPDIR."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+    work = tmp_path / "cwd"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "importer.gpucheck", "--gpus", "0", "--gates", "shutdown"],
+                          capture_output=True, text=True, timeout=600, check=False, cwd=work, env=env)
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    assert list(work.iterdir()) == []  # no file named --gpus (or anything else) in the current folder
+    written = list(tmp_path.glob("sneakernet-gpu-check.*/qualification.json"))
+    assert len(written) == 1, proc.stderr
+    receipt = json.loads(proc.stdout)
+    assert receipt == json.loads(written[0].read_text()) and not schema_errors(receipt)
+    assert receipt["environment"]["job"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert f"receipt {written[0]}" in proc.stderr
+
+
+def test_gpu_check_argument_split() -> None:
+    from importer.gpucheck import split_args
+
+    assert split_args(["--gpus", "0,1"]) == (None, ["--gpus", "0,1"])
+    assert split_args(["/tmp/q.json", "--gpus", "0,1"]) == ("/tmp/q.json", ["--gpus", "0,1"])
+    assert split_args(["--gpus", "0,1", "--receipt", "r.json", "--env", "A=1"]) == ("r.json",
+                                                                                     ["--gpus", "0,1", "--env", "A=1"])
+    assert split_args(["--receipt=r.json"]) == ("r.json", [])
+    with pytest.raises(ValueError, match="two receipt paths"):
+        split_args(["a.json", "--receipt", "b.json"])
+    with pytest.raises(ValueError, match="needs a path"):
+        split_args(["--receipt"])
+
+
+def test_gpu_check_is_a_console_script() -> None:
+    """pip installs `sneakernet-gpu-check` (the docs' command on a GPU host), pointing at a real main."""
+    import importlib
+
+    import tomllib
+
+    from tests.helpers import REPO
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["sneakernet-gpu-check"] == "importer.gpucheck:main"
+    for target in scripts.values():
+        module, func = target.split(":")
+        assert callable(getattr(importlib.import_module(module), func))

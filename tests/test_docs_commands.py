@@ -1,0 +1,595 @@
+"""Every shell command in README.md and docs/*.md works as written (issue 16, points 8 and 9).
+
+The commands are read from the fenced code blocks (``json`` blocks aside). Each one is either RUN
+here, in the order of its document, against images and bundles this test makes (the docs'
+placeholders and example paths replaced by real ones), and must exit 0 (or the code the entry
+says), or listed in SPECS with the reason it cannot run here (a GPU, a registry, ssh, another
+engine). A command the docs gain that SPECS does not name fails the test, and so does an entry
+whose command left the docs: the docs cannot drift silently. Blocks that are not commands
+(diagrams, output, file formats) are named in NOT_COMMANDS.
+
+Docker commands go to the private dockerd of the session (``docker_host``, via DOCKER_HOST);
+``bundle``/``bundle-import``/``sneakernet-gpu-check`` run this checkout's code (shims on PATH)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+from tests import engines
+from tests.helpers import REPO
+from tests.imagegen import simple_context
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+# --- extraction ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Command:
+    doc: str  # README.md, docs/engines.md
+    line: int
+    block: int  # the fenced block's first line
+    text: str  # continuation lines joined, trailing "# comment" removed
+
+    @property
+    def key(self) -> str:
+        """The text with runs of blanks as one (docs align columns): how SPECS names it."""
+        return re.sub(r"\s+", " ", self.text)
+
+
+def fenced_blocks(path: Path) -> Iterator[Tuple[int, str, List[str]]]:
+    """(line of the opening fence, info string, lines) of every fenced block."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^\s*```(\S*)\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        start, info, body = i + 1, m.group(1), []
+        i += 1
+        while i < len(lines) and not re.match(r"^\s*```\s*$", lines[i]):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        yield start, info, body
+
+
+def _strip_comment(text: str) -> str:
+    """Drop a trailing `# comment` (a # after whitespace, outside quotes)."""
+    quote = None
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and i > 0 and text[i - 1] in " \t":
+            return text[:i].rstrip()
+    return text.rstrip()
+
+
+def commands_of(path: Path) -> Iterator[Command]:
+    doc = str(path.relative_to(REPO))
+    for start, info, body in fenced_blocks(path):
+        if info == "json" or (doc, body[0].strip() if body else "") in NOT_COMMANDS:
+            continue
+        current: Optional[List[object]] = None  # [line, text]
+        pending = False  # the previous line ended with a backslash
+        for n, raw in enumerate(body, start + 1):
+            stripped = raw.strip()
+            continues = current is not None and (pending or (raw[:1].isspace() and stripped[:1] in "[-"))
+            if continues and current is not None:
+                part = stripped
+                pending = part.endswith("\\")
+                current[1] = f"{current[1]} {part.rstrip(chr(92)).rstrip() if pending else part}"
+                continue
+            if current is not None:
+                yield Command(doc, int(current[0]), start, _strip_comment(str(current[1])))  # type: ignore[arg-type]
+                current = None
+            if not stripped or stripped.startswith("#"):
+                pending = False
+                continue
+            pending = stripped.endswith("\\")
+            current = [n, stripped.rstrip("\\").rstrip() if pending else stripped]
+        if current is not None:
+            yield Command(doc, int(current[0]), start, _strip_comment(str(current[1])))  # type: ignore[arg-type]
+
+
+def all_commands() -> List[Command]:
+    return [c for p in DOCS for c in commands_of(p)]
+
+
+# --- what each command is --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Spec:
+    skip: str = ""  # why it cannot run here ("" = run it)
+    rc: int = 0
+    subs: Dict[str, str] = field(default_factory=dict)  # placeholder -> value, over PLACEHOLDERS
+    setup: str = ""  # shell run first (in the world), e.g. to remove what an earlier command made
+    fresh: bool = False  # a new world first: the command is an alternative to the one before
+    cwd: str = "."  # relative to the world
+    docker: bool = True  # False: no Docker reachable (DOCKER_HOST nowhere, `docker` fails)
+
+
+def run(**kw: object) -> Spec:
+    return Spec(**kw)  # type: ignore[arg-type]
+
+
+def skip(reason: str) -> Spec:
+    return Spec(skip=reason)
+
+
+GPU = "GPU-only: qualifies a GPU host (CPU and GPU-less paths: tests/test_smoke_*.py)"
+CONTAINERD = "needs a containerd (tests/test_containerd_sink.py, test_delta_containerd.py)"
+PODMAN = "needs a podman store (tests/test_engine_sinks.py)"
+REGISTRY = "needs a registry (tests/test_registry_push.py, test_delta_registry.py)"
+SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
+NEW = "{W}/new.bundle"
+
+NOT_COMMANDS: Dict[Tuple[str, str], str] = {
+    ("README.md", "online build host                                   offline GPU host"):
+        "a diagram; its two commands run in the quickstart and in docs/bundle-format.md",
+    ("docs/bundle-format.md", "train.bundle/"): "a file tree",
+    ("docs/bundle-format.md", "<64 lowercase hex>  <path>"): "the SHA256SUMS line format",
+    ("docs/deltas.md", "error[delta-base-missing]: checking the base of a delta bundle: expected the registry "
+     "127.0.0.1:5000 to hold 2 layer(s) the bundle leaves out, found 2 missing"): "an error message",
+    ("docs/errors.md", "error[digest-mismatch]: checking layer 3/7 of registry.example/team/app:1.0: expected "
+     "digest sha256:ab12…, found sha256:9f00…"): "an error message",
+}
+
+SPECS: Dict[str, Spec] = {
+    # README.md: quickstart without Docker (a docker-archive by hand, skopeo, --engine oci)
+    "mkdir -p hello/rootfs && echo 'hello from the air gap' > hello/rootfs/hello.txt": run(docker=False),
+    "tar -C hello/rootfs -cf hello/layer.tar hello.txt": run(docker=False),
+    "printf '{\"architecture\":\"amd64\",\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\",\"diff_ids\":"
+    "[\"sha256:%s\"]}}' \"$(sha256sum hello/layer.tar | cut -d' ' -f1)\" > hello/config.json": run(docker=False),
+    "printf '[{\"Config\":\"config.json\",\"RepoTags\":[\"demo/hello:1\"],\"Layers\":[\"layer.tar\"]}]' "
+    "> hello/manifest.json": run(docker=False),
+    "tar -C hello -cf hello.tar config.json manifest.json layer.tar": run(docker=False),
+    "skopeo copy docker-archive:hello.tar oci:hello.oci:demo/hello:1": run(docker=False),
+    "bundle export oci:hello.oci:demo/hello:1 -o hello.bundle": run(docker=False),
+    "python3 hello.bundle/bundle-import.pyz hello.bundle --verify-only": run(docker=False),
+    "python3 hello.bundle/bundle-import.pyz hello.bundle --engine oci --oci-dir hello.out": run(docker=False),
+    "skopeo inspect oci:hello.out:demo/hello:1": run(docker=False),
+    # README.md: quickstart with Docker
+    "docker load -i hello.tar": run(),
+    "bundle export demo/hello:1 -o hello-docker.bundle": run(),
+    "docker rmi demo/hello:1": run(),
+    "python3 hello-docker.bundle/bundle-import.pyz hello-docker.bundle --verify": run(),
+    "docker image inspect --format '{{.Id}}' demo/hello:1": run(),
+    # README.md: set up, use
+    "bash docker/scripts/demo.sh": skip("installs packages (apt, pip) and starts its own dockerd; the demo of a "
+                                        "fresh machine, not of this checkout's test session"),
+    "bash docker/scripts/test.sh": skip("the whole suite, this test included"),
+    "bundle export IMAGE... -o DIR [--schema 1|2|3] [--compression zstd|gzip] [--level N] [--docker-host URL] "
+    "[--json]": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
+    "bundle export IMAGE... --have have.json -o DIR": run(subs={"IMAGE...": "my/train:2", "DIR": NEW},
+                                                          setup="rm -rf {W}/new.bundle"),
+    "bundle export containerd:REF... --address SOCKET [--namespace NS] -o DIR": skip(CONTAINERD),
+    "bundle export oci:LAYOUT[:REF] -o DIR": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
+    "bundle export SRC... --tag REF... -o DIR": run(subs={"SRC...": "oci:{W}/layout:my/train:1",
+                                                          "REF...": "local/renamed:1", "DIR": NEW},
+                                                    setup="rm -rf {W}/new.bundle"),
+    "bundle inspect DIR [--json]": run(),
+    "bundle-import DIR [--verify] [--engine docker] [--docker-host URL] [--receipt PATH] [--force] [--json]": run(),
+    "bundle-import DIR --verify-only [--json]": run(),
+    "bundle-import DIR --verify --deep --engine containerd --address SOCKET --namespace k8s.io "
+    "[--snapshotter overlayfs]": skip(CONTAINERD),
+    "bundle-import DIR --verify --deep --engine podman --podman-root DIR --podman-runroot DIR "
+    "[--storage-driver overlay]": skip(PODMAN),
+    "bundle-import DIR --engine oci --oci-dir OUT": run(subs={"OUT": "{W}/out.oci"}),
+    "bundle-import --inventory [--engine ...] > have.json": run(),
+    "bundle-import --inventory --registry HOST:PORT[/NS] > have.json": skip(REGISTRY),
+    "python3 -I DIR/bundle-import.pyz DIR --verify": run(),
+    "bundle pack DIR FILE.tar [--split 3900M]": run(),
+    "bundle export IMAGE... --archive FILE.tar [--split SIZE]": run(subs={"FILE.tar": "{W}/new2.tar"}),
+    "bundle-import FILE.tar.parts.json --verify": run(),
+    "bundle copy SRC DST [--bwlimit RATE]": run(),
+    "bundle push BUNDLE REGISTRY[/NS] [--ssh USER@HOST [--ssh-port N] [--identity FILE]] [--insecure]":
+        skip(REGISTRY),
+    "bundle-import BUNDLE --verify --engine registry --registry HOST:PORT[/NS]": skip(REGISTRY),
+    "bundle keygen -o PREFIX [--passphrase-stdin]": run(subs={"PREFIX": "{W}/keys/new"}),
+    "bundle export IMAGE... -o DIR --sign-key PREFIX.key [--passphrase-stdin]": run(subs={"DIR": NEW},
+                                                                                  setup="rm -rf {W}/new.bundle"),
+    "bundle sign DIR --sign-key PREFIX.key": run(),
+    "bundle-import DIR --trust PREFIX.pub [--require-signature] [--wait-lock SECONDS]":
+        run(subs={"DIR": "{W}/signed.bundle"}),
+    "bundle-import DIR --verify --smoke [--device cuda|cpu] [--gpus 0,1] [--env NAME=VALUE]...": skip(GPU),
+    "bundle-import smoke IMAGE [--device cuda|cpu] [--no-container] [--restart] [--receipt PATH] [--json]":
+        skip(GPU),
+    "sneakernet-gpu-check [RECEIPT] [--gpus 0,1]": skip(GPU + "; its arguments: tests/test_smoke_suite.py"),
+    # docs/bundle-format.md
+    "skopeo inspect oci:/media/usb/train.bundle:my/train:1": run(),
+    "skopeo inspect --raw oci:/media/usb/train.bundle:my/train:1": run(),
+    "bundle export registry.example/team/app:1.0 --compression gzip -o /media/usb/app.bundle": run(),
+    "skopeo copy --dest-daemon-host unix:///var/run/docker.sock "
+    "oci:/media/usb/app.bundle:registry.example/team/app:1.0 docker-daemon:registry.example/team/app:1.0": run(),
+    "python3 /media/usb/train.bundle/bundle-import.pyz /media/usb/train.bundle --verify": run(),
+    # docs/deltas.md
+    "python3 /media/usb/train.bundle/bundle-import.pyz --inventory > have.json": run(),
+    "bundle export my/train:2 --have have.json -o /media/usb/train-2.delta": run(setup="rm -rf {W}/usb/train-2.delta"),
+    "python3 /media/usb/train-2.delta/bundle-import.pyz /media/usb/train-2.delta --verify": run(),
+    "bundle-import --inventory --engine containerd --namespace k8s.io > have.json": skip(CONTAINERD),
+    "python3 /media/usb/train-2.delta/bundle-import.pyz /media/usb/train-2.delta --engine containerd "
+    "--namespace k8s.io": skip(CONTAINERD),
+    "bundle-import --inventory --registry 127.0.0.1:5000 > have.json": skip(REGISTRY),
+    "python3 /media/usb/train-2.delta/bundle-import.pyz /media/usb/train-2.delta --registry 127.0.0.1:5000":
+        skip(REGISTRY),
+    # docs/engines.md
+    "bundle-import BUNDLE --engine docker [--docker-host URL] [--verify] [--deep]": run(),
+    "bundle-import BUNDLE --engine containerd --address SOCKET --namespace NS [--snapshotter NAME]": skip(CONTAINERD),
+    "bundle-import BUNDLE --engine podman --podman-root DIR --podman-runroot DIR [--storage-driver NAME]":
+        skip(PODMAN),
+    "bundle-import BUNDLE --engine oci --oci-dir DIR": run(subs={"DIR": "{W}/out.oci"}),
+    "bundle-import --inventory [--engine ... and its options] [--json]": run(),
+    "bundle-import --inventory --engine containerd --address /run/containerd/containerd.sock --namespace k8s.io "
+    "> have.json": skip(CONTAINERD),
+    # docs/qualification.md, docs/validation.md
+    "bundle-import smoke IMAGE [--device cuda|cpu] [--no-container] [--receipt PATH] [--gpus 0,1] "
+    "[--env NAME=VALUE]... [--env-file FILE] [--restart] [--docker-host URL] [--timeout S] [--rank-timeout S] "
+    "[--nproc N] [--gates LIST] [--volume HOST:CONTAINER]... [--python PATH] [--json]": skip(GPU),
+    "bundle-import BUNDLE --verify --smoke [the same smoke flags] [--smoke-receipt PATH]": skip(GPU),
+    "python3 BUNDLE/bundle-import.pyz smoke IMAGE ...": skip(GPU),
+    "sneakernet-gpu-check [RECEIPT] [smoke flags]": skip(GPU),
+    "sneakernet-gpu-check /tmp/qualification.json": skip(GPU),
+    "sneakernet-gpu-check /tmp/q01.json --gpus 0,1 --env NCCL_NVLS_ENABLE=0": skip(GPU),
+    "sneakernet-gpu-check --gpus 0,1": skip(GPU + "; without GPUs: tests/test_smoke_suite.py"),
+    "python3 BUNDLE/bundle-import.pyz BUNDLE --verify --smoke --smoke-receipt /tmp/qualification.json": skip(GPU),
+    # docs/security.md
+    "printf '%s\\n' \"$PASSPHRASE\" | bundle keygen -o /secure/sneakernet-2025 --passphrase-stdin": run(),
+    "sed -n 's/^ \"signature\": \"\\(.*\\)\"$/\\1/p' bundle.json.sig | base64 -d > /tmp/sig.bin":
+        run(cwd="signed.bundle"),
+    "openssl pkeyutl -verify -pubin -inkey /etc/sneakernet/trusted.d/publisher.pub -rawin -in bundle.json "
+    "-sigfile /tmp/sig.bin": run(cwd="signed.bundle"),
+    "sha256sum -c --strict SHA256SUMS": run(cwd="signed.bundle"),
+    "grep -q \"$(sha256sum bundle-import.pyz | cut -d' ' -f1)\" bundle.json && echo \"importer pinned\"":
+        run(cwd="signed.bundle"),
+    # docs/transfer.md
+    "bundle pack /data/train.bundle /media/usb/train.tar": run(setup="rm -f {W}/usb/train.tar*"),
+    "bundle pack /data/train.bundle /media/usb/train.tar --split 3900M": run(fresh=True,
+                                                                            setup="rm -f {W}/usb/train.tar*"),
+    "bundle export my/train:1 --archive /media/usb/train.tar --split 3900M": run(fresh=True,
+                                                                                setup="rm -f {W}/usb/train.tar*"),
+    "python3 /media/usb/bundle-import.pyz /media/usb/train.tar.parts.json --verify-only": run(fresh=True),
+    "python3 /media/usb/bundle-import.pyz /media/usb/train.tar.parts.json --verify": run(),
+    "bundle export my/train:1 my/eval:1 --archive /media/usb/train.tar --split 3900M":
+        run(fresh=True, setup="rm -f {W}/usb/train.tar*"),
+    "sync; umount /media/usb": skip("unmounts the USB disk"),
+    "python3 /media/usb/bundle-import.pyz copy /media/usb/train.tar.parts.json /data/incoming": run(),
+    "python3 /data/incoming/bundle-import.pyz /data/incoming/train.tar.parts.json --verify": run(),
+    "bundle copy SRC DST [--bwlimit RATE] [--json]": run(fresh=True),
+    "python3 bundle-import.pyz copy SRC DST [--bwlimit RATE] [--json]": run(fresh=True, cwd="usb"),
+    "rsync -a --partial --append-verify /data/train.bundle/ offline:/data/train.bundle/": skip(SSH),
+    "scp -r /data/train.bundle offline:/data/": skip(SSH),
+    "rsync -a --partial --progress /media/out/train.tar.part[0-9]* /media/out/train.tar.parts.json "
+    "/media/out/bundle-import.pyz offline:/data/incoming/": skip(SSH),
+    "ssh offline python3 /data/incoming/bundle-import.pyz /data/incoming/train.tar.parts.json --verify-only":
+        skip(SSH),
+    "bundle push BUNDLE REGISTRY[/NAMESPACE] [--insecure] [--concurrency N] [--chunk-size SIZE] "
+    "[--username USER --password-stdin] [--json]": skip(REGISTRY),
+    "bundle export my/train:1 -o /data/train.bundle --compression gzip": run(setup="rm -rf {W}/data/train.bundle"),
+    "bundle push /data/train.bundle 127.0.0.1:5000/team": skip(REGISTRY),
+    "bundle push /data/train.bundle 127.0.0.1:5000/team --ssh ops@offline-gw [--ssh-port 2222] "
+    "[--identity ~/.ssh/id_ed25519]": skip(SSH),
+    "ssh -N -o ExitOnForwardFailure=yes -L 127.0.0.1:15000:127.0.0.1:5000 ops@offline-gw &": skip(SSH),
+    "TUNNEL=$!": skip(SSH),
+    "bundle push /data/train.bundle 127.0.0.1:15000/team": skip(SSH),
+    "kill \"$TUNNEL\"": skip(SSH),
+    "python3 bundle-import.pyz train.tar.parts.json --verify --engine registry --registry 127.0.0.1:5000/team "
+    "[--insecure]": skip(REGISTRY),
+    "bundle-import --inventory --registry 127.0.0.1:5000[/team] > have.json": skip(REGISTRY),
+    "docker pull 127.0.0.1:5000/team/my/train:1": skip(REGISTRY),
+    "docker pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
+    "ctr -n k8s.io images pull --plain-http registry.internal:5000/team/my/train:1": skip(REGISTRY),
+    "nerdctl --insecure-registry pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
+}
+
+# The docs' placeholders (whole words) and example paths, and what stands for them here.
+PLACEHOLDERS: Dict[str, str] = {
+    "FILE.tar.parts.json": "{W}/usb/train.tar.parts.json",
+    "FILE.tar": "{W}/new.tar",
+    "PREFIX.key": "{W}/keys/publisher.key",
+    "PREFIX.pub": "{W}/keys/publisher.pub",
+    "PREFIX": "{W}/keys/publisher",
+    "IMAGE...": "my/train:1",
+    "IMAGE": "my/train:1",
+    "LAYOUT": "{W}/layout",
+    "DIR": "{W}/train.bundle",
+    "BUNDLE": "{W}/train.bundle",
+    "SRC": "{W}/train.bundle",
+    "DST": "{W}/copy.bundle",
+    "SIZE": "256K",
+}
+PATHS: List[Tuple[str, str]] = [
+    ("unix:///var/run/docker.sock", "{DOCKER_HOST}"),
+    ("/etc/sneakernet/trusted.d/", "{W}/keys/"),
+    ("/media/usb/", "{W}/usb/"),
+    ("/media/out/", "{W}/usb/"),
+    ("/data/", "{W}/data/"),
+    ("/secure/", "{W}/secure/"),
+    ("/tmp/", "{W}/tmp/"),
+]
+
+
+def concrete(cmd: str, spec: Spec, world: Path, docker_host: str) -> str:
+    """The command as this test runs it: optional [groups] dropped, placeholders and paths replaced."""
+    text = cmd
+    while True:  # innermost [--opt], [:REF], [/NS], [NAME] first; a `...` after a group repeats it: gone too
+        new = re.sub(r"\s*\[[-:/A-Z][^\[\]]*\](?:\.\.\.)?", "", text)
+        if new == text:
+            break
+        text = new
+    for old, new_value in PATHS:
+        text = text.replace(old, new_value)
+    table = {**PLACEHOLDERS, **spec.subs}
+    for name in sorted(table, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w./-]){re.escape(name)}(?![\w.])" if not name.endswith("...")
+                      else rf"(?<![\w./-]){re.escape(name)}", table[name].replace("\\", "\\\\"), text)
+    return text.replace("{W}", str(world)).replace("{DOCKER_HOST}", docker_host)
+
+
+# --- the classification (no engine) ----------------------------------------------------------
+
+def test_every_docs_command_is_run_or_listed_with_a_reason() -> None:
+    found = all_commands()
+    assert len(found) > 80  # the extraction reads the docs (a broken parser finds nothing)
+    texts = {c.key for c in found}
+    unlisted = [f"{c.doc}:{c.line}: {c.key}" for c in found if c.key not in SPECS]
+    assert not unlisted, "commands in the docs that this test neither runs nor lists with a reason:\n" + \
+        "\n".join(unlisted)
+    stale = [t for t in SPECS if t not in texts]
+    assert not stale, "SPECS names commands the docs no longer have:\n" + "\n".join(stale)
+    blocks = {(str(p.relative_to(REPO)), b[0].strip()) for p in DOCS for _, _, b in fenced_blocks(p) if b}
+    assert not set(NOT_COMMANDS) - blocks, "NOT_COMMANDS names blocks the docs no longer have"
+    assert all(s.skip or s.rc in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9) for s in SPECS.values())
+
+
+def test_parts_are_globbed_without_the_index() -> None:
+    """`FILE.tar.part*` also matches FILE.tar.parts.json: a `cat ... | tar -x` then feeds the index
+    into tar. Docs and hints name the parts with `part[0-9]*`."""
+    bad = []
+    for path in [*DOCS, *sorted((REPO / "importer").rglob("*.py")), *sorted((REPO / "bundle").rglob("*.py"))]:
+        for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+            if re.search(r"\.part\*", line):
+                bad.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not bad, "\n".join(bad)
+
+
+def test_extraction_joins_continuations_and_drops_comments() -> None:
+    cmds = [c.text for c in commands_of(REPO / "docs" / "transfer.md")]
+    assert "python3 /media/usb/bundle-import.pyz /media/usb/train.tar.parts.json --verify-only" in cmds
+    assert any(c.startswith("rsync -a --partial --progress ") and c.endswith("offline:/data/incoming/") for c in cmds)
+    assert "bundle push BUNDLE REGISTRY[/NAMESPACE] [--insecure] [--concurrency N] [--chunk-size SIZE] " \
+           "[--username USER --password-stdin] [--json]" in cmds
+    world = Path("/w")
+    spec = SPECS["bundle export SRC... --tag REF... -o DIR"]
+    assert concrete("bundle export SRC... --tag REF... -o DIR", spec, world, "unix:///d.sock") == \
+        "bundle export oci:/w/layout:my/train:1 --tag local/renamed:1 -o /w/new.bundle"
+    assert concrete("bundle export oci:LAYOUT[:REF] -o DIR", SPECS["bundle export oci:LAYOUT[:REF] -o DIR"], world,
+                    "x") == "bundle export oci:/w/layout -o /w/new.bundle"
+
+
+# --- running them ----------------------------------------------------------------------------
+
+SHIMS = {
+    "bundle": "exec {py} -m bundle \"$@\"",
+    "bundle-import": "exec {py} -m importer \"$@\"",
+    "sneakernet-gpu-check": "exec {py} -m importer.gpucheck \"$@\"",
+}
+
+
+def _bin_dir(root: Path, *, docker: bool) -> Path:
+    d = root / ("bin" if docker else "bin-nodocker")
+    d.mkdir(exist_ok=True)
+    for name, body in SHIMS.items():
+        f = d / name
+        f.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} {body.format(py=sys.executable)}\n")
+        f.chmod(0o755)
+    if not docker:
+        f = d / "docker"
+        f.write_text("#!/bin/sh\necho 'this command must not need docker' >&2\nexit 99\n")
+        f.chmod(0o755)
+    return d
+
+
+def _sh(cmd: str, *, cwd: Path, env: Dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _env(root: Path, docker_host: str, *, docker: bool) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DOCKER_"))}
+    env["PATH"] = f"{_bin_dir(root, docker=docker)}{os.pathsep}{env.get('PATH', '')}"
+    env["DOCKER_HOST"] = docker_host if docker else f"unix://{root}/no-docker.sock"
+    env["PASSPHRASE"] = "correct horse battery staple"
+    return env
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory, docker_host: str, busybox: str) -> Path:
+    """The world every document starts from: the example images in the private dockerd, and the
+    bundles, parts, layout, keys and have.json the docs' commands take as given."""
+    root = tmp_path_factory.mktemp("docs")
+    train = engines.build_image(docker_host, simple_context(root / "ctx1", busybox, "train 1\n"), "my/train:1")
+    assert train
+    ctx2 = root / "ctx2"
+    ctx2.mkdir()
+    (ctx2 / "msg2").write_text("train 2\n")
+    (ctx2 / "Dockerfile").write_text("FROM my/train:1\nCOPY msg2 /msg2\n")
+    engines.build_image(docker_host, ctx2, "my/train:2")
+    engines.docker(docker_host, "tag", "my/train:1", "my/eval:1")
+    engines.docker(docker_host, "tag", "my/train:1", "registry.example/team/app:1.0")
+
+    w = root / "world"
+    for d in ("usb", "data", "secure", "tmp", "keys"):
+        (w / d).mkdir(parents=True)
+    env = _env(root, docker_host, docker=True)
+    setup = [
+        "bundle keygen -o keys/publisher",
+        "bundle export my/train:1 -o train.bundle",
+        "bundle export my/train:1 -o signed.bundle --sign-key keys/publisher.key",
+        "bundle-import train.bundle --engine oci --oci-dir layout",
+        "cp -a train.bundle usb/train.bundle && cp -a train.bundle data/train.bundle",
+        "bundle pack train.bundle usb/train.tar --split 256K",
+        "bundle-import --inventory --engine oci --oci-dir layout > have.json",
+        "rm -f *.import-receipt.json",
+    ]
+    for cmd in setup:
+        proc = _sh(cmd, cwd=w, env=env, timeout=300)
+        assert proc.returncode == 0, f"setup: {cmd}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert len(list((w / "usb").glob("train.tar.part[0-9]*"))) > 1
+    return root
+
+
+def _documents_with_runs() -> List[str]:
+    docs = []
+    for c in all_commands():
+        spec = SPECS.get(c.key)
+        if spec is not None and not spec.skip and c.doc not in docs:
+            docs.append(c.doc)
+    return docs
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("doc", _documents_with_runs())
+def test_docs_commands_run_as_written(doc: str, template: Path, docker_host: str, tmp_path: Path) -> None:
+    """Each document's runnable commands, in order, in a copy of the world (a new copy where an
+    entry says `fresh`): exit code as SPECS says; every failure of the document is reported."""
+    world = tmp_path / "world"
+    shutil.copytree(template / "world", world, symlinks=True)
+    failures = []
+    ran = 0
+    for c in (c for c in all_commands() if c.doc == doc):
+        spec = SPECS[c.key]
+        if spec.skip:
+            continue
+        if spec.fresh:
+            shutil.rmtree(world)
+            shutil.copytree(template / "world", world, symlinks=True)
+        env = _env(template, docker_host, docker=spec.docker)
+        if spec.setup:
+            _sh(spec.setup.replace("{W}", str(world)), cwd=world, env=env)
+        cmd = concrete(c.text, spec, world, docker_host)
+        proc = _sh(cmd, cwd=world / spec.cwd, env=env)
+        ran += 1
+        if proc.returncode != spec.rc:
+            failures.append(f"{c.doc}:{c.line}: {c.text}\n  ran: {cmd}\n  exit {proc.returncode} "
+                            f"(expected {spec.rc})\n  stdout: {proc.stdout[-1500:]}\n  stderr: {proc.stderr[-1500:]}")
+    assert ran
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.engine
+def test_readme_quickstart_needs_no_docker(template: Path, docker_host: str, tmp_path: Path) -> None:
+    """The first quickstart, alone, with Docker unreachable: oci: layout in, --engine oci out, and
+    the layout it wrote holds the image skopeo reads back."""
+    cmds = [c for c in all_commands() if c.doc == "README.md" and not SPECS[c.key].skip]
+    first = []
+    for c in cmds:
+        if SPECS[c.key].docker:
+            break
+        first.append(c)
+    assert any("--engine oci" in c.text for c in first) and any(c.text.startswith("skopeo inspect") for c in first)
+    env = _env(template, docker_host, docker=False)
+    for c in first:
+        proc = _sh(c.text, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, f"{c.text}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    import json
+
+    inspected = json.loads(proc.stdout)
+    assert inspected["Layers"] and inspected["Os"] == "linux"
+    assert (tmp_path / "hello.out" / "index.json").is_file()
+
+
+def _unpack_commands() -> List[Tuple[str, str]]:
+    """The `tar -x` commands the docs and the importer's hints give inline (not in a fenced block)."""
+    found = []
+    sources = [*DOCS, REPO / "importer" / "bundleinput.py", REPO / "importer" / "cli.py"]
+    for path in sources:
+        text = re.sub(r"\"\s*\n\s*\"", "", path.read_text(encoding="utf-8"))  # join Python's split strings
+        for span in re.findall(r"`([^`\n]*tar -x[^`\n]*)`" if path.suffix == ".md"
+                               else r"\(([^()]*tar -x[^()]*)\)", text.replace("\n", " ")):
+            for cmd in span.split(";"):
+                cmd = re.sub(r"^\s*(for parts|parts|unpack first|unpack it):?\s*", "", cmd).strip()
+                if "tar -x" in cmd and cmd.startswith(("mkdir", "cat", "tar")):
+                    found.append((str(path.relative_to(REPO)), cmd))
+    return found
+
+
+@pytest.mark.engine
+def test_inline_unpack_commands_give_back_the_bundle(template: Path, docker_host: str, tmp_path: Path) -> None:
+    """`mkdir B && tar -xf FILE.tar -C B` and `cat FILE.tar.part[0-9]* | tar -x -C B` (docs/transfer.md,
+    the importer's hints) unpack the tar and the parts into a bundle that verifies."""
+    cmds = _unpack_commands()
+    assert any("part[0-9]*" in c for _, c in cmds) and any("tar -xf" in c for _, c in cmds), cmds
+    env = _env(template, docker_host, docker=False)
+    src = template / "world" / "usb"
+    for n, (where, cmd) in enumerate(cmds):
+        work = tmp_path / str(n)
+        shutil.copytree(src, work, ignore=shutil.ignore_patterns("train.bundle"))
+        _sh("cat train.tar.part[0-9][0-9][0-9] > train.tar", cwd=work, env=env)  # the whole tar too
+        if cmd.startswith(("cat", "tar")):
+            _sh("mkdir B", cwd=work, env=env)
+        run_cmd = re.sub(r"\bDIR\b", "B", cmd.replace("FILE.tar", "train.tar"))
+        proc = _sh(run_cmd, cwd=work, env=env)
+        assert proc.returncode == 0, f"{where}: {cmd}: exit {proc.returncode}\n{proc.stderr}"
+        assert not (work / "B" / "train.tar.parts.json").exists()
+        proc = _sh("bundle-import B --verify-only", cwd=work, env=env)
+        assert proc.returncode == 0, f"{where}: {cmd}: the unpacked B does not verify\n{proc.stdout}\n{proc.stderr}"
+
+
+def _our_program(segment: str) -> Optional[Tuple[str, ...]]:
+    """(module, subcommand...) of a `bundle`/`bundle-import`/importer zipapp/gpu-check command line."""
+    tokens = segment.split()
+    if tokens[:1] == ["python3"]:
+        tokens = [t for t in tokens[1:] if t != "-I"]
+        if not tokens or not tokens[0].endswith("bundle-import.pyz"):
+            return None
+        tokens[0] = "bundle-import"
+    if not tokens:
+        return None
+    if tokens[0] == "bundle" and len(tokens) > 1:
+        return ("bundle", tokens[1])
+    if tokens[0] == "bundle-import":
+        return ("importer", tokens[1]) if tokens[1:2] in (["smoke"], ["copy"]) else ("importer",)
+    if tokens[0] == "sneakernet-gpu-check":
+        return ("importer", "smoke")
+    return None
+
+
+def test_every_option_in_the_docs_exists() -> None:
+    """The optional [--flags] the runs above drop: each one a docs command names is in that
+    command's --help (a renamed or removed option cannot stay in the docs)."""
+    helps: Dict[Tuple[str, ...], str] = {}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    missing = []
+    checked = 0
+    for c in all_commands():
+        for segment in re.split(r"\|\||&&|[|;]", c.key):
+            program = _our_program(segment.strip())
+            if program is None:
+                continue
+            if program not in helps:
+                proc = subprocess.run([sys.executable, "-m", *program, "--help"], capture_output=True, text=True,
+                                      env=env, timeout=60, check=False)
+                assert proc.returncode == 0, f"{program} --help: {proc.stderr}"
+                helps[program] = proc.stdout
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", segment):
+                checked += 1
+                if flag == "--receipt" and program == ("importer", "smoke") and "gpu-check" in segment:
+                    continue
+                if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", helps[program]):
+                    missing.append(f"{c.doc}:{c.line}: {flag} is not in `{' '.join(program)} --help`")
+    assert checked > 100
+    assert not missing, "\n".join(missing)
