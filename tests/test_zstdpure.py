@@ -4,6 +4,7 @@ module and the zstd command, byte for byte; its bounds; and the fallback that us
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import shutil
@@ -196,3 +197,69 @@ def test_a_damaged_layer_is_decompress_failed_with_the_pure_fallback(only_the_pu
     with pytest.raises(BundleError) as info:
         check_layer(str(b), layer, "layer 1")
     assert info.value.reference in ("decompress-failed", "digest-mismatch", "size-mismatch", "diffid-mismatch")
+
+
+# ============================== export --compression auto, from the inventory's decoders
+
+def _inventory_file(tmp_path: Path, decoders: Any, name: str) -> str:
+    from importer.inventory import build_inventory, checksum
+    from importer.sinks import EngineImage, EngineInfo
+
+    engine = EngineInfo("docker", "20.10.24", "overlay2", "classic", "unix:///var/run/docker.sock")
+    doc = build_inventory(engine, [EngineImage("sha256:" + "a" * 64, ["sha256:" + "1" * 64], ["x:1"])])
+    if decoders is None:  # as an inventory 1.0 was written
+        del doc["decoders"]
+        doc["inventoryVersion"] = "1.0"
+    else:
+        doc["decoders"] = decoders
+    doc["checksum"] = checksum(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_the_inventory_lists_the_hosts_decoders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jsonschema
+
+    from importer.inventory import load_inventory
+
+    schema = json.loads((REPO / "schemas" / "inventory" / "inventory-v1.schema.json").read_text())
+    doc = load_inventory(Path(_inventory_file(tmp_path, compression.host_decoders(), "i.json")).read_bytes())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    assert doc["decoders"][0] == "gzip" and doc["decoders"][-1] == "zstd-pure-python"
+    assert "zstandard" in doc["decoders"]  # this test environment has the module
+    monkeypatch.setattr(compression, "importlib", type("I", (), {"import_module": staticmethod(_no_module)}))
+    monkeypatch.setattr(compression.shutil, "which", lambda name: None)
+    assert compression.host_decoders() == ["gzip", "zstd-pure-python"]
+    monkeypatch.setattr(compression.shutil, "which", lambda name: "/usr/bin/zstd")
+    assert compression.host_decoders() == ["gzip", "zstd-cli", "zstd-pure-python"]
+
+
+def _no_module(name: str) -> Any:
+    raise ImportError(name)
+
+
+def test_auto_compression_follows_the_have_inventory(tmp_path: Path) -> None:
+    from bundle.export import choose_compression
+
+    slow = _inventory_file(tmp_path, ["gzip", "zstd-pure-python"], "slow.json")
+    cli = _inventory_file(tmp_path, ["gzip", "zstd-cli", "zstd-pure-python"], "cli.json")
+    py314 = _inventory_file(tmp_path, ["gzip", "compression.zstd", "zstd-pure-python"], "py314.json")
+    old = _inventory_file(tmp_path, None, "old.json")
+    assert choose_compression([]) == "zstd"  # nothing known: zstd (the pure decoder still imports it)
+    assert choose_compression([slow]) == "gzip"
+    assert choose_compression([cli]) == "zstd"
+    assert choose_compression([py314]) == "zstd"
+    assert choose_compression([old]) == "zstd"  # a 1.0 inventory does not say
+    assert choose_compression([old, slow]) == "gzip"
+    assert choose_compression([cli, slow]) == "gzip"  # one of the hosts would decode slowly
+    bundle_json = tmp_path / "bundle.json"
+    bundle_json.write_text(json.dumps({"mediaType": "application/vnd.sneakernet.bundle.v3+json", "images": []}))
+    assert choose_compression([str(bundle_json)]) == "zstd"
+
+
+def test_export_defaults_to_auto() -> None:
+    from bundle.cli import build_parser
+
+    args = build_parser().parse_args(["export", "x:1", "-o", "out"])
+    assert args.compression == "auto"
