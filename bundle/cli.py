@@ -44,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
                    help="bundle schema major: 3 (default) content-addressed OCI layout; 2 one zstd "
                    "docker-archive + importer; 1 a plain docker-archive loadable with `docker load -i`")
-    e.add_argument("--compression", choices=["zstd", "gzip"], default="zstd")
+    e.add_argument("--compression", choices=["auto", "zstd", "gzip"], default="auto",
+                   help="layer compression (schema 3, Docker sources). auto (default): zstd, or gzip when a "
+                   "--have inventory says the offline host has no fast zstd decoder (zstandard module, "
+                   "zstd command, Python 3.14+); the importer decodes zstd without them too, but slowly")
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
     e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
     e.add_argument("--address", metavar="SOCKET",

@@ -24,7 +24,7 @@ from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import UsageError
-from importer.have import merge_have
+from importer.have import merge_have, zstd_is_fast_on
 from importer.manifest import BundleManifest, valid_ref
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -39,12 +39,21 @@ class ExportResult:
     signed_by: Optional[str] = None  # key fingerprint when exported with a signing key
 
 
+def choose_compression(have: Sequence[str]) -> str:
+    """``--compression auto``: zstd, unless a ``--have`` inventory says its host has no fast zstd
+    decoder (no zstandard module, no zstd command, Python < 3.14): then gzip, which every python3
+    decodes at C speed, where the importer's pure-Python zstd fallback manages a few MB/s
+    (docs/benchmarks.md)."""
+    fast = zstd_is_fast_on(have) if have else None
+    return "gzip" if fast is False else "zstd"
+
+
 def export_images(
     refs: Sequence[str],
     out_dir: str,
     *,
     docker_host: Optional[str] = None,
-    compression: str = "zstd",
+    compression: str = "auto",
     level: Optional[int] = None,
     schema: int = 3,
     force: bool = False,
@@ -65,12 +74,14 @@ def export_images(
     if schema < 3 and have:
         raise UsageError(f"exporting with --schema {schema}: delta bundles (--have) need schema 3",
                          hint="drop --schema or use --schema 3")
+    if compression == "auto":
+        compression = choose_compression(have if schema == 3 else ())
     if schema < 3 and compression != "zstd":
         raise UsageError(f"exporting with --schema {schema}: --compression is fixed by the schema "
                          f"({'none' if schema == 1 else 'zstd'} for the whole archive)",
                          hint="use --schema 3 for per-layer zstd or gzip")
     if compression not in ("zstd", "gzip"):
-        raise UsageError(f"exporting: expected --compression zstd or gzip, found {compression!r}")
+        raise UsageError(f"exporting: expected --compression auto, zstd or gzip, found {compression!r}")
     if not refs:
         raise UsageError("exporting: expected at least one image, found none")
     _check_tags(refs, tags, schema)

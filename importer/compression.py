@@ -1,7 +1,9 @@
 """Layer decompression, bounded by the recorded uncompressed size.
 
 zstd uses the ``zstandard`` module when importable, else ``compression.zstd`` (3.14+), else the
-``zstd`` command-line tool; with none of them it stops with a clear error. gzip uses the stdlib.
+``zstd`` command-line tool, else the pure-Python decoder in :mod:`importer.zstdpure` (slow, a few
+MB/s, but it needs nothing beyond python3: a bundle always imports). The first layer decoded by
+the pure-Python decoder prints one note on stderr with the expected time. gzip uses the stdlib.
 Every reader stops one byte past the bound, so a decompression bomb cannot fill the disk.
 """
 
@@ -12,22 +14,20 @@ import gzip
 import importlib
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
-from typing import Any, BinaryIO, Iterator, Optional
+from typing import Any, BinaryIO, Iterator, List, Optional
 
 from importer.digest import CHUNK
 from importer.errors import BundleError, DecompressFailed, LimitExceeded
+from importer.progress import human_bytes
+from importer.zstdpure import PureZstdReader
 
-_NO_ZSTD_HINT = (
-    "install one of: the Python module 'zstandard' (pip install zstandard), "
-    "the 'zstd' command (apt-get install zstd / dnf install zstd), or Python 3.14+"
-)
-
-
-class DecompressorUnavailable(BundleError):
-    reference = "no-decompressor"
-    exit_code = 2
+# Output rate of the pure-Python decoder measured on the benchmark machine (docs/benchmarks.md),
+# used for the expected time in the fallback note.
+PURE_ZSTD_BYTES_PER_S = 5_000_000
+_noted = False
 
 
 def _zstd_module() -> Optional[Any]:
@@ -40,11 +40,55 @@ def _zstd_module() -> Optional[Any]:
 
 
 def zstd_backend() -> str:
-    """Which zstd implementation this host would use: module name, 'zstd-cli' or 'none'."""
+    """Which zstd implementation this host would use: module name, 'zstd-cli' or 'pure-python'."""
     mod = _zstd_module()
     if mod is not None:
         return str(mod.__name__)
-    return "zstd-cli" if shutil.which("zstd") else "none"
+    return "zstd-cli" if shutil.which("zstd") else "pure-python"
+
+
+FAST_ZSTD_DECODERS = ("zstandard", "compression.zstd", "zstd-cli")
+
+
+def host_decoders() -> List[str]:
+    """Every layer decoder this host has, for the inventory's ``decoders``: ``gzip`` (stdlib)
+    and ``zstd-pure-python`` always, plus whichever of :data:`FAST_ZSTD_DECODERS` is there."""
+    found = ["gzip"]
+    for name in ("zstandard", "compression.zstd"):
+        try:
+            importlib.import_module(name)
+            found.append(name)
+        except ImportError:
+            pass
+    if shutil.which("zstd"):
+        found.append("zstd-cli")
+    return [*found, "zstd-pure-python"]
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _note_pure_fallback(size: int, what: str) -> None:
+    """One stderr line per process, the first time a layer takes the slow path."""
+    global _noted
+    if _noted:
+        return
+    _noted = True
+    rate = PURE_ZSTD_BYTES_PER_S
+    sys.stderr.write(
+        f"note: decoding zstd layers with the built-in pure-Python decoder (no zstandard module, "
+        f"no zstd command, Python < 3.14 on this host): about {rate // 1_000_000} MB/s, so "
+        f"{what} ({human_bytes(size)}) takes about {_duration(size / rate)} and every GiB about "
+        f"{_duration((1 << 30) / rate)}; faster: the zstd command or the zstandard module on this "
+        f"host, or a bundle exported with --compression gzip (or with --have this host's "
+        f"`bundle-import --inventory`)\n"
+    )
+    sys.stderr.flush()
 
 
 class BoundedReader:
@@ -99,10 +143,12 @@ def open_decompressed(
             with _zstd_cli(raw, what) as r:
                 yield BoundedReader(r, bound, what)
         else:
-            raise DecompressorUnavailable(
-                f"decompressing {what}: expected a zstd decompressor, found none on this host",
-                hint=_NO_ZSTD_HINT,
-            )
+            _note_pure_fallback(bound, what)
+            pure = PureZstdReader(raw)
+            try:
+                yield BoundedReader(pure, bound, what)
+            finally:
+                pure.close()
     else:
         raise BundleError(f"decompressing {what}: unknown compression {compression!r}")
 

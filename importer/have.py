@@ -9,11 +9,12 @@ need to complete it (docs/deltas.md)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
+from importer.compression import FAST_ZSTD_DECODERS
 from importer.digest import Digest, is_digest
 from importer.errors import ManifestError
-from importer.inventory import held_diff_ids, load_inventory
+from importer.inventory import held_diff_ids, inventory_decoders, load_inventory
 from importer.limits import MAX_ENGINE_JSON, parse_json, read_file_limited
 from importer.manifest import BlobRef
 from importer.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
@@ -109,3 +110,18 @@ def merge_have(paths: Any) -> HaveLayers:
 def load_have(path: str) -> Set[Digest]:
     """The diff_ids held by the host described by ``path`` (inventory or bundle.json)."""
     return set(load_have_layers(path))
+
+
+def zstd_is_fast_on(paths: Sequence[str]) -> Optional[bool]:
+    """Whether every host described by an inventory among ``paths`` decodes zstd fast (a zstd
+    module or the zstd command, docs/benchmarks.md); None when no file says (no inventory, a
+    bundle.json, an inventory 1.0 without ``decoders``)."""
+    said: List[bool] = []
+    for path in paths:
+        raw = read_file_limited(path, MAX_ENGINE_JSON, path)
+        doc = parse_json(raw, path)
+        if isinstance(doc, dict) and doc.get("kind") == "inventory":
+            decoders = inventory_decoders(load_inventory(raw, what=path))
+            if decoders is not None:
+                said.append(any(d in FAST_ZSTD_DECODERS for d in decoders))
+    return all(said) if said else None

@@ -5,22 +5,27 @@ engine keeps them), diff_ids and, where the engine keeps compressed blobs (conta
 store, an OCI layout), their digests. It is what a delta export on the online side consumes
 (``bundle export --have``), so it travels back across the air gap: ``checksum`` is the sha256
 of the canonical JSON of every other field, and :func:`load_inventory` refuses a document whose
-checksum does not match (schema: ``schemas/inventory/inventory-v1.schema.json``)."""
+checksum does not match (schema: ``schemas/inventory/inventory-v1.schema.json``).
+
+Since 1.1 it also lists the layer ``decoders`` the host has (importer/compression.py
+host_decoders): ``bundle export --compression auto --have`` writes zstd layers only when the
+host decodes zstd fast, gzip otherwise."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from importer import __version__
+from importer.compression import host_decoders
 from importer.digest import is_digest
 from importer.errors import InventoryDamaged, ManifestError, UsageError
 from importer.limits import parse_json
 from importer.receipt import host_facts, now_utc
 from importer.sinks import EngineImage, EngineInfo, Sink
 
-INVENTORY_VERSION = "1.0"
+INVENTORY_VERSION = "1.1"  # 1.1: decoders
 KIND = "inventory"
 
 
@@ -57,6 +62,7 @@ def build_inventory(engine: EngineInfo, images: List[EngineImage], *, selected_b
         "tool": {"name": "sneakernet", "version": __version__},
         "created": now_utc(),
         "host": host_facts(),
+        "decoders": host_decoders(),
         "engine": engine_doc,
         "images": sorted((image_entry(x) for x in images), key=lambda e: (e["id"], e["names"])),
     }
@@ -103,3 +109,11 @@ def load_inventory(raw: bytes, *, what: str = "the inventory") -> Dict[str, Any]
             hint="take the inventory again on the offline host and carry it back unchanged",
         )
     return doc
+
+
+def inventory_decoders(doc: Dict[str, Any]) -> Optional[List[str]]:
+    """The decoders an inventory says its host has; None for a 1.0 inventory (not said)."""
+    found = doc.get("decoders")
+    if not isinstance(found, list):
+        return None
+    return [d for d in found if isinstance(d, str)]
