@@ -390,3 +390,17 @@ def test_containerd_store_bundle_into_the_classic_store(ctrstore_images: Store, 
         assert manifest == ctr.facts[ref][0]  # the ID on the build host
         assert image_facts(host, ref) == (config, ctr.facts[ref][1])
     _remove(host, "tricky:child", "tricky:base")
+
+
+def test_containerd_store_export_through_docker_save_matches_the_content_store(
+        ctrstore_images: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the content store cannot be read, the `docker save` stream (which carries the stored
+    blobs on this store) gives the very same bundle images: manifest, config and layer blobs."""
+    out = tmp_path / "via-save.bundle"
+    host = ctrstore_images.host  # the images as built there (other tests load and remove them)
+    assert run_pyz(ctrstore_images.bundle, "--docker-host", host, "--no-receipt", "--force").returncode == 0
+    monkeypatch.setenv("SNEAKERNET_DOCKER_CONTENT_STORE", "0")
+    run_cli("bundle", "export", *REFS, "-o", str(out), docker_host=ctrstore_images.host, check=True)
+    images = json.loads((out / "bundle.json").read_text())["images"]
+    assert images == json.loads((ctrstore_images.bundle / "bundle.json").read_text())["images"]
+    assert {i["manifest"]["digest"] for i in images} == {ctrstore_images.facts[r][0] for r in REFS}
