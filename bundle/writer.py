@@ -55,16 +55,21 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
     index_entries: List[Dict[str, Any]] = []
     for image in images:
         config = store.write_bytes(image.raw_config)
-        raw_manifest = oci_manifest(config, image)
+        if image.raw_manifest is not None:  # the source's manifest, byte for byte: same digest, same image ID
+            raw_manifest = image.raw_manifest
+            manifest_type, config_type = image.manifest_media_type, image.config_media_type
+        else:
+            raw_manifest = oci_manifest(config, image)
+            manifest_type, config_type = OCI_MANIFEST, OCI_CONFIG
         manifest = store.write_bytes(raw_manifest)
         records.append(ImageRecord(
             refs=image.refs,
-            manifest=BlobRef(OCI_MANIFEST, manifest.digest, manifest.size),
-            config=BlobRef(OCI_CONFIG, config.digest, config.size),
+            manifest=BlobRef(manifest_type, manifest.digest, manifest.size),
+            config=BlobRef(config_type, config.digest, config.size),
             layers=image.layers,
             platform=dict(image.platform),
         ))
-        base: Dict[str, Any] = {"mediaType": OCI_MANIFEST, "digest": str(manifest.digest), "size": manifest.size}
+        base: Dict[str, Any] = {"mediaType": manifest_type, "digest": str(manifest.digest), "size": manifest.size}
         if image.platform.get("os") and image.platform.get("architecture"):
             base["platform"] = dict(image.platform)
         if image.refs:

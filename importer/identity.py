@@ -2,9 +2,10 @@
 
 - Docker classic store and podman: image ID = config digest.
 - Docker's containerd image store (Docker 25+ with the containerd snapshotter; the default
-  from Docker 29): image ID = the digest of the manifest the engine holds. ``docker load`` of a
-  docker-archive goes through containerd's archive importer, which writes a Docker schema-2
-  manifest of its own: compact JSON, the config as
+  from Docker 29): image ID = the digest of the manifest the engine holds. The importer loads an
+  OCI archive of the bundle's own manifest there, so the ID is the bundle's manifest digest
+  (checked exactly). Only a delta bundle still goes in as a docker-archive: that load goes
+  through containerd's archive importer, which writes a Docker schema-2 manifest of its own: compact JSON, the config as
   ``application/vnd.docker.container.image.v1+json``, and every layer uncompressed
   (``application/vnd.docker.image.rootfs.diff.tar``, digest = diff_id, size = uncompressed size).
   :func:`docker_archive_manifest` rebuilds those bytes, so the ID is predictable.
@@ -52,11 +53,20 @@ def docker_archive_manifest_digest(image: ImageRecord) -> str:
     return str(Digest.of_bytes(docker_archive_manifest(image)))
 
 
+def loads_as_docker_archive(image: ImageRecord) -> bool:
+    """On Docker's containerd store: a delta image (layers left out) is loaded as a docker-archive
+    (its ID is the manifest that load makes), every other one as an OCI archive of the bundle's
+    own manifest (its ID is the bundle's manifest digest)."""
+    return any(layer.external for layer in image.layers)
+
+
 def expected_image_id(image_store: str, image: ImageRecord) -> Optional[str]:
     """The ID the engine must report for ``image``; None where only the diff_ids can say."""
     if image_store == CLASSIC:
         return str(image.config.digest)
     if image_store == OCI:
+        return str(image.manifest.digest)
+    if image_store == CONTAINERD and not loads_as_docker_archive(image):
         return str(image.manifest.digest)
     return None
 
@@ -76,6 +86,6 @@ def chain_ids(diff_ids: List[str]) -> List[str]:
 def lookup_name(image_store: str, image: ImageRecord) -> str:
     """How to find an image the engine holds without a name (untagged in the bundle): by the
     ID the identity rule predicts."""
-    if image_store == CONTAINERD:
+    if image_store == CONTAINERD and loads_as_docker_archive(image):
         return docker_archive_manifest_digest(image)
     return expected_image_id(image_store, image) or str(image.config.digest)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import tarfile
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -23,6 +22,7 @@ from importer.dockerarchive import _member
 from importer.errors import DigestMismatch, SizeMismatch
 from importer.manifest import ImageRecord
 from importer.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
+from importer.opened import BundleRoot, open_bundle_file
 
 ProgressFn = Callable[[int], None]
 CONTAINERD_NAME_ANNOTATION = "io.containerd.image.name"
@@ -39,8 +39,9 @@ def index_document(named: Sequence[Tuple[ImageRecord, str]]) -> Dict[str, object
             "mediaType": image.manifest.media_type,
             "digest": str(image.manifest.digest),
             "size": image.manifest.size,
-            "annotations": {REF_NAME_ANNOTATION: name, CONTAINERD_NAME_ANNOTATION: name},
         }
+        if name:  # unnamed: an image Docker's containerd store loads untagged (found by its digest)
+            entry["annotations"] = {REF_NAME_ANNOTATION: name, CONTAINERD_NAME_ANNOTATION: name}
         if image.platform.get("os") and image.platform.get("architecture"):
             entry["platform"] = dict(image.platform)
         manifests.append(entry)
@@ -62,21 +63,24 @@ def _blobs(images: Sequence[ImageRecord]) -> List[Tuple[Digest, int, str]]:
 
 def write_oci_archive(
     out: BinaryIO,
-    root: str,
+    root: BundleRoot,
     named: Sequence[Tuple[ImageRecord, str]],
     *,
     on_bytes: Optional[ProgressFn] = None,
     external: Optional[Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]]] = None,
+    index_last: bool = False,
 ) -> None:
     """Stream an OCI archive of the (image, full reference) pairs into ``out``. ``external``
     (delta bundles): blobs the bundle does not hold, each left out (None: the engine holds it)
-    or written by the given function in its place."""
+    or written by the given function in its place. ``index_last``: ``index.json`` after every
+    blob (``docker load``: a stream cut or aborted before its end names no image)."""
     images = [image for image, _ in named]
+    index = json.dumps(index_document(named), separators=(",", ":")).encode()
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1024 * 1024) as tar:
-        for name, data in (
-            ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-            ("index.json", json.dumps(index_document(named), separators=(",", ":")).encode()),
-        ):
+        head = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')]
+        if not index_last:
+            head.append(("index.json", index))
+        for name, data in head:
             tar.addfile(_member(name, len(data)), io.BytesIO(data))
         for digest, size, what in _blobs(images):
             if external is not None and digest in external:
@@ -85,9 +89,11 @@ def write_oci_archive(
                     write(tar)
                 continue
             copy_blob(tar, root, digest, size, what, on_bytes)
+        if index_last:
+            tar.addfile(_member("index.json", len(index)), io.BytesIO(index))
 
 
-def copy_blob(tar: tarfile.TarFile, root: str, digest: Digest, size: int, what: str,
+def copy_blob(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int, what: str,
               on_bytes: Optional[ProgressFn]) -> None:
     """Append ``blobs/sha256/<hex>`` read from the bundle, checking digest and size as it passes."""
     assert tar.fileobj is not None
@@ -97,7 +103,7 @@ def copy_blob(tar: tarfile.TarFile, root: str, digest: Digest, size: int, what: 
     tar.offset += len(header)
     h = hashlib.sha256()
     left = size
-    with open(os.path.join(root, digest.blob_path), "rb") as f:
+    with open_bundle_file(root, digest.blob_path) as f:
         while left > 0:
             data = f.read(min(CHUNK, left))
             if not data:

@@ -1,11 +1,12 @@
 """Post-load verification: does the engine hold exactly what the bundle pins?
 
 Identity rules (importer/identity.py): on Docker's classic image store (and podman) the image ID
-is the config digest; on Docker's containerd image store the image ID is the manifest digest that
-Docker made while loading (predictable for a docker-archive load, checked when it matches, but
-identity there rests on the diff_ids and on ``--deep``); bare containerd and an OCI layout keep
-the bundle's own manifest, so the ID must be the bundle's manifest digest and the config digest
-the bundle's config digest."""
+is the config digest; on Docker's containerd image store the bundle's own manifest is loaded, so
+the image ID must be the bundle's manifest digest (rule ``manifest-digest``), except for a delta
+image, loaded as a docker-archive, whose ID is the manifest Docker made while loading
+(``diff-ids+manifest``: predictable, checked when it matches, identity resting on the diff_ids and
+``--deep``); bare containerd and an OCI layout keep the bundle's own manifest, so the ID must be
+the bundle's manifest digest and the config digest the bundle's config digest."""
 
 from __future__ import annotations
 
@@ -91,7 +92,10 @@ def check_image(image: ImageRecord, found: Optional[EngineImage], image_store: s
     id_verified = expected_id is not None and found.image_id == expected_id
     if expected_id is not None and not id_verified:
         problems.append(f"image ID: expected {expected_id}, found {found.image_id}")
-    if image_store == CONTAINERD:
+    if image_store == CONTAINERD and expected_id is not None:
+        rule = IDENTITY_RULES[OCI]  # the bundle's own manifest was loaded: ID = its digest, exactly
+        note = "image ID = the bundle's manifest digest"
+    elif image_store == CONTAINERD:
         predicted = docker_archive_manifest_digest(image)
         id_verified = found.image_id == predicted
         note = ("image ID is the manifest a docker-archive load makes" if id_verified else

@@ -5,6 +5,8 @@ from __future__ import annotations
 # --- engine infrastructure (docker/scripts/dockerd.sh via tests/engines.py) ----------------
 # docker_host      session: private dockerd "test-overlay2" (default storage driver)
 # docker_host_vfs  session, lazy: private dockerd "test-vfs" (--storage-driver vfs)
+# docker_host_ctrstore  session, lazy: private dockerd "test-ctrstore": Debian 13's dockerd 26
+#                  with the containerd image store (dockerd.sh --containerd-store)
 # busybox          session: path of a statically linked busybox
 # Each dockerd is wiped and started at first use and stopped (by pid, through the
 # script) at session end. Missing tools: skip locally, FAIL under CI=true.
@@ -28,6 +30,8 @@ def _private_dockerd(base: str, *extra: str) -> Iterator[str]:
     engines.require_root("starting a private dockerd")
     for tool in ("dockerd", "containerd", "runc", "docker"):
         engines.require(tool)
+    if "--containerd-store" in extra:
+        engines.require_trixie_docker()
     name = _instance_name(base)
     try:
         url = engines.start_dockerd(name, *extra, fresh=True)
@@ -49,6 +53,12 @@ def docker_host() -> Iterator[str]:
 def docker_host_vfs() -> Iterator[str]:
     """DOCKER_HOST url of a second private dockerd using ``--storage-driver vfs``."""
     yield from _private_dockerd("test-vfs", "--storage-driver", "vfs")
+
+
+@pytest.fixture(scope="session")
+def docker_host_ctrstore() -> Iterator[str]:
+    """DOCKER_HOST url of a private dockerd 26 with the containerd image store."""
+    yield from _private_dockerd("test-ctrstore", "--containerd-store")
 
 
 @pytest.fixture(scope="session")

@@ -75,6 +75,33 @@ def require(tool: str) -> str:
     return path
 
 
+TRIXIE_DOCKER = Path(os.environ.get("SNEAKERNET_TRIXIE_DOCKER", "/opt/sneakernet/trixie-docker"))
+
+
+def require_trixie_docker() -> Path:
+    """The folder holding Debian 13's dockerd/containerd (install-deps.sh), or fail/skip."""
+    for rel in ("usr/sbin/dockerd", "usr/bin/containerd", "usr/bin/containerd-shim-runc-v2"):
+        if not os.access(TRIXIE_DOCKER / rel, os.X_OK):
+            unavailable(
+                f"no {TRIXIE_DOCKER / rel} (Debian 13's docker.io/containerd for the containerd "
+                f"image store; install with {INSTALL_STEP})"
+            )
+    return TRIXIE_DOCKER
+
+
+def ctrstore_ctr(docker_host: str) -> list[str]:
+    """``ctr`` argv for the containerd a --containerd-store dockerd manages (namespace moby)."""
+    sock = docker_host.removeprefix("unix://")
+    exec_root = Path(sock).parent / "exec"
+    return [
+        str(TRIXIE_DOCKER / "usr/bin/ctr"),
+        "--address",
+        str(exec_root / "containerd" / "containerd.sock"),
+        "--namespace",
+        "moby",
+    ]
+
+
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
         unavailable(f"{what} needs root (running as uid {os.geteuid()})")

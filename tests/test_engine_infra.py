@@ -32,7 +32,7 @@ def _scratch_context(tmp_path: Path, busybox: str) -> Path:
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("host_fixture", ["docker_host", "docker_host_vfs"])
+@pytest.mark.parametrize("host_fixture", ["docker_host", "docker_host_vfs", "docker_host_ctrstore"])
 def test_build_scratch_image(
     request: pytest.FixtureRequest, host_fixture: str, busybox: str, tmp_path: Path
 ) -> None:
@@ -46,8 +46,23 @@ def test_build_scratch_image(
     assert tag in info["RepoTags"]
     assert len(info["RootFS"]["Layers"]) == 3  # COPY + 2 x RUN
 
-    out = engines.docker(host, "run", "--rm", "--network", "none", tag, "cat", "/a")
+    out = engines.docker(
+        host, "run", "--rm", "--pull", "never", "--network", "none", tag, "cat", "/a"
+    )
     assert out == "hi\n"
+
+
+@pytest.mark.engine
+def test_containerd_store_dockerd(docker_host_ctrstore: str) -> None:
+    """Debian 13's dockerd 26 with the containerd image store, loopback only."""
+    info = json.loads(engines.docker(docker_host_ctrstore, "info", "--format", "{{json .}}"))
+    assert info["ServerVersion"].startswith("26.")
+    assert ["driver-type", "io.containerd.snapshotter.v1"] in info["DriverStatus"]
+    drivers = engines.docker(docker_host_ctrstore, "network", "ls", "--format", "{{.Driver}}")
+    assert "bridge" not in drivers.split()
+    # Its own managed containerd answers under the exec-root, namespace moby.
+    out = engines._run([*engines.ctrstore_ctr(docker_host_ctrstore), "version"], timeout=30)
+    assert "1.7." in out.stdout
 
 
 @pytest.mark.engine

@@ -5,6 +5,7 @@ the --deep comparison."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -102,12 +103,19 @@ def test_docker_classic_store_id_is_the_config_digest(images: dict[str, ImageRec
     assert found.config_digest == str(images["fake/app:2"].config.digest)
 
 
+def _delta(image: ImageRecord) -> ImageRecord:
+    """The same image in a delta bundle (its first layer left out): on Docker's containerd store it
+    is loaded as a docker-archive, so its ID is the manifest that load makes."""
+    first = dataclasses.replace(image.layers[0], external=True)
+    return dataclasses.replace(image, layers=(first, *image.layers[1:]))
+
+
 @pytest.mark.parametrize("recording", ["docker-25.0-containerd-store.image-inspect.json",
                                        "docker-28.2-containerd-store.image-inspect.json"])
 def test_docker_containerd_store_id_is_the_manifest_digest(images: dict[str, ImageRecord], recording: str) -> None:
     for info in ("docker-28.2-containerd-store.info.json", "docker-29.0-containerd-store.info.json"):
         assert image_store_of(_json(info)) == "containerd"
-    image = images["fake/app:2"]
+    image = _delta(images["fake/app:2"])
     found = engine_image_from_inspect(_json(recording), "containerd")
     assert found.image_id == docker_archive_manifest_digest(image) != str(image.config.digest)
     assert found.manifest_digest == found.image_id and found.config_digest is None
@@ -120,17 +128,29 @@ def test_docker_containerd_store_id_is_the_manifest_digest(images: dict[str, Ima
     assert lookup_name("containerd", image) == found.image_id
 
 
+def test_docker_containerd_store_full_bundle_id_is_the_bundle_manifest(images: dict[str, ImageRecord]) -> None:
+    """A full bundle is loaded as an OCI archive of its own manifest: the ID must be that digest."""
+    image = images["fake/app:2"]
+    doc = _json("docker-28.2-containerd-store.image-inspect.json")
+    check = check_image(image, engine_image_from_inspect(doc, "containerd"), "containerd")
+    assert check.result == "mismatch" and "image ID: expected " + str(image.manifest.digest) in check.detail
+    doc[0]["Id"] = doc[0]["Descriptor"]["digest"] = str(image.manifest.digest)
+    check = check_image(image, engine_image_from_inspect(doc, "containerd"), "containerd")
+    assert check.result == "match" and check.identity_rule == "manifest-digest" and check.id_verified
+    assert lookup_name("containerd", image) == str(image.manifest.digest)
+
+
 def test_docker_containerd_store_checks_the_diff_ids(images: dict[str, ImageRecord]) -> None:
     doc = _json("docker-28.2-containerd-store.image-inspect.json")
     doc[0]["RootFS"]["Layers"][2] = "sha256:" + "0" * 64
-    check = check_image(images["fake/app:2"], engine_image_from_inspect(doc, "containerd"), "containerd")
+    check = check_image(_delta(images["fake/app:2"]), engine_image_from_inspect(doc, "containerd"), "containerd")
     assert check.result == "mismatch" and "layer(s) 3" in check.detail
 
 
 def test_docker_containerd_store_with_another_id_rests_on_the_diff_ids(images: dict[str, ImageRecord]) -> None:
     doc = _json("docker-28.2-containerd-store.image-inspect.json")
     doc[0]["Id"] = doc[0]["Descriptor"]["digest"] = "sha256:" + "e" * 64  # e.g. an index Docker made
-    check = check_image(images["fake/app:2"], engine_image_from_inspect(doc, "containerd"), "containerd")
+    check = check_image(_delta(images["fake/app:2"]), engine_image_from_inspect(doc, "containerd"), "containerd")
     assert check.result == "match" and not check.id_verified
     assert "identity rests on the diff_ids" in check.detail
 

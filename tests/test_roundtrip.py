@@ -1,11 +1,19 @@
-"""End to end through a real dockerd: export the tricky images, carry, import, prove identity."""
+"""End to end through a real dockerd: export the tricky images, carry, import, prove identity.
+
+The round trip runs on both of Docker's image stores (fixture ``store``): the classic one
+(overlay2; image ID = config digest) and the containerd one (Docker 26, containerd snapshotter;
+image ID = manifest digest, kept because the bundle carries the engine's own manifest and layers
+as stored). The cross-store tests carry a bundle from one store to the other."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -53,6 +61,41 @@ def tricky_bundle(docker_host: str, tricky: dict, tmp_path_factory: pytest.TempP
     out = tmp_path_factory.mktemp("bundles") / "tricky.bundle"
     run_cli("bundle", "export", *REFS, "-o", str(out), "--schema", "3", docker_host=docker_host, check=True)
     return out
+
+
+@dataclass
+class Store:
+    """One Docker image store with the tricky images built in it and a bundle exported from it."""
+
+    kind: str  # "classic" or "containerd"
+    host: str
+    facts: dict  # ref -> (image ID, diff_ids) as the engine built them
+    bundle: Path
+    listing: str
+    driver: str  # docker info's storage driver
+
+
+@pytest.fixture(scope="session", params=["classic", "containerd"])
+def store(request: pytest.FixtureRequest) -> Store:
+    if request.param == "classic":
+        facts = request.getfixturevalue("tricky")
+        return Store("classic", request.getfixturevalue("docker_host"), facts,
+                     request.getfixturevalue("tricky_bundle"), LISTINGS["built"], "overlay2")
+    return request.getfixturevalue("ctrstore_images")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def ctrstore_images(docker_host_ctrstore: str, busybox: str, tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """The tricky images built in the containerd-store Docker and exported with no extra flags."""
+    host = docker_host_ctrstore
+    base, child = write_contexts(tmp_path_factory.mktemp("ctx-ctrstore"), busybox)
+    engines.build_image(host, base, "tricky:base")
+    engines.build_image(host, child, "tricky:child")
+    facts = {ref: image_facts(host, ref) for ref in REFS}
+    listing = _listing(host)
+    out = tmp_path_factory.mktemp("bundles-ctrstore") / "tricky.bundle"
+    run_cli("bundle", "export", *REFS, "-o", str(out), docker_host=host, check=True)  # no extra flags
+    return Store("containerd", host, facts, out, listing, "overlayfs")
 
 
 def _copy(bundle: Path, tmp_path: Path) -> Path:
@@ -135,38 +178,60 @@ def test_skopeo_copies_a_gzip_bundle_into_docker(docker_host: str, tricky: dict,
         _remove(docker_host, "skopeo/copied:1")
 
 
-def test_bundled_importer_round_trip_reproduces_image_ids(docker_host: str, tricky_bundle: Path,
-                                                          tricky: dict, tmp_path: Path) -> None:
-    carried = _copy(tricky_bundle, tmp_path)  # the far side sees a copy
-    _remove(docker_host, "tricky:child", "tricky:base")
-    assert image_facts(docker_host, "tricky:base") is None
+def test_bundle_pins_the_image_ids_the_build_host_shows(store: Store) -> None:
+    """Classic: the config digest is the ID. Containerd store: the manifest digest is the ID (the
+    engine's own manifest, byte for byte), layers carried as the engine keeps them (gzip)."""
+    doc = json.loads((store.bundle / "bundle.json").read_text())
+    by_ref = {img["refs"][0]: img for img in doc["images"]}
+    assert doc["source"]["imageStore"] == store.kind
+    for ref, (image_id, diff_ids) in store.facts.items():
+        image = by_ref[ref]
+        assert [x["diffId"] for x in image["layers"]] == diff_ids
+        if store.kind == "classic":
+            assert image["config"]["digest"] == image_id
+        else:
+            assert image["manifest"]["digest"] == image_id
+            assert all("gzip" in x["mediaType"] for x in image["layers"])  # no recompression
+    proc = run_pyz(store.bundle, "--verify-only", "--json")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_bundled_importer_round_trip_reproduces_image_ids(store: Store, tmp_path: Path) -> None:
+    host = store.host
+    carried = _copy(store.bundle, tmp_path)  # the far side sees a copy
+    _remove(host, "tricky:child", "tricky:base")
+    assert image_facts(host, "tricky:base") is None
     receipt = tmp_path / "receipt.json"
-    proc = run_pyz(carried, "--verify", "--docker-host", docker_host, "--receipt", str(receipt))
+    proc = run_pyz(carried, "--verify", "--docker-host", host, "--receipt", str(receipt))
     assert proc.returncode == 0, proc.stderr
     assert "MATCH" in proc.stdout
     for ref in REFS:
-        assert image_facts(docker_host, ref) == tricky[ref]
+        assert image_facts(host, ref) == store.facts[ref]
     doc = json.loads(receipt.read_text())
     assert doc["result"] == "pass"
-    assert doc["engine"]["storageDriver"] == "overlay2"
+    assert doc["engine"]["storageDriver"] == store.driver
+    assert doc["engine"]["imageStore"] == store.kind
     assert {tuple(i["refs"]) for i in doc["images"]} == {(r,) for r in REFS}
-    assert all(i["result"] == "match" for i in doc["images"])
-    assert not [line for line in image_ids(docker_host) if "sneakernet-staging" in line]
+    assert all(i["result"] == "match" and i["idVerified"] for i in doc["images"])
+    rule = "config-digest" if store.kind == "classic" else "manifest-digest"
+    assert {i["identityRule"] for i in doc["images"]} == {rule}
+    assert not [line for line in image_ids(host) if "sneakernet-staging" in line]
 
 
-def test_imported_filesystem_keeps_tricky_content(docker_host: str, tricky_bundle: Path, tricky: dict,
-                                                  tmp_path: Path) -> None:
+def test_imported_filesystem_keeps_tricky_content(store: Store, tmp_path: Path) -> None:
+    docker_host = store.host
     _remove(docker_host, "tricky:child", "tricky:base")
-    assert run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt").returncode == 0
-    out = _listing(docker_host)
-    assert out == LISTINGS["built"]  # every path, mode, owner, size, link count and type
+    assert run_pyz(store.bundle, "--docker-host", docker_host, "--no-receipt").returncode == 0
+    out = _listing(docker_host)  # docker run --pull never: the name resolves
+    assert out == store.listing  # every path, mode, owner, size, link count and type
     assert "setuid 4755 1" in out and "sticky 1777" in out and "empty 644 1 0" in out
     assert "/data/hl-src\nhl-src\n/nonexistent/target\n" in out
     assert "new\n" in out and "No such file" in out
     assert "long\nunicode\n" in out and "child\n" in out
 
 
-def test_second_import_changes_nothing(docker_host: str, tricky_bundle: Path, tricky: dict) -> None:
+def test_second_import_changes_nothing(store: Store) -> None:
+    docker_host, tricky_bundle = store.host, store.bundle
     assert run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt").returncode == 0
     before = image_ids(docker_host)
     proc = run_pyz(tricky_bundle, "--docker-host", docker_host, "--no-receipt", "--json")
@@ -186,8 +251,8 @@ def test_import_into_a_vfs_engine_gives_the_same_identity(docker_host_vfs: str, 
         assert image_facts(docker_host_vfs, ref) == tricky[ref]
 
 
-def test_tag_held_by_another_image_is_not_moved_without_force(docker_host: str, tricky_bundle: Path,
-                                                              tricky: dict) -> None:
+def test_tag_held_by_another_image_is_not_moved_without_force(store: Store) -> None:
+    docker_host, tricky_bundle, tricky = store.host, store.bundle, store.facts
     _remove(docker_host, "tricky:child")
     docker(docker_host, "tag", tricky["tricky:base"][0], "tricky:child")  # the tag points elsewhere
     before = image_ids(docker_host)
@@ -200,9 +265,9 @@ def test_tag_held_by_another_image_is_not_moved_without_force(docker_host: str, 
     assert image_facts(docker_host, "tricky:child") == tricky["tricky:child"]
 
 
-def test_tampered_layer_is_refused_before_the_engine_is_touched(docker_host: str, tricky_bundle: Path,
-                                                                tmp_path: Path) -> None:
-    carried = _copy(tricky_bundle, tmp_path)
+def test_tampered_layer_is_refused_before_the_engine_is_touched(store: Store, tmp_path: Path) -> None:
+    docker_host = store.host
+    carried = _copy(store.bundle, tmp_path)
     doc = json.loads((carried / "bundle.json").read_text())
     layer = doc["images"][1]["layers"][-1]["digest"][7:]
     path = carried / "blobs" / "sha256" / layer
@@ -269,3 +334,73 @@ def test_pyz_runs_isolated_without_site(tricky_bundle: Path) -> None:
     digest = hashlib.sha256((tricky_bundle / "bundle-import.pyz").read_bytes()).hexdigest()
     doc = json.loads((tricky_bundle / "bundle.json").read_text())
     assert doc["importer"]["digest"] == f"sha256:{digest}"
+
+
+def test_deep_and_inventory_on_each_store(store: Store) -> None:
+    """--deep re-exports (docker save) and re-hashes every layer; the inventory lists the images."""
+    proc = run_pyz(store.bundle, "--docker-host", store.host, "--deep", "--json", "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [i["deep"]["ok"] for i in doc["images"]] == [True, True]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DOCKER_"))}
+    inv = subprocess.run([sys.executable, "-I", str(store.bundle / "bundle-import.pyz"), "--inventory",
+                          "--docker-host", store.host, "--json"], capture_output=True, text=True, env=env,
+                         timeout=300, check=False)
+    assert inv.returncode == 0, inv.stderr
+    listed = {(i["id"], tuple(i["diffIds"])) for i in json.loads(inv.stdout)["images"]}
+    assert {(store.facts[r][0], tuple(store.facts[r][1])) for r in REFS} <= listed
+
+
+# --- across stores: what each store's ID becomes (docs/engines.md) -------------------------
+
+
+def _bundle_ids(bundle: Path) -> dict:
+    doc = json.loads((bundle / "bundle.json").read_text())
+    return {img["refs"][0]: (img["config"]["digest"], img["manifest"]["digest"],
+                             [x["diffId"] for x in img["layers"]]) for img in doc["images"]}
+
+
+def test_classic_bundle_into_the_containerd_store(tricky_bundle: Path, tricky: dict,
+                                                  docker_host_ctrstore: str, tmp_path: Path) -> None:
+    """A bundle made on the classic store: on the containerd store the ID is the bundle's
+    manifest digest (the classic host never had a manifest), RootFS.Layers the same diff_ids."""
+    host = docker_host_ctrstore
+    _remove(host, "tricky:child", "tricky:base")
+    proc = run_pyz(tricky_bundle, "--docker-host", host, "--json", "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    ids = _bundle_ids(tricky_bundle)
+    for ref in REFS:
+        config, manifest, _ = ids[ref]
+        assert config == tricky[ref][0]
+        assert image_facts(host, ref) == (manifest, tricky[ref][1])
+    assert "child\n" in docker(host, "run", "--rm", "--pull", "never", "--network", "none",
+                               "tricky:child", "cat", "/child").stdout
+    _remove(host, "tricky:child", "tricky:base")  # leave the containerd store as the store fixture expects
+
+
+def test_containerd_store_bundle_into_the_classic_store(ctrstore_images: Store, docker_host_vfs: str) -> None:
+    """A bundle made on the containerd store: on a classic store the ID is the config digest."""
+    ctr, host = ctrstore_images, docker_host_vfs
+    _remove(host, "tricky:child", "tricky:base")
+    proc = run_pyz(ctr.bundle, "--docker-host", host, "--json", "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    ids = _bundle_ids(ctr.bundle)
+    for ref in REFS:
+        config, manifest, _ = ids[ref]
+        assert manifest == ctr.facts[ref][0]  # the ID on the build host
+        assert image_facts(host, ref) == (config, ctr.facts[ref][1])
+    _remove(host, "tricky:child", "tricky:base")
+
+
+def test_containerd_store_export_through_docker_save_matches_the_content_store(
+        ctrstore_images: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the content store cannot be read, the `docker save` stream (which carries the stored
+    blobs on this store) gives the very same bundle images: manifest, config and layer blobs."""
+    out = tmp_path / "via-save.bundle"
+    host = ctrstore_images.host  # the images as built there (other tests load and remove them)
+    assert run_pyz(ctrstore_images.bundle, "--docker-host", host, "--no-receipt", "--force").returncode == 0
+    monkeypatch.setenv("SNEAKERNET_DOCKER_CONTENT_STORE", "0")
+    run_cli("bundle", "export", *REFS, "-o", str(out), docker_host=ctrstore_images.host, check=True)
+    images = json.loads((out / "bundle.json").read_text())["images"]
+    assert images == json.loads((ctrstore_images.bundle / "bundle.json").read_text())["images"]
+    assert {i["manifest"]["digest"] for i in images} == {ctrstore_images.facts[r][0] for r in REFS}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from importer.manifest import LayerRecord
 
@@ -16,6 +16,13 @@ class SourceImage:
     raw_config: bytes
     layers: Tuple[LayerRecord, ...]
     platform: Dict[str, str]
+    #: The source's own image manifest, kept byte for byte (its digest is the image ID on stores
+    #: that keep manifests: Docker's containerd store, containerd, OCI layouts); None: the bundle
+    #: writes an OCI manifest of its own. Set only when every layer is carried exactly as that
+    #: manifest describes it (see blobcopy.keep_manifest).
+    raw_manifest: Optional[bytes] = None
+    manifest_media_type: str = ""
+    config_media_type: str = ""
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,11 @@ not read at all: the config names their diff_ids."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
-from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional, Protocol, Tuple
+import json
+from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import zstandard
 
@@ -23,7 +25,14 @@ from importer.errors import SourceError
 from importer.have import HaveLayers
 from importer.limits import MAX_CONFIG, parse_json
 from importer.manifest import LayerRecord
-from importer.mediatypes import DOCKER_LAYER_GZIP, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
+from importer.mediatypes import (
+    DOCKER_LAYER_GZIP,
+    LAYER_TYPES,
+    OCI_LAYER_GZIP,
+    OCI_LAYER_TAR,
+    OCI_LAYER_ZSTD,
+    compression_of,
+)
 
 ProgressFn = Callable[[int], None]
 
@@ -90,12 +99,10 @@ class _NullWriter:
         return len(data)
 
 
-def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
-                on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int]:
-    """Read one compressed layer to its end: (diff_id, uncompressed size, compressed size),
-    every byte also written to ``out``; the blob must hash to the descriptor's digest and size."""
-    compression = LAYER_COMPRESSION[str(desc["mediaType"])][0]
-    want = Digest.parse(desc.get("digest"), what=f"{what}: digest")
+def _read_compressed(src: BinaryIO, out: Any, compression: str, what: str,
+                     on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int, Digest]:
+    """Read one compressed layer to its end, every byte also written to ``out``:
+    (diff_id, uncompressed size, compressed size, compressed digest)."""
     tee = _Tee(src, out, on_bytes)
     try:
         with _decompressed(tee, compression) as reader:
@@ -104,12 +111,21 @@ def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
         raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
                           hint="the source's copy of this blob is corrupt; re-pull the image") from e
     tee.drain()
-    got = Digest("sha256", tee.hasher.hexdigest())
-    if got != want or tee.count != desc.get("size"):
+    return diff_id, usize, tee.count, Digest("sha256", tee.hasher.hexdigest())
+
+
+def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
+                on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int]:
+    """Read one compressed layer to its end: (diff_id, uncompressed size, compressed size),
+    every byte also written to ``out``; the blob must hash to the descriptor's digest and size."""
+    compression = LAYER_COMPRESSION[str(desc["mediaType"])][0]
+    want = Digest.parse(desc.get("digest"), what=f"{what}: digest")
+    diff_id, usize, count, got = _read_compressed(src, out, compression, what, on_bytes)
+    if got != want or count != desc.get("size"):
         raise SourceError(
-            f"{what}: expected {want} ({desc.get('size')} bytes), found {got} ({tee.count} bytes)",
+            f"{what}: expected {want} ({desc.get('size')} bytes), found {got} ({count} bytes)",
             hint="the source's copy of this blob is corrupt; re-pull the image")
-    return diff_id, usize, tee.count
+    return diff_id, usize, count
 
 
 def copy_layer(store: BlobStore, src: BinaryIO, desc: Dict[str, Any], what: str, *,
@@ -122,29 +138,114 @@ def copy_layer(store: BlobStore, src: BinaryIO, desc: Dict[str, Any], what: str,
     return LayerRecord(media_type, blob.digest, blob.size, diff_id, usize)
 
 
-def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Tuple[str, str], what: str) -> Any:
-    """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``)."""
-    doc = provider.read_json(str(desc["digest"]), MAX_CONFIG, f"{what}: manifest {str(desc['digest'])[:19]}")
-    if desc.get("mediaType") in INDEX_TYPES or isinstance(doc.get("manifests"), list):
-        want_os, want_arch = platform
-        for sub in doc.get("manifests") or []:
-            plat = sub.get("platform") if isinstance(sub, dict) else None
-            if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
-                return pick_manifest(provider, sub, platform, what)
-        found = [f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}"
-                 for m in doc.get("manifests") or [] if isinstance(m, dict)]
-        raise SourceError(f"{what}: expected a manifest for {want_os}/{want_arch} in the index, "
-                          f"found {', '.join(found) or 'none'}",
-                          hint="export on a host of the image's platform, or pull that platform first")
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def sniff_compression(head: bytes) -> Optional[str]:
+    """'gzip' or 'zstd' when ``head`` starts a compressed stream, else None."""
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def copy_stored_layer(store: BlobStore, src: BinaryIO, compression: str, what: str, *,
+                      on_bytes: Optional[ProgressFn] = None) -> LayerRecord:
+    """Copy a compressed layer whose descriptor is not known yet (a ``docker save`` stream of
+    Docker's containerd store, where blobs arrive before the manifest naming them): stored as it
+    is, its digest and diff_id computed on the way."""
+    media_type = OCI_LAYER_GZIP if compression == "gzip" else OCI_LAYER_ZSTD
+    with store.temp() as (f, tmp):
+        diff_id, usize, size, digest = _read_compressed(src, f, compression, what, on_bytes)
+    blob = store.commit(tmp, digest, size)
+    return LayerRecord(media_type, blob.digest, blob.size, diff_id, usize)
+
+
+def keep_manifest(raw_manifest: bytes, raw_config: bytes,
+                  layers: Sequence[LayerRecord]) -> Optional[Tuple[Tuple[LayerRecord, ...], str, str]]:
+    """The source's manifest may go into the bundle byte for byte when it describes exactly what
+    the bundle carries: its config, and every layer stored (none left out) as that very blob, of a
+    media type bundle.json records. Returns (the layers with the manifest's media types, manifest
+    media type, config media type), or None: the bundle then writes an OCI manifest of its own."""
+    try:
+        doc = json.loads(raw_manifest)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
+        return None
+    media_type = doc.get("mediaType") or MANIFEST_TYPES[0]
+    config = doc.get("config")
+    descs = doc.get("layers")
+    if media_type not in MANIFEST_TYPES or not isinstance(config, dict) or not isinstance(descs, list):
+        return None
+    if config.get("digest") != str(Digest.of_bytes(raw_config)) or config.get("size") != len(raw_config):
+        return None
+    if len(descs) != len(layers):
+        return None
+    kept: List[LayerRecord] = []
+    for desc, layer in zip(descs, layers):
+        if not isinstance(desc, dict) or layer.external:
+            return None
+        mt = desc.get("mediaType")
+        if mt not in LAYER_TYPES or compression_of(str(mt)) != compression_of(layer.media_type):
+            return None
+        if desc.get("digest") != str(layer.digest) or desc.get("size") != layer.size:
+            return None
+        kept.append(dataclasses.replace(layer, media_type=str(mt)))
+    return tuple(kept), str(media_type), str(config.get("mediaType") or "")
+
+
+def read_blob_bytes(provider: BlobProvider, digest: str, limit: int, what: str) -> bytes:
+    """A small blob's bytes, bounded and checked against its digest."""
+    want = Digest.parse(digest, what=f"{what}: digest")
+    with provider.open_blob(str(want), what) as f:
+        raw = f.read(limit + 1)
+    if len(raw) > limit or Digest.of_bytes(raw) != want:
+        raise SourceError(f"{what}: expected the blob to hash to {want} (at most {limit} bytes), found other bytes",
+                          hint="the source's copy is corrupt; re-pull the image")
+    return bytes(raw)
+
+
+def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Tuple[str, str],
+                      what: str) -> Tuple[Any, bytes]:
+    """:func:`pick_manifest` and the manifest's exact bytes."""
+    raw = read_blob_bytes(provider, str(desc["digest"]), MAX_CONFIG, f"{what}: manifest {str(desc['digest'])[:19]}")
+    doc = parse_json(raw, f"{what}: manifest")
+    if desc.get("mediaType") in INDEX_TYPES or (isinstance(doc, dict) and isinstance(doc.get("manifests"), list)):
+        sub = _platform_entry(doc, platform, what)
+        return pick_manifest_raw(provider, sub, platform, what)
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list) or not isinstance(doc.get("config"), dict):
         raise SourceError(f"{what}: expected an image manifest with a config and layers, found something else")
-    return doc
+    return doc, raw
+
+
+def _platform_entry(doc: Any, platform: Tuple[str, str], what: str) -> Dict[str, Any]:
+    want_os, want_arch = platform
+    for sub in doc.get("manifests") or []:
+        plat = sub.get("platform") if isinstance(sub, dict) else None
+        if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
+            return sub  # type: ignore[no-any-return]
+    found = [f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}"
+             for m in doc.get("manifests") or [] if isinstance(m, dict)]
+    raise SourceError(f"{what}: expected a manifest for {want_os}/{want_arch} in the index, "
+                      f"found {', '.join(found) or 'none'}",
+                      hint="export on a host of the image's platform, or pull that platform first")
+
+
+def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Tuple[str, str], what: str) -> Any:
+    """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``)."""
+    return pick_manifest_raw(provider, desc, platform, what)[0]
 
 
 def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], store: BlobStore, *,
                compression: str, level: Optional[int], what: str, on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None, copied: Optional[Dict[str, LayerRecord]] = None) -> SourceImage:
-    """One image: its config byte for byte, each layer copied (or left out when ``have`` holds it)."""
+               have: Optional[HaveLayers] = None, copied: Optional[Dict[str, LayerRecord]] = None,
+               raw_manifest: Optional[bytes] = None) -> SourceImage:
+    """One image: its config byte for byte, each layer copied (or left out when ``have`` holds it).
+    ``raw_manifest`` (the bytes of ``manifest``) is kept in the bundle when every layer is carried
+    as that manifest describes it (:func:`keep_manifest`), so the manifest digest does not change."""
     config_desc = manifest["config"]
     config_digest = Digest.parse(config_desc.get("digest"), what=f"{what}: config digest")
     with provider.open_blob(str(config_digest), f"{what}: config") as f:
@@ -202,6 +303,10 @@ def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], sto
             raise SourceError(f"{label}: expected diff_id {diff_id} (the config's), found {record.diff_id}",
                               hint="the source holds an inconsistent image; re-pull it")
         layers.append(record)
+    kept = keep_manifest(raw_manifest, raw_config, layers) if raw_manifest is not None else None
+    if kept is not None:
+        return SourceImage(refs=refs, raw_config=raw_config, layers=kept[0], platform=platform_of(config),
+                           raw_manifest=raw_manifest, manifest_media_type=kept[1], config_media_type=kept[2])
     return SourceImage(refs=refs, raw_config=raw_config, layers=tuple(layers), platform=platform_of(config))
 
 

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import copy_image, pick_manifest
+from bundle.sources.blobcopy import copy_image, pick_manifest, pick_manifest_raw
 from importer.engines import command_stdout
 from importer.errors import CommandFailed, EngineUnavailable, ImageNotFound, SourceError
 from importer.have import HaveLayers
@@ -92,8 +92,8 @@ class ContainerdSource:
             if target["digest"] not in by_target:
                 continue
             what = f"exporting {ref} from {self.where}"
-            manifest = pick_manifest(self, target, host_platform(), what)
+            manifest, raw = pick_manifest_raw(self, target, host_platform(), what)
             images.append(copy_image(self, manifest, by_target.pop(target["digest"]), store,
                                      compression=compression, level=level, what=what, on_bytes=on_bytes,
-                                     have=have, copied=copied))
+                                     have=have, copied=copied, raw_manifest=raw))
         return images

@@ -6,28 +6,54 @@ whose ``blobs/sha256/<hex>`` hold uncompressed layers and JSON, plus the legacy
 ``manifest.json`` pointing into ``blobs/``). Members arrive in lexical order, so layers come
 before the manifest that names them: each layer is compressed into the blob store as it passes,
 and the mapping is made at the end. Nothing uncompressed is written to disk; no layer is held
-in memory."""
+in memory.
+
+Docker's containerd image store (Docker 25+ with the containerd snapshotter, ``docker info``
+``DriverStatus`` ``driver-type io.containerd.snapshotter.v1``) keeps each layer compressed as it
+was built or pulled and names the image by its manifest digest. There the layers are carried as
+the engine keeps them (no recompression) and the manifest byte for byte, so the bundle's manifest
+digest is the image ID the build host shows: read straight from the engine's own content store
+(``DockerRootDir/containerd/daemon/io.containerd.content.v1.content``) where this host can read it
+(plain file reads, no ``save`` stream), else from the ``docker save`` stream, whose blobs are the
+stored ones (``SNEAKERNET_DOCKER_CONTENT_STORE=0`` forces the stream)."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
 import io
+import os
 import posixpath
+import re
 import tarfile
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
+from bundle.sources.blobcopy import (
+    copy_image,
+    copy_stored_layer,
+    keep_manifest,
+    pick_manifest_raw,
+    sniff_compression,
+)
+from bundle.sources.oci_layout import OciLayoutSource
 from importer.digest import Digest
 from importer.dockerapi import api_save, socket_path
 from importer.engines import command_stdout, run
-from importer.errors import CommandFailed, ImageNotFound, SourceError
+from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError
 from importer.have import HaveLayers
 from importer.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
 from importer.manifest import LayerRecord
 from importer.mediatypes import OCI_LAYER_TAR
+from importer.refs import familiar, normalize
+from importer.sinks.containerd import host_platform
 from importer.sinks.docker import DockerSink
+
+CONTENT_STORE_ENV = "SNEAKERNET_DOCKER_CONTENT_STORE"
+#: where dockerd's managed containerd keeps its content store, under DockerRootDir
+CONTENT_STORE_DIR = ("containerd", "daemon", "io.containerd.content.v1.content")
+_ID_RE = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
 
 ProgressFn = Callable[[int], None]
 
@@ -66,9 +92,13 @@ class DockerDaemonSource:
 
     def __init__(self, host: Optional[str] = None) -> None:
         self.docker = DockerSink(host)
+        self.data_root: Optional[str] = None
+        #: how the last export read the layers: "docker-save" or "content-store"
+        self.read_from = ""
 
     def info(self) -> SourceInfo:
         engine = self.docker.probe()
+        self.data_root = engine.data_root
         return SourceInfo("docker-daemon", {
             "engine": "docker",
             "engineVersion": engine.version,
@@ -95,6 +125,13 @@ class DockerDaemonSource:
 
     def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
                on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+        if self.docker.image_store == "containerd":
+            content = self._content_store(refs)
+            if content is not None:
+                self.read_from = "content-store"
+                return _export_content_store(content, refs, store, compression=compression, level=level,
+                                             on_bytes=on_bytes, have=have)
+        self.read_from = "docker-save"
         what = f"streaming `docker save` of {', '.join(refs)}"
         path = socket_path(self.docker.host)  # the API over the socket: no docker CLI copying every byte
         opener = api_save(path, refs, what=what) if path else command_stdout(self.docker.argv("save", *refs),
@@ -118,6 +155,76 @@ class DockerDaemonSource:
                 hint="check that the engine is healthy (its log says why it stopped) and export again",
             ) from e
         return images
+
+
+    def _content_store(self, refs: Sequence[str]) -> Optional[_ContentStore]:
+        """The engine's own content store when this host can read every blob the images need
+        (a local daemon: the manifests, configs and layers are there under their digests), else
+        None (read the ``docker save`` stream)."""
+        if os.environ.get(CONTENT_STORE_ENV, "1") == "0" or not self.data_root:
+            return None
+        if self.docker.host and socket_path(self.docker.host) is None:
+            return None  # tcp/ssh/a context: the daemon's data root is not on this host
+        path = os.path.join(self.data_root, *CONTENT_STORE_DIR)
+        if not os.access(os.path.join(path, "blobs", "sha256"), os.R_OK | os.X_OK):
+            return None
+        content = _ContentStore(path)
+        try:
+            for ref in refs:
+                image_id, _ = content.target(self.docker, ref)
+                manifest, _ = pick_manifest_raw(content, {"digest": image_id}, host_platform(),
+                                                f"exporting {ref} from Docker's content store")
+                blobs = [manifest["config"], *manifest["layers"]]
+                if not all(isinstance(d, dict) and content.has(str(d.get("digest"))) for d in blobs):
+                    return None
+        except BundleError:  # e.g. an index without this platform: the save stream says why
+            return None
+        return content
+
+
+class _ContentStore(OciLayoutSource):
+    """Docker's containerd content store (``blobs/sha256/<hex>``, like an OCI layout) as a blob provider."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.where = f"Docker's containerd content store {self.dir}"
+        self.targets: Dict[str, Tuple[str, Tuple[str, ...]]] = {}
+
+    def has(self, digest: str) -> bool:
+        try:
+            return os.path.isfile(os.path.join(self.dir, Digest.parse(digest).blob_path))
+        except BundleError:
+            return False
+
+    def target(self, docker: DockerSink, ref: str) -> Tuple[str, Tuple[str, ...]]:
+        """(image ID = the target's digest, the name the bundle gives it) for ``ref``."""
+        if ref not in self.targets:
+            res = run(docker.argv("image", "inspect", "--format", "{{.Id}}", ref), what=f"looking up {ref}",
+                      timeout=120)
+            image_id = res.stdout.decode().strip()
+            Digest.parse(image_id, what=f"the ID Docker reports for {ref}")
+            bare = ref[len("sha256:"):] if ref.startswith("sha256:") else ref
+            is_id = _ID_RE.fullmatch(ref) is not None and image_id[len("sha256:"):].startswith(bare)
+            self.targets[ref] = (image_id, () if is_id else (familiar(normalize(ref)),))
+        return self.targets[ref]
+
+
+def _export_content_store(content: _ContentStore, refs: Sequence[str], store: BlobStore, *, compression: str,
+                          level: Optional[int], on_bytes: Optional[ProgressFn],
+                          have: Optional[HaveLayers]) -> List[SourceImage]:
+    """Every image read from the content store: blobs as stored, the manifest kept."""
+    by_id: Dict[str, Tuple[str, ...]] = {}
+    for ref in refs:  # one image per ID, all its requested names (looked up by _content_store)
+        image_id, names = content.targets[ref]
+        by_id[image_id] = order_refs([*by_id.get(image_id, ()), *names])
+    copied: Dict[str, LayerRecord] = {}
+    images = []
+    for image_id, names in by_id.items():
+        what = f"exporting {', '.join(names) or image_id[:19]} from {content.where}"
+        manifest, raw = pick_manifest_raw(content, {"digest": image_id}, host_platform(), what)
+        images.append(copy_image(content, manifest, names, store, compression=compression, level=level,
+                                 what=what, on_bytes=on_bytes, have=have, copied=copied, raw_manifest=raw))
+    return images
 
 
 def read_docker_save(
@@ -190,7 +297,11 @@ def _read_docker_save(
                 layers[name] = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
             elif name.startswith("blobs/sha256/"):
                 head = f.read(512)
-                if _looks_like_tar(head) or not head.lstrip().startswith(b"{"):
+                packed = sniff_compression(head)
+                if packed is not None:  # Docker's containerd store: the layer as the engine keeps it
+                    layers[name] = copy_stored_layer(store, _Prefixed(head, f), packed,  # type: ignore[arg-type]
+                                                     f"reading the `docker save` stream: {name}", on_bytes=on_bytes)
+                elif _looks_like_tar(head) or not head.lstrip().startswith(b"{"):
                     layers[name] = store.write_layer(_Prefixed(head, f), compression=compression,
                                                      level=level, on_bytes=on_bytes)
                 else:
@@ -247,4 +358,26 @@ def _image_from_entry(entry: Any, layers: Dict[str, LayerRecord], docs: Dict[str
             hint="the engine returned an inconsistent archive; retry the export",
         )
     refs: Tuple[str, ...] = order_refs([str(t) for t in (entry.get("RepoTags") or [])])
+    for raw_manifest in _manifests_naming(docs, digest):  # the engine's own manifest, when it fits byte for byte
+        kept = keep_manifest(raw_manifest, raw_config, records)
+        if kept is not None:
+            return SourceImage(refs=refs, raw_config=raw_config, layers=kept[0], platform=platform_of(config),
+                               raw_manifest=raw_manifest, manifest_media_type=kept[1], config_media_type=kept[2])
     return SourceImage(refs=refs, raw_config=raw_config, layers=tuple(records), platform=platform_of(config))
+
+
+def _manifests_naming(docs: Dict[str, bytes], config: Digest) -> List[bytes]:
+    """The image manifests among the stream's blobs (Docker 25+) whose config is ``config``."""
+    out = []
+    needle = str(config).encode()
+    for name, raw in docs.items():
+        if not name.startswith("blobs/sha256/") or needle not in raw:
+            continue
+        if Digest.of_bytes(raw).hex != posixpath.basename(name):
+            continue
+        with contextlib.suppress(BundleError):
+            doc = parse_json(raw, name)
+            if isinstance(doc, dict) and isinstance(doc.get("config"), dict) and \
+                    doc["config"].get("digest") == str(config):
+                out.append(raw)
+    return out

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import INDEX_TYPES, MANIFEST_TYPES, copy_image, pick_manifest
+from bundle.sources.blobcopy import INDEX_TYPES, MANIFEST_TYPES, copy_image, pick_manifest, pick_manifest_raw
 from importer.digest import Digest
 from importer.errors import ImageNotFound, SourceError
 from importer.have import HaveLayers
@@ -125,7 +125,8 @@ class OciLayoutSource:
         for ref in refs:
             entry = self._target(ref)
             what = f"exporting {ref or 'the image'} from {self.where}"
-            manifest = pick_manifest(self, entry, host_platform(), what)
+            manifest, raw = pick_manifest_raw(self, entry, host_platform(), what)
             images.append(copy_image(self, manifest, self.image_refs(entry), store, compression=compression,
-                                     level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
+                                     level=level, what=what, on_bytes=on_bytes, have=have, copied=copied,
+                                     raw_manifest=raw))
         return images

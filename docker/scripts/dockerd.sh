@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Private, loopback-only dockerd instances for tests.
 #
-#   dockerd.sh start  NAME [extra dockerd args...]   prints the DOCKER_HOST url (unix://...)
+#   dockerd.sh start  NAME [--containerd-store] [extra dockerd args...]
+#                                                    prints the DOCKER_HOST url (unix://...)
 #   dockerd.sh stop   NAME                           stop by pid, unmount leftovers under DIR
 #   dockerd.sh status NAME                           exit 0 running+answering, 1 running but
 #                                                    not answering, 3 not running
@@ -13,12 +14,17 @@
 # Every instance runs with --bridge=none --iptables=false --ip-forward=false
 # --ip-masq=false and its own (dockerd-managed) containerd under DIR/exec/containerd,
 # so several instances coexist (e.g. one overlay2, one --storage-driver vfs).
+#
+# --containerd-store: Docker with the containerd image store. dockerd, containerd and the shims
+# come from Debian 13 (docker.io 26.x, containerd 1.7.x; install-deps.sh unpacks them into
+# ${SNEAKERNET_TRIXIE_DOCKER:-/opt/sneakernet/trixie-docker}), put first on PATH (Debian 12's
+# runc stays), and daemon.json holds {"features": {"containerd-snapshotter": true}}.
 # Processes are only ever signalled by pid (pidfiles, or a /proc scan for processes
 # whose command line names DIR); never by name.
 set -euo pipefail
 
 die() { echo "dockerd.sh: $*" >&2; exit 1; }
-usage() { echo "usage: $0 start|stop|status|purge NAME [extra dockerd args...]" >&2; exit 2; }
+usage() { echo "usage: $0 start|stop|status|purge NAME [--containerd-store] [extra dockerd args...]" >&2; exit 2; }
 
 [ $# -ge 2 ] || usage
 cmd=$1 name=$2
@@ -72,9 +78,22 @@ do_status() {
 }
 
 do_start() {
-    local pid want have i launcher
+    local pid want have i launcher arg ctrstore= config='{}'
     mkdir -p "$DIR"
     want="$*"
+    local orig=("$@") extra=()
+    for arg in "$@"; do
+        if [ "$arg" = --containerd-store ]; then ctrstore=1; else extra+=("$arg"); fi
+    done
+    set -- "${extra[@]}"
+    if [ -n "$ctrstore" ]; then
+        local trixie=${SNEAKERNET_TRIXIE_DOCKER:-/opt/sneakernet/trixie-docker}
+        [ -x "$trixie/usr/sbin/dockerd" ] && [ -x "$trixie/usr/bin/containerd" ] ||
+            die "no Debian 13 dockerd/containerd under $trixie (run docker/scripts/install-deps.sh as root)"
+        PATH=$trixie/usr/sbin:$trixie/usr/bin:$PATH
+        export PATH
+        config='{"features": {"containerd-snapshotter": true}}'
+    fi
 
     if pid=$(daemon_pid); then
         have=$(tr '\n' ' ' <"$DIR/dockerd.args" 2>/dev/null || true)
@@ -101,8 +120,8 @@ do_start() {
     rm -f "$PIDFILE" "$SOCK"
     mkdir -p "$DIR/data" "$DIR/exec"
     # Private config file: never pick up the host's /etc/docker/daemon.json.
-    echo '{}' >"$DIR/daemon.json"
-    printf '%s\n' "$@" >"$DIR/dockerd.args"
+    echo "$config" >"$DIR/daemon.json"
+    printf '%s\n' "${orig[@]}" >"$DIR/dockerd.args"
     {
         echo "=== $(date -Is) dockerd.sh start $name $*"
     } >>"$LOG"

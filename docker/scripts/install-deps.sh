@@ -66,6 +66,76 @@ if [ ${#missing[@]} -gt 0 ]; then
     done
 fi
 
+# Docker with the containerd image store (docs/engines.md): Debian 13's docker.io (dockerd 26.x)
+# and containerd (1.7.x) run on Debian 12 (they need glibc 2.34; Debian 12's runc stays, Debian
+# 13's needs glibc 2.38). Fetched with `apt-get download` through a trixie sources list kept in a
+# folder of its own (the system's apt lists, cache and sources are untouched) and unpacked with
+# `dpkg -x` into $TRIXIE_DOCKER; skipped when already there at these versions.
+TRIXIE_DOCKER=${SNEAKERNET_TRIXIE_DOCKER:-/opt/sneakernet/trixie-docker}
+TRIXIE_PACKAGES=(docker.io containerd)
+TRIXIE_WANT="docker.io=26.1.5 containerd=1.7.24"
+
+# The Debian archive the system's apt already uses (a `deb` line or a deb822 `URIs:` field of a
+# bookworm main-archive entry), so no other host is contacted.
+debian_mirror() {
+    local f line uri
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        while read -r line; do
+            # deb [options] URI SUITE COMPONENTS...
+            [[ $line =~ ^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+)[[:space:]]+bookworm[[:space:]] ]] || continue
+            echo "${BASH_REMATCH[2]}"; return 0
+        done <"$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        # One stanza per paragraph: a URIs field in the stanza whose Suites name bookworm.
+        uri=$(awk 'BEGIN { RS = ""; FS = "\n" }
+            { u = ""; s = 0
+              for (i = 1; i <= NF; i++) {
+                if ($i ~ /^URIs:/) { u = $i; sub(/^URIs:[ \t]*/, "", u); sub(/[ \t].*$/, "", u) }
+                if ($i ~ /^Suites:/ && $i ~ /(^|[ \t])bookworm([ \t]|$)/) s = 1
+              }
+              if (s && u != "") { print u; exit } }' "$f")
+        [ -n "$uri" ] && { echo "$uri"; return 0; }
+    done
+    return 1
+}
+
+trixie_have() {
+    local v1 v2
+    v1=$("$TRIXIE_DOCKER/usr/sbin/dockerd" --version 2>/dev/null) || return 1
+    v2=$("$TRIXIE_DOCKER/usr/bin/containerd" --version 2>/dev/null) || return 1
+    [[ $v1 == *"version 26.1.5"* ]] && [[ $v2 == *" 1.7.24"* ]]
+}
+
+install_trixie_docker() {
+    local mirror work deb
+    trixie_have && return 0
+    [ "$(id -u)" = 0 ] || { echo "install-deps.sh: must run as root to fetch Debian 13's ${TRIXIE_PACKAGES[*]}" >&2; exit 1; }
+    mirror=$(debian_mirror) || { echo "install-deps.sh: no bookworm entry in /etc/apt/sources.list* to find the Debian mirror" >&2; exit 1; }
+    echo "install-deps.sh: fetching Debian 13 ${TRIXIE_PACKAGES[*]} ($TRIXIE_WANT) into $TRIXIE_DOCKER"
+    work="$TRIXIE_DOCKER.apt"
+    rm -rf "$work" "$TRIXIE_DOCKER.new"
+    mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs" "$TRIXIE_DOCKER.new"
+    printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$mirror" >"$work/trixie.sources"
+    local apt_opts=(-q -o "Dir::Etc::sourcelist=$work/trixie.sources" -o Dir::Etc::sourceparts=-
+                    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
+                    -o APT::Sandbox::User=root)
+    apt-get "${apt_opts[@]}" update >"$log" 2>&1 || fail "apt-get update (trixie, private lists)"
+    (cd "$work/debs" && apt-get "${apt_opts[@]}" download "${TRIXIE_PACKAGES[@]}") >"$log" 2>&1 ||
+        fail "apt-get download ${TRIXIE_PACKAGES[*]} (trixie)"
+    for deb in "$work"/debs/*.deb; do
+        dpkg -x "$deb" "$TRIXIE_DOCKER.new" >"$log" 2>&1 || fail "dpkg -x $deb"
+    done
+    rm -rf "$TRIXIE_DOCKER"
+    mv "$TRIXIE_DOCKER.new" "$TRIXIE_DOCKER"
+    rm -rf "$work"
+    trixie_have || { echo "install-deps.sh: $TRIXIE_DOCKER does not hold $TRIXIE_WANT after unpacking" >&2; exit 1; }
+}
+install_trixie_docker
+
 pip_args=(-q --disable-pip-version-check --root-user-action=ignore)
 # Debian's own python3 is "externally managed" (PEP 668); this script is meant for
 # throwaway CI machines, so install into it anyway.
@@ -78,4 +148,5 @@ TORCH_VERSION=2.13.0
 if ! python3 -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" >/dev/null 2>&1; then
     python3 -m pip install "${pip_args[@]}" "torch==$TORCH_VERSION" >"$log" 2>&1 || fail "pip install torch==$TORCH_VERSION"
 fi
-echo "install-deps.sh: ok ($(python3 --version), $(dockerd --version 2>/dev/null | cut -d, -f1))"
+echo "install-deps.sh: ok ($(python3 --version), $(dockerd --version 2>/dev/null | cut -d, -f1)," \
+     "containerd store: $("$TRIXIE_DOCKER/usr/sbin/dockerd" --version 2>/dev/null | cut -d, -f1))"
