@@ -12,6 +12,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
+from importer.archive import locate
 from importer.bundleinput import sink_for
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error
 from importer.importing import ImportResult, import_bundle, verify_or_raise
@@ -31,22 +32,34 @@ from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
 from importer.sinks.registry import add_registry_arguments, import_to_registry, registry_sink
 from importer.smoke.cli import add_smoke_arguments, smoke_after_import
 from importer.smoke.cli import main as smoke_main
+from importer.smoke.settings import SmokeConfigError
 from importer.text import printable, render_error
 from importer.verify import VerifyReport
 
 EXIT_OK = 0
 LEGACY_MAJORS = (1, 2)
+EXIT_CODES_HELP = """exit codes (docs/errors.md):
+  0 ok                      1 unexpected error (a bug)   2 usage or configuration
+  3 integrity               4 invalid bundle manifest or unsupported schema
+  6 engine                  7 policy (tag conflict, signature)
+  8 engine holds something else                          9 delta: base layers missing in the engine
+  10 --smoke / smoke: verdict candidate (a required gate skipped; 1: a gate failed)
+  130 interrupted (SIGINT)  143 terminated (SIGTERM/SIGHUP)
+trust and signatures: docs/security.md"""
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bundle-import",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Verify a sneakernet bundle, load it into a container engine and prove "
-        "that the engine holds exactly what was built.",
-        epilog="Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 integrity, 4 invalid bundle "
-        "manifest or unsupported schema, 6 engine, 7 policy (tag conflict, signature), "
-        "8 engine holds something else, 130 interrupted (SIGINT), 143 terminated (SIGTERM/SIGHUP). "
-        "See docs/errors.md; trust and signatures: docs/security.md.",
+        "that the engine holds exactly what was built.\n\n"
+        "other commands (each has --help):\n"
+        "  bundle-import smoke [IMAGE]    qualify this host with an imported image (GPU, torch, NCCL; "
+        "docs/qualification.md)\n"
+        "  bundle-import copy SRC DST     copy a bundle (folder, tar or parts) resumably, e.g. from a USB "
+        "stick, then verify the copy",
+        epilog=EXIT_CODES_HELP,
     )
     p.add_argument("bundle", metavar="BUNDLE", nargs="?",
                    help="the bundle folder (holding bundle.json), FILE.tar or FILE.tar.parts.json (read in "
@@ -186,8 +199,21 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
+    """``--smoke`` runs the images in Docker: any other engine is refused before the import."""
+    if args.smoke and not args.no_container and kind != "docker":
+        raise SmokeConfigError(
+            f"importing with --smoke into {kind}: expected Docker (the smoke suite runs the imported images "
+            f"in containers), found --engine {kind}",
+            hint="import into Docker (--engine docker), or add --no-container to qualify this Python instead; "
+            "nothing was imported")
+
+
 def cmd_import(args: argparse.Namespace) -> int:
+    if args.engine:
+        _refuse_smoke_engine(args, args.engine)
     sink = make_sink(args)
+    _refuse_smoke_engine(args, sink.kind)
     result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
     error: Optional[BundleError] = None
     try:
@@ -318,6 +344,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     handler: Callable[[argparse.Namespace], int] = (
         cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
     try:
+        if args.bundle and not args.inventory:
+            locate(args.bundle)  # a BUNDLE that names nothing (a typo): a usage error before anything else
         with stop_on_signals():
             try:
                 return handler(args)

@@ -47,6 +47,13 @@ class InvalidReference(UsageError):
     reference = "invalid-reference"
 
 
+class BundleNotFound(UsageError):
+    """BUNDLE names nothing: no folder, tar, part or parts index there (a typo, a wrong path).
+    Raised before anything else is done (no engine is probed, no receipt written)."""
+
+    reference = "bundle-not-found"
+
+
 class UnwritableDestination(UsageError):
     """``copy SRC DST``: DST cannot be written (permissions, no space, a link or special file in it)."""
 

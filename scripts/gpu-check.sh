@@ -2,8 +2,8 @@
 # Qualify this GPU host with the current Python: the smoke suite of `bundle-import smoke`
 # with --no-container --device cuda (host/NVML, compat, torch, bf16 matmul, torch.compile,
 # fused AdamW, NCCL all-reduce over every visible GPU, clean shutdown). Prints the receipt,
-# then a one-line summary; exits with the suite's code (0 pass, 1 a gate failed, 2 configuration
-# error or a required gate skipped). Bounded to under 8 minutes.
+# then a one-line summary; exits with the suite's code (0 pass, 1 a gate failed, 10 a required
+# gate skipped: verdict candidate, 2 configuration error). Bounded to under 8 minutes.
 #
 #   bash scripts/gpu-check.sh [RECEIPT_PATH] [more smoke flags, e.g. --gpus 0,1 --env NCCL_NVLS_ENABLE=0]
 #

@@ -1,6 +1,6 @@
 """``bundle-import smoke [IMAGE]`` and the smoke half of ``bundle-import BUNDLE --smoke``:
-parse, qualify, render, write the receipt, exit 0 pass / 1 a gate failed / 2 configuration
-error (or a required gate skipped: verdict candidate)."""
+parse, qualify, render, write the receipt, exit 0 pass / 1 a gate failed / 10 a required gate
+skipped (verdict candidate) / 2 configuration error."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from importer import __version__
 from importer.errors import BundleError
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
+from importer.smoke.results import EXIT_CANDIDATE
 from importer.smoke.runner import qualify
 from importer.smoke.settings import (
     DEFAULT_RANK_TIMEOUT,
@@ -86,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bundle-import smoke",
         description="Qualify this host with an imported image: driver and CUDA compatibility, torch, bf16 "
         "matmul, torch.compile, fused AdamW, all-reduce, clean shutdown. Writes qualification.json.",
-        epilog="Exit codes: 0 pass, 1 a gate failed, 2 configuration error or a required gate skipped "
-        "(verdict candidate). See docs/qualification.md.",
+        epilog=f"Exit codes: 0 pass, 1 a gate failed, {EXIT_CANDIDATE} a required gate skipped (verdict "
+        "candidate), 2 configuration error. See docs/qualification.md.",
     )
     add_smoke_arguments(p, standalone=True)
     p.add_argument("--version", action="version", version=f"bundle-import smoke {__version__}")
@@ -177,7 +178,7 @@ def _receipt_paths(args: argparse.Namespace, count: int) -> List[Optional[str]]:
 
 def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Dict[str, Any]) -> int:
     """``bundle-import BUNDLE --verify --smoke``: qualify every image the import just proved.
-    Exit 1 if any image failed, else 2 if any is only a candidate (or the setup failed), else 0."""
+    Exit 1 if any image failed, else 2 if the setup failed, else 10 if any is only a candidate, else 0."""
     images: List[str] = []
     for check in result.checks:
         if check.image.refs:
@@ -213,8 +214,8 @@ def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Di
     codes = [int(r["exitCode"]) for r in receipts]
     if 1 in codes:
         code = 1
-    elif code == 0 and 2 in codes:
-        code = 2
+    elif code == 0 and EXIT_CANDIDATE in codes:
+        code = EXIT_CANDIDATE
     if args.json:
         _out(json.dumps({"import": import_receipt, "qualifications": receipts, "exitCode": code, "error": error},
                         indent=2))

@@ -1,0 +1,96 @@
+"""The first hour with the CLIs (issue 16): discoverable commands and exit codes, receipts that
+never turn a successful import into a failure, outputs that never destroy what is not a bundle.
+
+Engine-free: bundles from tests/bundlegen.py, imported into an OCI layout (``--engine oci``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bundlegen import make_bundle
+from tests.helpers import REPO, run_cli
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("pristine") / "b.bundle")
+
+
+@pytest.fixture()
+def bundle(pristine: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "b.bundle"
+    shutil.copytree(pristine, out)
+    return out
+
+
+def error_id(stderr: str) -> str:
+    m = re.search(r"^error\[([a-z0-9-]+)\]", stderr, flags=re.M)
+    return m.group(1) if m else ""
+
+
+# ============================== 7. discoverability
+def test_help_lists_the_subcommands_and_every_exit_code_the_importer_gives() -> None:
+    out = run_cli("importer", "--help", check=True).stdout
+    assert "bundle-import smoke [IMAGE]" in out and "bundle-import copy SRC DST" in out
+    doc = (REPO / "docs" / "errors.md").read_text(encoding="utf-8").split("## Exit codes", 1)[1].split("##", 1)[0]
+    codes = {int(c) for c in re.findall(r"^\| (\d+) \|", doc, flags=re.M)} - {5}  # 5: the exporter's source
+    epilog = out.split("exit codes", 1)[1]
+    shown = {int(c) for c in re.findall(r"(?:^|\s)(\d+) [a-z-]", epilog)}
+    assert codes <= shown, f"--help leaves out exit codes {sorted(codes - shown)}"
+
+
+def test_smoke_help_names_the_candidate_code() -> None:
+    out = run_cli("importer", "smoke", "--help", check=True).stdout
+    assert "10 a required gate skipped" in out and "2 configuration error" in out
+
+
+def test_smoke_with_an_engine_that_cannot_run_containers_is_refused_before_importing(bundle: Path,
+                                                                                   tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    proc = run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(layout), "--smoke",
+                   "--receipt", str(tmp_path / "r.json"))
+    assert proc.returncode == 2 and error_id(proc.stderr) == "smoke-config", proc.stderr
+    assert "nothing was imported" in proc.stderr
+    assert not layout.exists() and not (tmp_path / "r.json").exists()
+
+
+def test_bundle_json_given_as_bundle_is_read_as_its_folder(bundle: Path) -> None:
+    proc = run_cli("importer", str(bundle / "bundle.json"), "--verify-only", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ok"] is True
+    info = json.loads(run_cli("bundle", "inspect", str(bundle / "bundle.json"), "--json", check=True).stdout)
+    assert info["bundle"] == str(bundle)
+
+
+def test_a_layout_folder_without_oci_prefix_says_what_was_meant(bundle: Path, tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(layout), "--no-receipt", check=True)
+    proc = run_cli("bundle", "export", str(layout), "-o", str(tmp_path / "out"),
+                   docker_host="unix:///nonexistent/docker.sock")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "usage", proc.stderr
+    assert f"oci:{layout}" in proc.stderr and "Docker" not in proc.stderr.split("hint:")[1]
+    assert "connecting" not in proc.stderr and not (tmp_path / "out").exists()
+    ok = run_cli("bundle", "export", f"oci:{layout}:fake/app:2", "-o", str(tmp_path / "out"), "-q")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_typo_is_a_usage_error_that_probes_no_engine_and_writes_nothing(tmp_path: Path) -> None:
+    proc = run_cli_in(tmp_path, "help", "--docker-host", "unix:///nonexistent/docker.sock")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "bundle-not-found", proc.stderr
+    assert "engine" not in proc.stderr and "Docker" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def run_cli_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m importer ARGS`` run from ``cwd`` (where a receipt used to land)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(cwd / "state"))
+    return subprocess.run([sys.executable, "-m", "importer", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300, check=False)
