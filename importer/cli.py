@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from importer import SCHEMA_MAJOR, __version__
 from importer.archive import locate
 from importer.bundleinput import sink_for
-from importer.errors import BundleError, UsageError, VerificationFailed, os_error
+from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.importing import ImportResult, import_bundle, verify_or_raise
 from importer.legacy import (
     load_legacy_manifest,
@@ -25,12 +25,12 @@ from importer.legacyimport import import_legacy_bundle
 from importer.opened import OpenedBundle, open_bundle
 from importer.postload import render_table
 from importer.progress import StderrProgress
-from importer.receipt import build_import_receipt, write_receipt
+from importer.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
 from importer.signals import stop_error, stop_on_signals
 from importer.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
 from importer.sinks.registry import add_registry_arguments, import_to_registry, registry_sink
-from importer.smoke.cli import add_smoke_arguments, smoke_after_import
+from importer.smoke.cli import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.smoke.cli import main as smoke_main
 from importer.smoke.settings import SmokeConfigError
 from importer.text import printable, render_error
@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print what the engine holds (JSON with a checksum; input of `bundle export --have`) "
                    "and stop; needs no bundle")
     p.add_argument("--receipt", metavar="PATH",
-                   help="where to write the import receipt (default: ./<bundle>.import-receipt.json)")
+                   help="where to write the import receipt (default: $XDG_STATE_HOME/sneakernet/receipts/"
+                   "<bundle>-<time>.import-receipt.json, ~/.local/state/... without XDG_STATE_HOME; its folder "
+                   "is checked before anything is imported)")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
     p.add_argument("--force", action="store_true", help="move existing tags that point to other images")
     p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
@@ -122,9 +124,13 @@ def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None
     return lambda label, total: StderrProgress(label, total)
 
 
-def _default_receipt(bundle: str) -> str:
-    name = os.path.basename(os.path.abspath(bundle).rstrip("/")) or "bundle"
-    return os.path.abspath(f"{name}.import-receipt.json")
+def _receipt_target(args: argparse.Namespace) -> Optional[str]:
+    """Where this run's receipt goes, checked before anything is done (importer/receipt.py)."""
+    if args.no_receipt:
+        return None
+    if args.receipt:
+        return check_receipt_path(args.receipt)
+    return default_receipt_path(args.bundle, "import-receipt.json", on_notice=_say)
 
 
 def _report_lines(report: VerifyReport) -> str:
@@ -212,6 +218,9 @@ def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
 def cmd_import(args: argparse.Namespace) -> int:
     if args.engine:
         _refuse_smoke_engine(args, args.engine)
+    receipt_path = _receipt_target(args)  # before anything changes: never a failure after the work
+    if args.smoke:
+        args.smoke_receipt_base = smoke_receipt_base(args)
     sink = make_sink(args)
     _refuse_smoke_engine(args, sink.kind)
     result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
@@ -248,10 +257,15 @@ def cmd_import(args: argparse.Namespace) -> int:
         error.hint = ("run the same command again: it verifies everything again and removes staging tags "
                       "an interrupted run left (sneakernet-staging/*)")
     receipt = _receipt(args, result, error)
-    receipt_path = None
-    if not args.no_receipt:
-        receipt_path = args.receipt or _default_receipt(args.bundle)
-        write_receipt(receipt_path, receipt)
+    if isinstance(error, UsageError):  # a run that did nothing (bad arguments): no receipt
+        receipt_path = None
+    if receipt_path is not None:
+        try:
+            write_receipt(receipt_path, receipt)
+        except OSError as e:  # checked up front; the disk filled since: say so, keep the import's outcome
+            _say(f"warning: the receipt could not be written to {receipt_path}: {os_error_text(e)}; "
+                 "it is printed with --json")
+            receipt_path = None
     if args.json and not (args.smoke and error is None):  # with --smoke: one JSON document, below
         print(json.dumps(receipt, indent=2))
     elif result.checks and not args.json:

@@ -60,6 +60,13 @@ class UnwritableDestination(UsageError):
     reference = "unwritable-destination"
 
 
+class UnwritableReceipt(UsageError):
+    """The receipt could not be written where it was asked to go (``--receipt``, ``--smoke-receipt``):
+    found before anything is imported or run."""
+
+    reference = "receipt-unwritable"
+
+
 class FileAccessError(UsageError):
     """A file or folder outside the bundle (receipt, ``--have``, output folder...) could not be
     read or written: an OSError that reached a CLI (see :func:`os_error`)."""

@@ -94,3 +94,69 @@ def run_cli_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(cwd / "state"))
     return subprocess.run([sys.executable, "-m", "importer", *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=300, check=False)
+
+
+# ============================== 3. receipts
+def _import(cwd: Path, bundle: Path, layout: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli_in(cwd, str(bundle), "--engine", "oci", "--oci-dir", str(layout), *args)
+
+
+def test_a_receipt_in_a_missing_folder_is_refused_before_importing(bundle: Path, tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    proc = _import(tmp_path, bundle, layout, "--receipt", str(tmp_path / "missing" / "x.json"), "--json")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert "nothing was done" in proc.stderr and not layout.exists()  # nothing imported
+
+
+def test_an_unusable_state_folder_falls_back_to_the_temp_dir_with_a_note(bundle: Path, tmp_path: Path) -> None:
+    """A home that cannot hold the receipts folder (read-only, or a file in the way: the same for
+    root) costs a note, never the import's success."""
+    (tmp_path / "state").write_text("a file where the state folder would be")
+    proc = _import(tmp_path, bundle, tmp_path / "layout")
+    assert proc.returncode == 0, proc.stderr
+    assert "receipts cannot go to" in proc.stderr and "sneakernet-receipts-" in proc.stderr
+    path = re.search(r"^receipt: (.+)$", proc.stderr, flags=re.M)
+    assert path and "sneakernet-receipts-" in path.group(1)
+    assert json.loads(Path(path.group(1)).read_text())["result"] == "pass"
+    Path(path.group(1)).unlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.bundle", "layout", "state"]
+
+
+@pytest.mark.parametrize("where", ["missing/x.json", "folder", "afile/x.json"])
+def test_every_unwritable_receipt_path_is_refused_before_importing(where: str, bundle: Path, tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("")
+    layout = tmp_path / "layout"
+    proc = _import(tmp_path, bundle, layout, "--receipt", str(tmp_path / where))
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert not layout.exists()
+
+
+def test_default_receipt_goes_to_the_state_folder(bundle: Path, tmp_path: Path) -> None:
+    proc = _import(tmp_path, bundle, tmp_path / "layout")
+    assert proc.returncode == 0, proc.stderr
+    (receipt,) = (tmp_path / "state" / "sneakernet" / "receipts").glob("b.bundle-*Z.import-receipt.json")
+    assert f"receipt: {receipt}" in proc.stderr and json.loads(receipt.read_text())["result"] == "pass"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.bundle", "layout", "state"]
+
+
+def test_a_run_refused_for_its_arguments_writes_no_receipt(bundle: Path, tmp_path: Path) -> None:
+    proc = _import(tmp_path, bundle, tmp_path / "layout", "--smoke")
+    assert proc.returncode == 2, proc.stderr
+    assert [p for p in tmp_path.rglob("*.json") if "b.bundle" not in p.parts] == []
+    assert "receipt:" not in proc.stderr
+
+
+def test_smoke_with_a_bad_receipt_path_is_refused_before_the_suite_runs(tmp_path: Path) -> None:
+    proc = run_cli_in(tmp_path, "smoke", "--no-container", "--device", "cpu", "--gates", "shutdown",
+                      "--receipt", str(tmp_path / "missing" / "q.json"), "--json")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert "Traceback" not in proc.stderr and "smoke:" not in proc.stderr  # the suite never started
+
+
+def test_smoke_after_import_with_a_bad_receipt_path_imports_nothing(bundle: Path, tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    proc = _import(tmp_path, bundle, layout, "--smoke", "--no-container", "--device", "cpu",
+                   "--smoke-receipt", str(tmp_path / "missing" / "q.json"))
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert "--smoke-receipt" in proc.stderr and not layout.exists()

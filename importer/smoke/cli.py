@@ -12,7 +12,8 @@ import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import __version__
-from importer.errors import BundleError
+from importer.errors import BundleError, os_error_text
+from importer.receipt import check_receipt_path, default_receipt_path
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
 from importer.smoke.results import EXIT_CANDIDATE
 from importer.smoke.runner import qualify
@@ -26,7 +27,7 @@ from importer.smoke.settings import (
 from importer.smoke.worker.protocol import SELECTABLE
 
 EXIT_CONFIG = 2
-DEFAULT_RECEIPT = "qualification.json"
+RECEIPT_SUFFIX = "qualification.json"
 
 
 def _out(text: str = "") -> None:
@@ -70,7 +71,9 @@ def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None
     g.add_argument("--inject-fault", metavar="FAULT", help=argparse.SUPPRESS)  # tests: wrong-sum, segv:R, hang:R
     if standalone:
         p.add_argument("image", metavar="IMAGE", nargs="?", help="the image to qualify (already in the engine)")
-        p.add_argument("--receipt", metavar="PATH", help=f"where to write the receipt (default: ./{DEFAULT_RECEIPT})")
+        p.add_argument("--receipt", metavar="PATH",
+                       help="where to write the receipt (default: $XDG_STATE_HOME/sneakernet/receipts/smoke-<time>."
+                       f"{RECEIPT_SUFFIX}, ~/.local/state/... without XDG_STATE_HOME; checked before the suite runs)")
         p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
         p.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
         p.add_argument("--json", action="store_true", help="print the receipt on stdout")
@@ -78,8 +81,8 @@ def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None
         p.add_argument("--debug", action="store_true", help="show tracebacks")
     else:
         g.add_argument("--smoke-receipt", metavar="PATH",
-                       help="where to write the qualification receipt (default: ./<bundle>.qualification.json; "
-                       "with several images, .N before .json)")
+                       help="where to write the qualification receipt (default: beside the import receipt, "
+                       f"<bundle>-<time>.{RECEIPT_SUFFIX}; with several images, .N before .json)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,15 +139,37 @@ def _run_one(settings: SmokeSettings, image: Optional[str], receipt_path: Option
     q = qualify(settings, image, bundle=bundle, progress=_progress(quiet))
     receipt = build_qualification_receipt(q)
     if receipt_path:
-        write_qualification_receipt(receipt_path, receipt)
+        try:
+            write_qualification_receipt(receipt_path, receipt)
+        except OSError as e:  # checked before the suite ran; the disk filled since: say so, keep the verdict
+            _err(f"warning: the qualification receipt could not be written to {receipt_path}: {os_error_text(e)}")
     return receipt
+
+
+def _receipt_path(args: argparse.Namespace) -> Optional[str]:
+    """``bundle-import smoke``: where the receipt goes, checked before the suite runs."""
+    if args.no_receipt:
+        return None
+    if args.receipt:
+        return check_receipt_path(args.receipt)
+    return default_receipt_path("smoke", RECEIPT_SUFFIX, on_notice=_err)
+
+
+def smoke_receipt_base(args: argparse.Namespace) -> Optional[str]:
+    """``--smoke``: the qualification receipt path (``.N.json`` for several images), checked
+    before the import."""
+    if getattr(args, "no_receipt", False) and not args.smoke_receipt:
+        return None
+    if args.smoke_receipt:
+        return check_receipt_path(args.smoke_receipt, "--smoke-receipt")
+    return default_receipt_path(args.bundle, RECEIPT_SUFFIX, on_notice=_err)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = settings_from_args(args)
-        path = None if args.no_receipt else os.path.abspath(args.receipt or DEFAULT_RECEIPT)
+        path = _receipt_path(args)
         receipt = _run_one(settings, args.image, path, None, args.quiet)
     except BundleError as e:
         if args.debug:
@@ -166,10 +191,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _receipt_paths(args: argparse.Namespace, count: int) -> List[Optional[str]]:
-    if getattr(args, "no_receipt", False) and not args.smoke_receipt:
+    path = getattr(args, "smoke_receipt_base", None)
+    if path is None:
         return [None] * count
-    name = os.path.basename(os.path.abspath(args.bundle).rstrip("/")) or "bundle"
-    path = os.path.abspath(args.smoke_receipt or f"{name}.qualification.json")
     if count == 1:
         return [path]
     stem = path[:-5] if path.endswith(".json") else path
