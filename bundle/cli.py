@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tag", action="append", default=[], metavar="REF",
                    help="the name the image carries in the bundle, instead of the source's (once per IMAGE, "
                    "in order; e.g. for an OCI layout whose ref name is a bare tag)")
-    e.add_argument("--force", action="store_true", help="replace an existing output folder")
+    e.add_argument("--force", action="store_true",
+                   help="replace an existing bundle folder (one holding bundle.json); anything else is refused")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
                    "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")

@@ -67,6 +67,14 @@ class UnwritableReceipt(UsageError):
     reference = "receipt-unwritable"
 
 
+class DestinationInUse(UsageError):
+    """An output folder holds something other than what would replace it: ``bundle export -o X
+    --force`` replaces only a bundle (or an empty folder), ``copy SRC DST`` writes only into an
+    empty folder or a (partial) copy of the same bundle."""
+
+    reference = "destination-in-use"
+
+
 class FileAccessError(UsageError):
     """A file or folder outside the bundle (receipt, ``--have``, output folder...) could not be
     read or written: an OSError that reached a CLI (see :func:`os_error`)."""

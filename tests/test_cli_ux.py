@@ -160,3 +160,84 @@ def test_smoke_after_import_with_a_bad_receipt_path_imports_nothing(bundle: Path
                    "--smoke-receipt", str(tmp_path / "missing" / "q.json"))
     assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
     assert "--smoke-receipt" in proc.stderr and not layout.exists()
+
+
+# ============================== 4. outputs that are not bundles are never replaced
+@pytest.fixture()
+def layout(bundle: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "layout"
+    run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(out), "--no-receipt", check=True)
+    return out
+
+
+def _export(layout: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("bundle", "export", f"oci:{layout}:fake/app:2", "-o", str(out), "-q", *args)
+
+
+def test_export_force_refuses_a_folder_of_other_files(layout: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "thesis.tex").write_text("years of work")
+    proc = _export(layout, data, "--force")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+    assert "thesis.tex" in proc.stderr and (data / "thesis.tex").read_text() == "years of work"
+    assert sorted(p.name for p in data.iterdir()) == ["sub", "thesis.tex"]
+    assert [p.name for p in tmp_path.iterdir() if ".partial-" in p.name] == []
+
+
+def test_export_force_refuses_a_file(layout: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("keep")
+    proc = _export(layout, tmp_path / "notes", "--force")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+    assert (tmp_path / "notes").read_text() == "keep"
+
+
+def test_export_force_replaces_a_bundle_and_fills_an_empty_folder(layout: Path, bundle: Path, tmp_path: Path) -> None:
+    before = json.loads((bundle / "bundle.json").read_text())
+    assert len(before["images"]) == 2
+    proc = _export(layout, bundle, "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert [i["refs"] for i in json.loads((bundle / "bundle.json").read_text())["images"]] == [["fake/app:2"]]
+    (tmp_path / "empty").mkdir()
+    assert _export(layout, tmp_path / "empty").returncode == 0
+    assert (tmp_path / "empty" / "bundle.json").is_file()
+
+
+def test_copy_refuses_a_non_bundle_destination_and_leaves_it_untouched(bundle: Path, layout: Path,
+                                                                      tmp_path: Path) -> None:
+    """An OCI layout has index.json, oci-layout and blobs/ like a bundle: merging overwrote its index."""
+    index = (layout / "index.json").read_bytes()
+    for cli in ("bundle", "importer"):
+        proc = run_cli(cli, "copy", str(bundle), str(layout), "-q")
+        assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+        assert (layout / "index.json").read_bytes() == index
+        assert not list(layout.rglob("*.partial")) and not (layout / "bundle.json").exists()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("mine")
+    proc = run_cli("bundle", "copy", str(bundle), str(data), "-q")
+    assert proc.returncode == 2 and "x.txt" in proc.stderr, proc.stderr
+    assert [p.name for p in data.iterdir()] == ["x.txt"]
+
+
+def test_copy_refuses_another_bundle_at_dst(bundle: Path, layout: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    assert _export(layout, other).returncode == 0
+    proc = run_cli("bundle", "copy", str(bundle), str(other), "-q")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+
+
+def test_copy_resumes_into_a_partial_copy_of_the_same_bundle(bundle: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    run_cli("bundle", "copy", str(bundle), str(dst), "-q", check=True)
+    biggest = max((p for p in (dst / "blobs" / "sha256").iterdir()), key=lambda p: p.stat().st_size)
+    data = biggest.read_bytes()
+    biggest.unlink()
+    Path(str(biggest) + ".partial").write_bytes(data[: len(data) // 2])
+    (dst / "bundle.json").unlink()  # written last: an interrupted copy has none
+    proc = run_cli("importer", "copy", str(bundle), str(dst), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["resumed"] == [f"blobs/sha256/{biggest.name}"] and "bundle.json" in doc["copied"]
+    again = run_cli("bundle", "copy", str(bundle), str(dst), "--json")  # a whole copy: all skipped
+    assert again.returncode == 0 and json.loads(again.stdout)["copied"] == [], again.stderr
