@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -22,15 +21,17 @@ from bundle.export import export_images
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
-from importer.errors import BundleError, os_error
+from importer.copycmd import fail
+from importer.errors import BundleError, InternalError, Interrupted, os_error
 from importer.inspection import inspect_bundle
+from importer.jsonout import ArgumentParser, emit, success
 from importer.manifest import BundleManifest
 from importer.progress import human_bytes
-from importer.text import printable, render_error
+from importer.text import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bundle", description="Carry container images across an air gap.")
+    p = ArgumentParser(prog="bundle", description="Carry container images across an air gap.")
     p.add_argument("--version", action="version", version=f"bundle {__version__}")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
@@ -121,8 +122,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if result.manifest is None:
         info = inspect_bundle(result.path)
         if args.json:
-            print(json.dumps({"bundle": result.path, "schemaVersion": info["schemaVersion"],
-                              "images": info["images"], "seconds": round(result.seconds, 3)}, indent=2))
+            emit(success({"bundle": result.path, "schemaVersion": info["schemaVersion"],
+                          "images": info["images"], "seconds": round(result.seconds, 3)}))
         else:
             print(f"wrote {result.path}: schema {info['schemaVersion']}, {len(info['images'])} image(s), "
                   f"{human_bytes(info['totals']['bytes'])} in {result.seconds:.1f}s")
@@ -130,7 +131,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     m = result.manifest
     packed = finish_export(args, result.path, consume)
     if packed is not None and consume:  # only the archive remains: the folder was a staging area
-        print(json.dumps({"archive": packed.to_dict()}, indent=2) if args.json else pack_lines(packed))
+        if args.json:
+            emit(success({"archive": packed.to_dict()}))
+        else:
+            print(pack_lines(packed))
         return 0
     summary: Dict[str, Any] = {
         "bundle": result.path,
@@ -144,7 +148,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         "archive": packed.to_dict() if packed is not None else None,
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
+        emit(success(summary))
     else:
         print(f"wrote {result.path}: {summary_line(m)} in {result.seconds:.1f}s")
         if result.signed_by:
@@ -165,7 +169,7 @@ def _t(value: object, style: str = "") -> Text:
 def cmd_inspect(args: argparse.Namespace) -> int:
     info = inspect_bundle(args.bundle)
     if args.json:
-        print(json.dumps(info, indent=2))
+        emit(success(info))
         return 0
     console = Console()
     if not console.is_terminal:
@@ -196,9 +200,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(argv if argv is not None else sys.argv[1:])
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
     try:
         try:
+            args = build_parser().parse_args(argv, namespace=args)
             rc: int = args.handler(args)
             return rc
         except OSError as e:  # a file that could not be read or written: typed, naming it
@@ -208,14 +214,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BundleError as e:
         if args.debug:
             raise
-        render_error(e)
-        return e.exit_code
+        return fail(args, e)
     except KeyboardInterrupt:
-        print("error[interrupted]: stopped by the user", file=sys.stderr)
-        return 130
+        return fail(args, Interrupted("bundle: stopped by SIGINT", hint="run the same command again"))
     except Exception as e:  # the last resort: never a bare traceback for users
         if args.debug:
             raise
-        print(printable(f"error[internal]: {type(e).__name__}: {e}"), file=sys.stderr)
-        print("hint: this is a bug in bundle; re-run with --debug and report the traceback", file=sys.stderr)
-        return 1
+        return fail(args, InternalError.of(e, "bundle"))

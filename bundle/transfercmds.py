@@ -6,7 +6,6 @@ scripts). Progress lines only when stderr is a terminal."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -18,6 +17,7 @@ from bundle.push import push
 from bundle.sshtunnel import SshTarget
 from importer.copycmd import add_copy_arguments, cmd_copy
 from importer.errors import UsageError
+from importer.jsonout import emit, success
 from importer.progress import StderrProgress, human_bytes
 from importer.registry import DEFAULT_CHUNK
 from importer.sinks.registry import credentials_from_args
@@ -130,7 +130,10 @@ def pack_lines(res: PackResult) -> str:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     res = pack_bundle(args.bundle, args.archive, split=_split(args), force=args.force, progress=_progress(args))
-    print(json.dumps(res.to_dict(), indent=2) if args.json else pack_lines(res))
+    if args.json:
+        emit(success(res.to_dict()))
+    else:
+        print(pack_lines(res))
     return 0
 
 
@@ -145,7 +148,7 @@ def cmd_push(args: argparse.Namespace) -> int:
                    credentials=credentials_from_args(args), ssh=ssh, progress=_progress(args), log=_log(args))
     rep = outcome.report
     if args.json:
-        print(json.dumps(outcome.to_dict(), indent=2))
+        emit(success(outcome.to_dict()))
         return 0
     for r in rep.refs:
         print(f"{r.pullable}  {r.image.manifest.digest.short}  {r.status}  read back: OK")

@@ -6,7 +6,6 @@ Thin: parse arguments, call one library function, render, return an exit code
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -14,8 +13,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from importer import SCHEMA_MAJOR, __version__
 from importer.archive import locate
 from importer.bundleinput import sink_for
-from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
+from importer.errors import BundleError, InternalError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.importing import ImportResult, import_bundle, verify_or_raise
+from importer.jsonout import ArgumentParser, emit, failure, success
 from importer.legacy import (
     load_legacy_manifest,
     raise_if_problems,
@@ -49,7 +49,7 @@ trust and signatures: docs/security.md"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="bundle-import",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Verify a sneakernet bundle, load it into a container engine and prove "
@@ -172,7 +172,7 @@ def cmd_verify_only(args: argparse.Namespace) -> int:
         report = verify_or_raise(bundle, progress=_progress(args.quiet), deep=not args.shallow)
     report.signature = sig.to_dict()
     if args.json:
-        print(json.dumps({"ok": True, "verification": report.to_dict()}, indent=2))
+        emit(success({"verification": report.to_dict()}))
     else:
         print(_report_lines(report))
     return EXIT_OK
@@ -192,7 +192,7 @@ def make_sink(args: argparse.Namespace) -> Any:
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     """Print what the engine holds (always JSON; --json is accepted)."""
-    from importer.inventory import take_inventory
+    from importer.inventory import take_inventory, with_ok
 
     sink = make_sink(args)
     try:
@@ -201,7 +201,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
         close = getattr(sink, "close", None)
         if callable(close):
             close()
-    print(json.dumps(doc, indent=2))
+    emit(with_ok(doc))  # --json or not: the inventory is JSON
     return EXIT_OK
 
 
@@ -267,7 +267,8 @@ def cmd_import(args: argparse.Namespace) -> int:
                  "it is printed with --json")
             receipt_path = None
     if args.json and not (args.smoke and error is None):  # with --smoke: one JSON document, below
-        print(json.dumps(receipt, indent=2))
+        emit(receipt)  # its "ok" and "error": the one JSON document of a failed import too
+        args.json_done = True
     elif result.checks and not args.json:
         print(render_table(result.checks))
     if receipt_path and not args.json:
@@ -350,14 +351,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return copy_main(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.inventory and not args.bundle:
-        parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
-    if args.smoke and (args.verify_only or args.inventory):
-        parser.error("--smoke runs after an import: not with --verify-only or --inventory")
-    handler: Callable[[argparse.Namespace], int] = (
-        cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, json_done=False)
     try:
+        args = parser.parse_args(argv, namespace=args)
+        if not args.inventory and not args.bundle:
+            parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
+        if args.smoke and (args.verify_only or args.inventory):
+            parser.error("--smoke runs after an import: not with --verify-only or --inventory")
+        handler: Callable[[argparse.Namespace], int] = (
+            cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
         if args.bundle and not args.inventory:
             locate(args.bundle)  # a BUNDLE that names nothing (a typo): a usage error before anything else
         with stop_on_signals():
@@ -370,22 +372,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BundleError as e:
         if args.debug:
             raise
-        if args.json and args.verify_only:
-            problems: List[Any] = [_problem_dict(p) for p in getattr(e, "problems", [])]
-            print(json.dumps({"ok": False, "error": e.to_dict(), "problems": problems}, indent=2))
-        render_error(e)
-        return e.exit_code
+        return _fail(args, e)
     except KeyboardInterrupt as e:
-        stopped = stop_error(e, "bundle-import")
-        _say(f"error[{stopped.reference}]: {stopped.message}")
-        return stopped.exit_code
+        return _fail(args, stop_error(e, "bundle-import"))
     except Exception as e:  # the last resort: never a bare traceback for users
         if args.debug:
             raise
-        _say(f"error[internal]: {type(e).__name__}: {e}")
-        print("hint: this is a bug in bundle-import; re-run with --debug and report the traceback",
-              file=sys.stderr)
-        return 1
+        return _fail(args, InternalError.of(e, "bundle-import"))
+
+
+def _fail(args: argparse.Namespace, e: BundleError) -> int:
+    """The error on stderr and, with --json (unless the receipt was printed), as the one JSON document."""
+    if args.json and not args.json_done:
+        problems: List[Any] = [_problem_dict(p) for p in getattr(e, "problems", [])]
+        emit(failure(e, **({"problems": problems} if problems else {})))
+    render_error(e)
+    return e.exit_code
 
 
 if __name__ == "__main__":

@@ -268,6 +268,19 @@ class DeltaBaseMissing(BundleError):
     exit_code = 9
 
 
+class InternalError(BundleError):
+    """An exception no code raised on purpose (a bug): how the CLIs report it, ``error[internal]``
+    on stderr and in ``--json`` output. Re-run with ``--debug`` for the traceback."""
+
+    reference = "internal"
+    exit_code = 1
+
+    @classmethod
+    def of(cls, exc: BaseException, prog: str) -> InternalError:
+        return cls(f"{type(exc).__name__}: {exc}",
+                   hint=f"this is a bug in {prog}; re-run with --debug and report the traceback")
+
+
 class Interrupted(BundleError):
     reference = "interrupted"
     exit_code = 130

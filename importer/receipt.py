@@ -57,6 +57,7 @@ def build_import_receipt(
 ) -> Dict[str, Any]:
     """``extra``: further optional sections (signature, preflight, staging), added as given."""
     return {
+        "ok": result == "pass" and error is None,  # --json: true exactly when the import exits 0
         "receiptVersion": RECEIPT_VERSION,
         "kind": "import",
         "tool": {"name": "sneakernet", "version": __version__},

@@ -12,8 +12,10 @@ import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import __version__
-from importer.errors import BundleError, os_error_text
+from importer.errors import BundleError, InternalError, os_error_text
+from importer.jsonout import ArgumentParser, emit, failure
 from importer.receipt import check_receipt_path, default_receipt_path
+from importer.signals import stop_error
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
 from importer.smoke.results import EXIT_CANDIDATE
 from importer.smoke.runner import qualify
@@ -86,7 +88,7 @@ def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="bundle-import smoke",
         description="Qualify this host with an imported image: driver and CUDA compatibility, torch, bf16 "
         "matmul, torch.compile, fused AdamW, all-reduce, clean shutdown. Writes qualification.json.",
@@ -166,21 +168,23 @@ def smoke_receipt_base(args: argparse.Namespace) -> Optional[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(argv if argv is not None else sys.argv[1:])
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
     try:
+        args = build_parser().parse_args(argv, namespace=args)
         settings = settings_from_args(args)
         path = _receipt_path(args)
         receipt = _run_one(settings, args.image, path, None, args.quiet)
-    except BundleError as e:
-        if args.debug:
+    except (KeyboardInterrupt, Exception) as e:
+        if args.debug and not isinstance(e, KeyboardInterrupt):
             raise
+        err = (e if isinstance(e, BundleError) else stop_error(e, "bundle-import smoke")
+               if isinstance(e, KeyboardInterrupt) else InternalError.of(e, "bundle-import smoke"))
+        code = err.exit_code
         if args.json:
-            _out(json.dumps({"verdict": None, "exitCode": EXIT_CONFIG, "error": e.to_dict()}, indent=2))
-        render_error(e)
-        return EXIT_CONFIG
-    except KeyboardInterrupt:
-        _err("error[interrupted]: stopped by the user")
-        return 130
+            emit(failure(err, verdict=None, exitCode=code))
+        render_error(err)
+        return code
     if args.json:
         _out(json.dumps(receipt, indent=2))
     else:
@@ -241,6 +245,6 @@ def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Di
     elif code == 0 and EXIT_CANDIDATE in codes:
         code = EXIT_CANDIDATE
     if args.json:
-        _out(json.dumps({"import": import_receipt, "qualifications": receipts, "exitCode": code, "error": error},
-                        indent=2))
+        emit({"ok": code == 0, "import": import_receipt, "qualifications": receipts, "exitCode": code,
+              "error": error})
     return code
