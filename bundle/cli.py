@@ -26,7 +26,7 @@ from importer.errors import BundleError, InternalError, Interrupted, os_error
 from importer.inspection import inspect_bundle
 from importer.jsonout import ArgumentParser, emit, success
 from importer.manifest import BundleManifest
-from importer.progress import human_bytes
+from importer.progress import human_bytes, stderr_progress
 from importer.text import printable
 
 
@@ -77,16 +77,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _RichProgress:
-    def __init__(self, console: Console) -> None:
-        self.progress = Progress(
-            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-            TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
-        )
+_RICH: Optional[Progress] = None
 
-    def factory(self, label: str, total: int) -> Callable[[int], None]:
-        task = self.progress.add_task(label, total=total or None)
-        return lambda n: self.progress.advance(task, n)
+
+def progress_factory(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:
+    """One progress style: on a terminal rich's bar with bytes, rate and ETA; otherwise the
+    importer's plain stderr line every few seconds (cron, ssh, CI logs); --quiet: none."""
+    if quiet:
+        return None
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        return stderr_progress(False)
+
+    def make(label: str, total: int) -> Callable[[int], None]:
+        global _RICH
+        if _RICH is None:
+            _RICH = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                             TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True)
+            _RICH.start()
+        bar = _RICH
+        task = bar.add_task(label, total=total or None)
+        return lambda n: bar.advance(task, n)
+
+    return make
+
+
+def stop_progress() -> None:
+    global _RICH
+    if _RICH is not None:
+        _RICH.stop()
+        _RICH = None
 
 
 def summary_line(m: BundleManifest) -> str:
@@ -105,20 +125,14 @@ def summary_line(m: BundleManifest) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
-    err = Console(stderr=True)
-    show = not args.quiet and err.is_terminal
-    rp = _RichProgress(err) if show else None
-    if rp is not None:
-        rp.progress.start()
     try:
         result = export_images(args.images, out_dir, docker_host=args.docker_host,
                                compression=args.compression, level=args.level, schema=args.schema,
-                               force=args.force, progress=rp.factory if rp else None, have=args.have,
+                               force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag)
     finally:
-        if rp is not None:
-            rp.progress.stop()
+        stop_progress()
     if result.manifest is None:
         info = inspect_bundle(result.path)
         if args.json:
@@ -205,7 +219,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         try:
             args = build_parser().parse_args(argv, namespace=args)
-            rc: int = args.handler(args)
+            try:
+                rc: int = args.handler(args)
+            finally:
+                stop_progress()
             return rc
         except OSError as e:  # a file that could not be read or written: typed, naming it
             if args.debug:

@@ -24,7 +24,7 @@ from importer.legacy import (
 from importer.legacyimport import import_legacy_bundle
 from importer.opened import OpenedBundle, open_bundle
 from importer.postload import render_table
-from importer.progress import StderrProgress
+from importer.progress import stderr_progress
 from importer.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
 from importer.signals import stop_error, stop_on_signals
 from importer.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
@@ -119,9 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:
-    if quiet or not sys.stderr.isatty():
-        return None
-    return lambda label, total: StderrProgress(label, total)
+    """Progress lines on stderr (a plain line every few seconds without a terminal); --quiet: none."""
+    return stderr_progress(quiet)
 
 
 def _receipt_target(args: argparse.Namespace) -> Optional[str]:

@@ -9,7 +9,7 @@ from typing import Callable, Optional, Sequence
 from importer.copying import copy_bundle
 from importer.errors import BundleError, InternalError, Interrupted, os_error
 from importer.jsonout import ArgumentParser, emit, failure, success
-from importer.progress import StderrProgress, human_bytes
+from importer.progress import human_bytes, stderr_progress
 from importer.sizes import parse_size
 from importer.text import printable, render_error
 
@@ -25,9 +25,8 @@ def add_copy_arguments(cp: argparse.ArgumentParser) -> None:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    progress: Optional[ProgressFactory] = None
-    if not args.quiet and not args.json and sys.stderr.isatty():
-        progress = lambda label, total: StderrProgress(label, total)  # noqa: E731
+    make = getattr(args, "make_progress", None) or stderr_progress  # bundle copy: rich on a terminal
+    progress: Optional[ProgressFactory] = make(args.quiet)
     rate = parse_size(args.bwlimit, what="--bwlimit") if args.bwlimit else None
     res = copy_bundle(args.src, args.dst, progress=progress, bwlimit=rate)
     if args.json:

@@ -5,6 +5,7 @@ Engine-free: bundles from tests/bundlegen.py, imported into an OCI layout (``--e
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -241,3 +243,54 @@ def test_copy_resumes_into_a_partial_copy_of_the_same_bundle(bundle: Path, tmp_p
     assert doc["resumed"] == [f"blobs/sha256/{biggest.name}"] and "bundle.json" in doc["copied"]
     again = run_cli("bundle", "copy", str(bundle), str(dst), "--json")  # a whole copy: all skipped
     assert again.returncode == 0 and json.loads(again.stdout)["copied"] == [], again.stderr
+
+
+# ============================== 5. progress: honest totals, lines without a terminal, --quiet
+def test_progress_lines_without_a_terminal_and_quiet_silences_them(bundle: Path, tmp_path: Path) -> None:
+    """stderr here is a pipe (as under cron, ssh, CI): a plain line, bytes of the right total."""
+    size = sum(f["size"] for f in json.loads((bundle / "bundle.json").read_text())["files"])
+    proc = run_cli("importer", str(bundle), "--verify-only")
+    line = re.search(r"^verify: (.+) / (.+?) \(\d+%\) .+/s", proc.stderr, flags=re.M)
+    assert proc.returncode == 0 and line, proc.stderr
+    assert line.group(2) == f"{size / 1024:.1f} KiB"  # every file bundle.json lists, layers included
+    assert "verify:" not in run_cli("importer", str(bundle), "--verify-only", "-q").stderr
+    proc = run_cli("bundle", "copy", str(bundle), str(tmp_path / "c"))
+    assert proc.returncode == 0 and re.search(r"^copy: .+ / .+ KiB", proc.stderr, flags=re.M), proc.stderr
+    proc = run_cli("bundle", "copy", str(bundle), str(tmp_path / "d"), "--quiet")
+    assert proc.returncode == 0 and "copy:" not in proc.stderr
+
+
+def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) -> None:
+    from bundle.archive import pack_bundle
+    from importer.bundleinput import sink_for
+    from importer.copying import copy_bundle
+    from importer.importing import import_bundle, verify_or_raise
+    from importer.opened import open_bundle
+    from importer.progress import PLAIN_INTERVAL, StderrProgress
+    from importer.sinks.oci_layout import OciLayoutSink
+
+    seen: list[list[object]] = []
+
+    def factory(label: str, total: int) -> Callable[[int], None]:
+        entry: list[object] = [label, total, 0]
+        seen.append(entry)
+
+        def add(n: int) -> None:
+            entry[2] = int(entry[2]) + n  # type: ignore[call-overload]
+        return add
+
+    verify_or_raise(open_bundle(str(bundle)), progress=factory)
+    pack_bundle(str(bundle), str(tmp_path / "p.tar"), split=64 * 1024, progress=factory)
+    copy_bundle(str(tmp_path / "p.tar.parts.json"), str(tmp_path / "c"), progress=factory)
+    opened = open_bundle(str(bundle))
+    import_bundle(opened, sink_for(opened, OciLayoutSink(str(tmp_path / "layout"))), progress=factory)
+    labels = [e[0] for e in seen]
+    assert labels == ["pack", "copy", "verify", "load"] or set(labels) >= {"verify", "pack", "copy", "load"}
+    for label, total, done in seen:
+        assert total and done == total, (label, total, done)  # load: the OCI layout counts stored blobs
+
+    stream = io.StringIO()  # not a terminal: a line every few seconds, never silence
+    bar = StderrProgress("verify", 1000, stream=stream)
+    assert bar.enabled and bar.interval == PLAIN_INTERVAL
+    bar(400)
+    assert re.fullmatch(r"verify: 400 B / 1000 B \(40%\) [\d.]+ \S+/s ETA \d+s\n", stream.getvalue())

@@ -109,7 +109,7 @@ def settings_from_args(args: argparse.Namespace) -> SmokeSettings:
 
 
 def _progress(quiet: bool) -> Optional[Callable[[str], None]]:
-    if quiet or not sys.stderr.isatty():
+    if quiet:
         return None
     return lambda msg: _err(f"smoke: {msg}")
 
