@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -22,15 +21,17 @@ from bundle.export import export_images
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
-from importer.errors import BundleError, os_error
+from importer.copycmd import fail
+from importer.errors import BundleError, InternalError, Interrupted, os_error
 from importer.inspection import inspect_bundle
+from importer.jsonout import ArgumentParser, emit, success
 from importer.manifest import BundleManifest
-from importer.progress import human_bytes
-from importer.text import printable, render_error
+from importer.progress import human_bytes, stderr_progress
+from importer.text import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bundle", description="Carry container images across an air gap.")
+    p = ArgumentParser(prog="bundle", description="Carry container images across an air gap.")
     p.add_argument("--version", action="version", version=f"bundle {__version__}")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tag", action="append", default=[], metavar="REF",
                    help="the name the image carries in the bundle, instead of the source's (once per IMAGE, "
                    "in order; e.g. for an OCI layout whose ref name is a bare tag)")
-    e.add_argument("--force", action="store_true", help="replace an existing output folder")
+    e.add_argument("--force", action="store_true",
+                   help="replace an existing bundle folder (one holding bundle.json); anything else is refused")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
                    "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")
@@ -78,16 +80,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _RichProgress:
-    def __init__(self, console: Console) -> None:
-        self.progress = Progress(
-            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-            TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
-        )
+_RICH: Optional[Progress] = None
 
-    def factory(self, label: str, total: int) -> Callable[[int], None]:
-        task = self.progress.add_task(label, total=total or None)
-        return lambda n: self.progress.advance(task, n)
+
+def progress_factory(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:
+    """One progress style: on a terminal rich's bar with bytes, rate and ETA; otherwise the
+    importer's plain stderr line every few seconds (cron, ssh, CI logs); --quiet: none."""
+    if quiet:
+        return None
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        return stderr_progress(False)
+
+    def make(label: str, total: int) -> Callable[[int], None]:
+        global _RICH
+        if _RICH is None:
+            _RICH = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                             TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True)
+            _RICH.start()
+        bar = _RICH
+        task = bar.add_task(label, total=total or None)
+        return lambda n: bar.advance(task, n)
+
+    return make
+
+
+def stop_progress() -> None:
+    global _RICH
+    if _RICH is not None:
+        _RICH.stop()
+        _RICH = None
 
 
 def summary_line(m: BundleManifest) -> str:
@@ -106,25 +128,19 @@ def summary_line(m: BundleManifest) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
-    err = Console(stderr=True)
-    show = not args.quiet and err.is_terminal
-    rp = _RichProgress(err) if show else None
-    if rp is not None:
-        rp.progress.start()
     try:
         result = export_images(args.images, out_dir, docker_host=args.docker_host,
                                compression=args.compression, level=args.level, schema=args.schema,
-                               force=args.force, progress=rp.factory if rp else None, have=args.have,
+                               force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag)
     finally:
-        if rp is not None:
-            rp.progress.stop()
+        stop_progress()
     if result.manifest is None:
         info = inspect_bundle(result.path)
         if args.json:
-            print(json.dumps({"bundle": result.path, "schemaVersion": info["schemaVersion"],
-                              "images": info["images"], "seconds": round(result.seconds, 3)}, indent=2))
+            emit(success({"bundle": result.path, "schemaVersion": info["schemaVersion"],
+                          "images": info["images"], "seconds": round(result.seconds, 3)}))
         else:
             print(f"wrote {result.path}: schema {info['schemaVersion']}, {len(info['images'])} image(s), "
                   f"{human_bytes(info['totals']['bytes'])} in {result.seconds:.1f}s")
@@ -132,7 +148,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     m = result.manifest
     packed = finish_export(args, result.path, consume)
     if packed is not None and consume:  # only the archive remains: the folder was a staging area
-        print(json.dumps({"archive": packed.to_dict()}, indent=2) if args.json else pack_lines(packed))
+        if args.json:
+            emit(success({"archive": packed.to_dict()}))
+        else:
+            print(pack_lines(packed))
         return 0
     summary: Dict[str, Any] = {
         "bundle": result.path,
@@ -146,7 +165,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         "archive": packed.to_dict() if packed is not None else None,
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
+        emit(success(summary))
     else:
         print(f"wrote {result.path}: {summary_line(m)} in {result.seconds:.1f}s")
         if result.signed_by:
@@ -167,7 +186,7 @@ def _t(value: object, style: str = "") -> Text:
 def cmd_inspect(args: argparse.Namespace) -> int:
     info = inspect_bundle(args.bundle)
     if args.json:
-        print(json.dumps(info, indent=2))
+        emit(success(info))
         return 0
     console = Console()
     if not console.is_terminal:
@@ -198,10 +217,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(argv if argv is not None else sys.argv[1:])
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
     try:
         try:
-            rc: int = args.handler(args)
+            args = build_parser().parse_args(argv, namespace=args)
+            try:
+                rc: int = args.handler(args)
+            finally:
+                stop_progress()
             return rc
         except OSError as e:  # a file that could not be read or written: typed, naming it
             if args.debug:
@@ -210,14 +234,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BundleError as e:
         if args.debug:
             raise
-        render_error(e)
-        return e.exit_code
+        return fail(args, e)
     except KeyboardInterrupt:
-        print("error[interrupted]: stopped by the user", file=sys.stderr)
-        return 130
+        return fail(args, Interrupted("bundle: stopped by SIGINT", hint="run the same command again"))
     except Exception as e:  # the last resort: never a bare traceback for users
         if args.debug:
             raise
-        print(printable(f"error[internal]: {type(e).__name__}: {e}"), file=sys.stderr)
-        print("hint: this is a bug in bundle; re-run with --debug and report the traceback", file=sys.stderr)
-        return 1
+        return fail(args, InternalError.of(e, "bundle"))

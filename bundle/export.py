@@ -23,7 +23,7 @@ from bundle.sources import SourceImage
 from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
-from importer.errors import UsageError
+from importer.errors import DestinationInUse, UsageError
 from importer.have import merge_have, zstd_is_fast_on
 from importer.manifest import BundleManifest, valid_ref
 
@@ -87,9 +87,11 @@ def export_images(
     _check_tags(refs, tags, schema)
     started = time.monotonic()
     out_dir = os.path.abspath(out_dir)
-    if os.path.lexists(out_dir) and not (os.path.isdir(out_dir) and not os.listdir(out_dir)) and not force:
-        raise UsageError(f"exporting to {out_dir}: expected a new or empty folder, found an existing one",
-                         hint="choose another -o, or pass --force to replace it")
+    if os.path.lexists(out_dir) and not _empty_folder(out_dir):
+        if not force:
+            raise UsageError(f"exporting to {out_dir}: expected a new or empty folder, found an existing one",
+                             hint="choose another -o, or pass --force to replace it (a bundle folder only)")
+        _check_replaceable(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace)
@@ -121,16 +123,37 @@ def export_images(
                 signed_by = sign_bundle(staging, sign_key)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
         if os.path.lexists(out_dir):
-            if os.path.isdir(out_dir) and not os.path.islink(out_dir):
-                shutil.rmtree(out_dir)
-            else:
-                os.unlink(out_dir)
+            _check_replaceable(out_dir)  # again: it may have changed while the images were read
+            shutil.rmtree(out_dir)
         os.replace(staging, out_dir)
     except BaseException:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by)
+
+
+def _empty_folder(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+
+
+def _check_replaceable(out_dir: str) -> None:
+    """``--force`` replaces a bundle folder (holding bundle.json) or an empty folder, nothing else:
+    never a folder of other files, a file or a link."""
+    if _empty_folder(out_dir):
+        return
+    if os.path.isdir(out_dir) and not os.path.islink(out_dir) and os.path.isfile(os.path.join(out_dir, "bundle.json")):
+        return
+    if os.path.islink(out_dir) or not os.path.isdir(out_dir):
+        found = "a link" if os.path.islink(out_dir) else "a file"
+    else:
+        names = sorted(os.listdir(out_dir))
+        found = f"a folder without bundle.json holding {len(names)} other entries ({', '.join(names[:3])}" + \
+            (", ...)" if len(names) > 3 else ")")
+    raise DestinationInUse(
+        f"exporting to {out_dir} with --force: expected a bundle folder (holding bundle.json) or an empty folder "
+        f"to replace, found {found}",
+        hint="choose a new -o DIR; --force never deletes what is not a bundle (remove it yourself if you mean it)")
 
 
 def _check_tags(refs: Sequence[str], tags: Sequence[str], schema: int) -> None:

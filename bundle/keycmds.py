@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 from typing import Any, Optional
 
@@ -13,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.keys import generate_keypair, key_is_encrypted, load_signing_key, sign_bundle
 from importer.errors import UsageError
 from importer.importing import verify_or_raise
+from importer.jsonout import emit, success
 from importer.opened import open_bundle
 from importer.signature import InvalidKey
 
@@ -74,7 +74,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     doc = {"privateKey": pair.private_path, "publicKey": pair.public_path,
            "fingerprint": pair.fingerprint, "encrypted": pair.encrypted}
     if args.json:
-        _out(json.dumps(doc, indent=2))
+        emit(success(doc))
     else:
         _out(f"wrote {pair.private_path} (private, mode 0600, "
              f"{'passphrase-encrypted' if pair.encrypted else 'NOT encrypted'}) and {pair.public_path}")
@@ -93,8 +93,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
     report = verify_or_raise(bundle)  # never sign what does not verify
     fingerprint = sign_bundle(bundle.path, key, raw_bundle_json=bundle.raw_bundle_json)
     if args.json:
-        _out(json.dumps({"bundle": args.bundle, "keyFingerprint": fingerprint,
-                         "filesChecked": report.files_checked}, indent=2))
+        emit(success({"bundle": args.bundle, "keyFingerprint": fingerprint, "filesChecked": report.files_checked}))
     else:
         _out(f"verified {report.files_checked} files, signed {args.bundle}/bundle.json with key {fingerprint}")
     return 0

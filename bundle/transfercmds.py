@@ -6,7 +6,6 @@ scripts). Progress lines only when stderr is a terminal."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -18,7 +17,8 @@ from bundle.push import push
 from bundle.sshtunnel import SshTarget
 from importer.copycmd import add_copy_arguments, cmd_copy
 from importer.errors import UsageError
-from importer.progress import StderrProgress, human_bytes
+from importer.jsonout import emit, success
+from importer.progress import human_bytes
 from importer.registry import DEFAULT_CHUNK
 from importer.sinks.registry import credentials_from_args
 from importer.sizes import parse_size
@@ -27,9 +27,10 @@ ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
 def _progress(args: argparse.Namespace) -> Optional[ProgressFactory]:
-    if getattr(args, "quiet", False) or getattr(args, "json", False) or not sys.stderr.isatty():
-        return None
-    return lambda label, total: StderrProgress(label, total)
+    """rich on a terminal (bundle/cli.py), plain stderr lines every few seconds otherwise; --quiet: none."""
+    from bundle.cli import progress_factory
+
+    return progress_factory(bool(getattr(args, "quiet", False)))
 
 
 def _log(args: argparse.Namespace) -> Callable[[str], None]:
@@ -56,7 +57,7 @@ def add_transfer_commands(sub: Any) -> None:
     cp = sub.add_parser("copy", help="copy a bundle (folder, tar or parts) resumably, then verify the copy "
                         "(also in the importer: python3 bundle-import.pyz copy SRC DST)")
     add_copy_arguments(cp)
-    cp.set_defaults(handler=cmd_copy)
+    cp.set_defaults(handler=cmd_copy, make_progress=lambda quiet: _progress(argparse.Namespace(quiet=quiet)))
 
     ps = sub.add_parser("push", help="push the bundle's images into a registry (optionally through SSH)")
     ps.add_argument("bundle", metavar="BUNDLE", help="a bundle folder, FILE.tar or FILE.tar.parts.json")
@@ -130,7 +131,10 @@ def pack_lines(res: PackResult) -> str:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     res = pack_bundle(args.bundle, args.archive, split=_split(args), force=args.force, progress=_progress(args))
-    print(json.dumps(res.to_dict(), indent=2) if args.json else pack_lines(res))
+    if args.json:
+        emit(success(res.to_dict()))
+    else:
+        print(pack_lines(res))
     return 0
 
 
@@ -145,7 +149,7 @@ def cmd_push(args: argparse.Namespace) -> int:
                    credentials=credentials_from_args(args), ssh=ssh, progress=_progress(args), log=_log(args))
     rep = outcome.report
     if args.json:
-        print(json.dumps(outcome.to_dict(), indent=2))
+        emit(success(outcome.to_dict()))
         return 0
     for r in rep.refs:
         print(f"{r.pullable}  {r.image.manifest.digest.short}  {r.status}  read back: OK")

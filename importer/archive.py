@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Callable, Dict, List, NamedTuple, Optional, Se
 from importer.digest import Digest, hash_file, is_digest
 from importer.errors import (
     BundleError,
+    BundleNotFound,
     InvalidPartsIndex,
     ManifestError,
     SizeMismatch,
@@ -200,8 +201,11 @@ class Location(NamedTuple):
 
 
 def locate(path: str) -> Location:
-    """Resolve a BUNDLE argument: a folder, a tar, a parts index, one of the parts, or a tar
-    name whose parts index sits beside it."""
+    """Resolve a BUNDLE argument: a folder, a tar, a parts index, one of the parts, a tar
+    name whose parts index sits beside it, or a folder's ``bundle.json`` (read as the folder).
+    Nothing there: :class:`BundleNotFound` (a usage error)."""
+    if os.path.basename(path) == "bundle.json" and os.path.isfile(path) and not os.path.islink(path):
+        return Location("folder", os.path.dirname(os.path.abspath(path)))
     if os.path.isdir(path):
         return Location("folder", path)
     if path.endswith(PARTS_SUFFIX) and os.path.isfile(path):
@@ -213,9 +217,9 @@ def locate(path: str) -> Location:
         return Location("tar", path)
     if os.path.isfile(path + PARTS_SUFFIX):
         return Location("parts", path + PARTS_SUFFIX)
-    raise ManifestError(
+    raise BundleNotFound(
         f"opening the bundle {path}: expected a bundle folder, a .tar or a {PARTS_SUFFIX} parts index, found nothing",
-        hint="pass the folder holding bundle.json, FILE.tar, or FILE.tar.parts.json",
+        hint="check the path (a typo?); pass the folder holding bundle.json, FILE.tar, or FILE.tar.parts.json",
     )
 
 

@@ -6,15 +6,16 @@ Thin: parse arguments, call one library function, render, return an exit code
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
+from importer.archive import locate
 from importer.bundleinput import sink_for
-from importer.errors import BundleError, UsageError, VerificationFailed, os_error
+from importer.errors import BundleError, InternalError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.importing import ImportResult, import_bundle, verify_or_raise
+from importer.jsonout import ArgumentParser, emit, failure, success
 from importer.legacy import (
     load_legacy_manifest,
     raise_if_problems,
@@ -23,30 +24,42 @@ from importer.legacy import (
 from importer.legacyimport import import_legacy_bundle
 from importer.opened import OpenedBundle, open_bundle
 from importer.postload import render_table
-from importer.progress import StderrProgress
-from importer.receipt import build_import_receipt, write_receipt
+from importer.progress import stderr_progress
+from importer.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
 from importer.signals import stop_error, stop_on_signals
 from importer.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
 from importer.sinks.registry import add_registry_arguments, import_to_registry, registry_sink
-from importer.smoke.cli import add_smoke_arguments, smoke_after_import
+from importer.smoke.cli import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.smoke.cli import main as smoke_main
+from importer.smoke.settings import SmokeConfigError
 from importer.text import printable, render_error
 from importer.verify import VerifyReport
 
 EXIT_OK = 0
 LEGACY_MAJORS = (1, 2)
+EXIT_CODES_HELP = """exit codes (docs/errors.md):
+  0 ok                      1 unexpected error (a bug)   2 usage or configuration
+  3 integrity               4 invalid bundle manifest or unsupported schema
+  6 engine                  7 policy (tag conflict, signature)
+  8 engine holds something else                          9 delta: base layers missing in the engine
+  10 --smoke / smoke: verdict candidate (a required gate skipped; 1: a gate failed)
+  130 interrupted (SIGINT)  143 terminated (SIGTERM/SIGHUP)
+trust and signatures: docs/security.md"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="bundle-import",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Verify a sneakernet bundle, load it into a container engine and prove "
-        "that the engine holds exactly what was built.",
-        epilog="Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 integrity, 4 invalid bundle "
-        "manifest or unsupported schema, 6 engine, 7 policy (tag conflict, signature), "
-        "8 engine holds something else, 130 interrupted (SIGINT), 143 terminated (SIGTERM/SIGHUP). "
-        "See docs/errors.md; trust and signatures: docs/security.md.",
+        "that the engine holds exactly what was built.\n\n"
+        "other commands (each has --help):\n"
+        "  bundle-import smoke [IMAGE]    qualify this host with an imported image (GPU, torch, NCCL; "
+        "docs/qualification.md)\n"
+        "  bundle-import copy SRC DST     copy a bundle (folder, tar or parts) resumably, e.g. from a USB "
+        "stick, then verify the copy",
+        epilog=EXIT_CODES_HELP,
     )
     p.add_argument("bundle", metavar="BUNDLE", nargs="?",
                    help="the bundle folder (holding bundle.json), FILE.tar or FILE.tar.parts.json (read in "
@@ -80,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print what the engine holds (JSON with a checksum; input of `bundle export --have`) "
                    "and stop; needs no bundle")
     p.add_argument("--receipt", metavar="PATH",
-                   help="where to write the import receipt (default: ./<bundle>.import-receipt.json)")
+                   help="where to write the import receipt (default: $XDG_STATE_HOME/sneakernet/receipts/"
+                   "<bundle>-<time>.import-receipt.json, ~/.local/state/... without XDG_STATE_HOME; its folder "
+                   "is checked before anything is imported)")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
     p.add_argument("--force", action="store_true", help="move existing tags that point to other images")
     p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
@@ -104,14 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:
-    if quiet or not sys.stderr.isatty():
+    """Progress lines on stderr (a plain line every few seconds without a terminal); --quiet: none."""
+    return stderr_progress(quiet)
+
+
+def _receipt_target(args: argparse.Namespace) -> Optional[str]:
+    """Where this run's receipt goes, checked before anything is done (importer/receipt.py)."""
+    if args.no_receipt:
         return None
-    return lambda label, total: StderrProgress(label, total)
-
-
-def _default_receipt(bundle: str) -> str:
-    name = os.path.basename(os.path.abspath(bundle).rstrip("/")) or "bundle"
-    return os.path.abspath(f"{name}.import-receipt.json")
+    if args.receipt:
+        return check_receipt_path(args.receipt)
+    return default_receipt_path(args.bundle, "import-receipt.json", on_notice=_say)
 
 
 def _report_lines(report: VerifyReport) -> str:
@@ -154,7 +172,7 @@ def cmd_verify_only(args: argparse.Namespace) -> int:
         report = verify_or_raise(bundle, progress=_progress(args.quiet), deep=not args.shallow)
     report.signature = sig.to_dict()
     if args.json:
-        print(json.dumps({"ok": True, "verification": report.to_dict()}, indent=2))
+        emit(success({"verification": report.to_dict()}))
     else:
         print(_report_lines(report))
     return EXIT_OK
@@ -174,7 +192,7 @@ def make_sink(args: argparse.Namespace) -> Any:
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     """Print what the engine holds (always JSON; --json is accepted)."""
-    from importer.inventory import take_inventory
+    from importer.inventory import take_inventory, with_ok
 
     sink = make_sink(args)
     try:
@@ -183,12 +201,28 @@ def cmd_inventory(args: argparse.Namespace) -> int:
         close = getattr(sink, "close", None)
         if callable(close):
             close()
-    print(json.dumps(doc, indent=2))
+    emit(with_ok(doc))  # --json or not: the inventory is JSON
     return EXIT_OK
 
 
+def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
+    """``--smoke`` runs the images in Docker: any other engine is refused before the import."""
+    if args.smoke and not args.no_container and kind != "docker":
+        raise SmokeConfigError(
+            f"importing with --smoke into {kind}: expected Docker (the smoke suite runs the imported images "
+            f"in containers), found --engine {kind}",
+            hint="import into Docker (--engine docker), or add --no-container to qualify this Python instead; "
+            "nothing was imported")
+
+
 def cmd_import(args: argparse.Namespace) -> int:
+    if args.engine:
+        _refuse_smoke_engine(args, args.engine)
+    receipt_path = _receipt_target(args)  # before anything changes: never a failure after the work
+    if args.smoke:
+        args.smoke_receipt_base = smoke_receipt_base(args)
     sink = make_sink(args)
+    _refuse_smoke_engine(args, sink.kind)
     result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
     error: Optional[BundleError] = None
     try:
@@ -223,12 +257,18 @@ def cmd_import(args: argparse.Namespace) -> int:
         error.hint = ("run the same command again: it verifies everything again and removes staging tags "
                       "an interrupted run left (sneakernet-staging/*)")
     receipt = _receipt(args, result, error)
-    receipt_path = None
-    if not args.no_receipt:
-        receipt_path = args.receipt or _default_receipt(args.bundle)
-        write_receipt(receipt_path, receipt)
+    if isinstance(error, UsageError):  # a run that did nothing (bad arguments): no receipt
+        receipt_path = None
+    if receipt_path is not None:
+        try:
+            write_receipt(receipt_path, receipt)
+        except OSError as e:  # checked up front; the disk filled since: say so, keep the import's outcome
+            _say(f"warning: the receipt could not be written to {receipt_path}: {os_error_text(e)}; "
+                 "it is printed with --json")
+            receipt_path = None
     if args.json and not (args.smoke and error is None):  # with --smoke: one JSON document, below
-        print(json.dumps(receipt, indent=2))
+        emit(receipt)  # its "ok" and "error": the one JSON document of a failed import too
+        args.json_done = True
     elif result.checks and not args.json:
         print(render_table(result.checks))
     if receipt_path and not args.json:
@@ -311,14 +351,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return copy_main(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.inventory and not args.bundle:
-        parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
-    if args.smoke and (args.verify_only or args.inventory):
-        parser.error("--smoke runs after an import: not with --verify-only or --inventory")
-    handler: Callable[[argparse.Namespace], int] = (
-        cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, json_done=False)
     try:
+        args = parser.parse_args(argv, namespace=args)
+        if not args.inventory and not args.bundle:
+            parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
+        if args.smoke and (args.verify_only or args.inventory):
+            parser.error("--smoke runs after an import: not with --verify-only or --inventory")
+        handler: Callable[[argparse.Namespace], int] = (
+            cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
+        if args.bundle and not args.inventory:
+            locate(args.bundle)  # a BUNDLE that names nothing (a typo): a usage error before anything else
         with stop_on_signals():
             try:
                 return handler(args)
@@ -329,22 +372,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BundleError as e:
         if args.debug:
             raise
-        if args.json and args.verify_only:
-            problems: List[Any] = [_problem_dict(p) for p in getattr(e, "problems", [])]
-            print(json.dumps({"ok": False, "error": e.to_dict(), "problems": problems}, indent=2))
-        render_error(e)
-        return e.exit_code
+        return _fail(args, e)
     except KeyboardInterrupt as e:
-        stopped = stop_error(e, "bundle-import")
-        _say(f"error[{stopped.reference}]: {stopped.message}")
-        return stopped.exit_code
+        return _fail(args, stop_error(e, "bundle-import"))
     except Exception as e:  # the last resort: never a bare traceback for users
         if args.debug:
             raise
-        _say(f"error[internal]: {type(e).__name__}: {e}")
-        print("hint: this is a bug in bundle-import; re-run with --debug and report the traceback",
-              file=sys.stderr)
-        return 1
+        return _fail(args, InternalError.of(e, "bundle-import"))
+
+
+def _fail(args: argparse.Namespace, e: BundleError) -> int:
+    """The error on stderr and, with --json (unless the receipt was printed), as the one JSON document."""
+    if args.json and not args.json_done:
+        problems: List[Any] = [_problem_dict(p) for p in getattr(e, "problems", [])]
+        emit(failure(e, **({"problems": problems} if problems else {})))
+    render_error(e)
+    return e.exit_code
 
 
 if __name__ == "__main__":

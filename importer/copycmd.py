@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Callable, Optional, Sequence
 
 from importer.copying import copy_bundle
-from importer.errors import BundleError, os_error
-from importer.progress import StderrProgress, human_bytes
+from importer.errors import BundleError, InternalError, Interrupted, os_error
+from importer.jsonout import ArgumentParser, emit, failure, success
+from importer.progress import human_bytes, stderr_progress
 from importer.sizes import parse_size
 from importer.text import printable, render_error
 
@@ -25,13 +25,12 @@ def add_copy_arguments(cp: argparse.ArgumentParser) -> None:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    progress: Optional[ProgressFactory] = None
-    if not args.quiet and not args.json and sys.stderr.isatty():
-        progress = lambda label, total: StderrProgress(label, total)  # noqa: E731
+    make = getattr(args, "make_progress", None) or stderr_progress  # bundle copy: rich on a terminal
+    progress: Optional[ProgressFactory] = make(args.quiet)
     rate = parse_size(args.bwlimit, what="--bwlimit") if args.bwlimit else None
     res = copy_bundle(args.src, args.dst, progress=progress, bwlimit=rate)
     if args.json:
-        print(json.dumps(res.to_dict(), indent=2))
+        emit(success(res.to_dict()))
     else:
         print(f"copied {len(res.copied)}, resumed {len(res.resumed)}, skipped {len(res.skipped)} file(s) "
               f"({human_bytes(res.bytes_copied)}) in {res.seconds:.1f}s; verified {printable(res.target)}: OK")
@@ -40,13 +39,15 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``bundle-import copy SRC DST``: copy from removable media to local disk on the far side."""
-    p = argparse.ArgumentParser(prog="bundle-import copy",
-                                description="Copy a bundle (folder, tar or parts) resumably, then verify the copy.")
+    argv = list(argv if argv is not None else sys.argv[1:])
+    p = ArgumentParser(prog="bundle-import copy",
+                       description="Copy a bundle (folder, tar or parts) resumably, then verify the copy.")
     add_copy_arguments(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = p.parse_args(argv)
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, src=None)
     try:
         try:
+            args = p.parse_args(argv, namespace=args)
             return cmd_copy(args)
         except OSError as e:  # typed, naming the file: unreadable-file for SRC's, else file-access
             if args.debug:
@@ -55,8 +56,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BundleError as e:
         if args.debug:
             raise
-        render_error(e)
-        return e.exit_code
+        return fail(args, e)
     except KeyboardInterrupt:
-        print("error[interrupted]: stopped; run the same command again to finish the copy", file=sys.stderr)
-        return 130
+        return fail(args, Interrupted("copying: stopped by SIGINT",
+                                      hint="run the same command again to finish the copy"))
+    except Exception as e:  # the last resort: never a bare traceback for users
+        if args.debug:
+            raise
+        return fail(args, InternalError.of(e, "bundle-import copy"))
+
+
+def fail(args: argparse.Namespace, e: BundleError) -> int:
+    """The error on stderr and, with --json, as the one JSON document on stdout."""
+    if getattr(args, "json", False):
+        problems = [p.to_dict() if hasattr(p, "to_dict") else str(p) for p in getattr(e, "problems", [])]
+        emit(failure(e, **({"problems": problems} if problems else {})))
+    render_error(e)
+    return e.exit_code

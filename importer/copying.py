@@ -32,6 +32,7 @@ from importer.archive import ArchiveReader, locate
 from importer.archiveverify import verify_opened
 from importer.digest import CHUNK, Digest
 from importer.errors import (
+    DestinationInUse,
     DigestMismatch,
     ManifestError,
     MissingBlob,
@@ -47,6 +48,7 @@ from importer.verify import VerifyReport
 
 ProgressFn = Callable[[int], None]
 PARTIAL = ".partial"
+_METADATA_MAX = 16 * 1024 * 1024  # bundle.json, index.json, SHA256SUMS, a parts index: compared before copying
 
 
 @dataclass
@@ -198,6 +200,7 @@ def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], P
     real_src, real_dst = os.path.realpath(src), os.path.realpath(dst)
     if real_src == real_dst or os.path.dirname(real_src) == real_dst:
         raise UsageError(f"copying {src} to {dst}: expected another place, found the source itself")
+    check_destination(dst, items)
     result = CopyResult(src=os.path.abspath(src), dst=dst, kind=kind,
                         target=os.path.join(dst, target) if target else dst)
     on_bytes = progress("copy", sum(i.size for i in items)) if progress is not None else None
@@ -223,6 +226,55 @@ def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], P
             hint="the source itself may be damaged: verify it with bundle-import SRC --verify-only",
         )
     return result
+
+
+def check_destination(dst: str, items: List[CopyItem]) -> None:
+    """DST must be new, empty, or a copy of this same bundle, whole or partial: nothing in it but
+    the files this copy writes (or their ``.partial`` files) and their folders, and its metadata
+    files (bundle.json, index.json, oci-layout, SHA256SUMS, the parts index: all but blobs and
+    parts), where present under their final name, the same bytes as the source's. Anything else
+    (an unrelated folder, another bundle, an OCI layout) is refused before a byte is written."""
+    if not os.path.isdir(dst):
+        return
+    files = {i.rel for i in items} | {i.rel + PARTIAL for i in items}
+    folders = {"/".join(i.rel.split("/")[:n]) for i in items for n in range(1, i.rel.count("/") + 1)}
+    foreign: List[str] = []
+    for here, dirnames, filenames in os.walk(dst):  # links are listed, never followed
+        prefix = os.path.relpath(here, dst).replace(os.sep, "/")
+        prefix = "" if prefix == "." else prefix + "/"
+        keep = []
+        for name in sorted(dirnames):
+            rel = prefix + name
+            if rel not in folders:
+                foreign.append(rel + "/")
+            elif not os.path.islink(os.path.join(here, name)):  # a link there: refused by copy_file, unfollowed
+                keep.append(name)
+        dirnames[:] = keep
+        foreign.extend(prefix + name for name in sorted(filenames) if prefix + name not in files)
+        if len(foreign) > 3:
+            break
+    found = ""
+    if foreign:
+        found = f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, which this bundle does not hold"
+    else:  # the metadata under its final name (an interrupted copy writes NAME.partial first) must be ours
+        for item in items:
+            at = os.path.join(dst, *item.rel.split("/"))
+            small = item.size <= _METADATA_MAX and not item.rel.startswith("blobs/")
+            if small and os.path.lexists(at) and not _same_or_not_a_file(at, item):
+                found = f"another bundle or layout ({item.rel} differs from the source's)"
+                break
+    if found:
+        raise DestinationInUse(
+            f"copying to {dst}: expected a new or empty folder, or a copy of this same bundle to resume, found {found}",
+            hint="copy into a new folder (e.g. DST/NAME); a copy never merges into other files")
+
+
+def _same_or_not_a_file(path: str, item: CopyItem) -> bool:
+    """Whether ``path`` holds ``item``'s bytes; a link or special file there counts as the same
+    (copy_file replaces it without following it)."""
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        return True
+    return _same(path, item)
 
 
 def _digest_of(f: BinaryIO, size: int, path: str, what: str) -> Digest:

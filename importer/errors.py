@@ -47,10 +47,32 @@ class InvalidReference(UsageError):
     reference = "invalid-reference"
 
 
+class BundleNotFound(UsageError):
+    """BUNDLE names nothing: no folder, tar, part or parts index there (a typo, a wrong path).
+    Raised before anything else is done (no engine is probed, no receipt written)."""
+
+    reference = "bundle-not-found"
+
+
 class UnwritableDestination(UsageError):
     """``copy SRC DST``: DST cannot be written (permissions, no space, a link or special file in it)."""
 
     reference = "unwritable-destination"
+
+
+class UnwritableReceipt(UsageError):
+    """The receipt could not be written where it was asked to go (``--receipt``, ``--smoke-receipt``):
+    found before anything is imported or run."""
+
+    reference = "receipt-unwritable"
+
+
+class DestinationInUse(UsageError):
+    """An output folder holds something other than what would replace it: ``bundle export -o X
+    --force`` replaces only a bundle (or an empty folder), ``copy SRC DST`` writes only into an
+    empty folder or a (partial) copy of the same bundle."""
+
+    reference = "destination-in-use"
 
 
 class FileAccessError(UsageError):
@@ -244,6 +266,19 @@ class DeltaBaseMissing(BundleError):
 
     reference = "delta-base-missing"
     exit_code = 9
+
+
+class InternalError(BundleError):
+    """An exception no code raised on purpose (a bug): how the CLIs report it, ``error[internal]``
+    on stderr and in ``--json`` output. Re-run with ``--debug`` for the traceback."""
+
+    reference = "internal"
+    exit_code = 1
+
+    @classmethod
+    def of(cls, exc: BaseException, prog: str) -> InternalError:
+        return cls(f"{type(exc).__name__}: {exc}",
+                   hint=f"this is a bug in {prog}; re-run with --debug and report the traceback")
 
 
 class Interrupted(BundleError):

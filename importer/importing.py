@@ -77,6 +77,15 @@ def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory]
     return report
 
 
+def _load_total(sink: Any, manifest: Any, images: Any, external: Any) -> int:
+    """The bytes the sink's load reports: its own count where it copies stored blobs (the OCI
+    layout), else the uncompressed layers it streams into the engine."""
+    own = getattr(sink, "load_total", None)
+    if callable(own):
+        return int(own(images, external or None))
+    return sum(x.uncompressed_size for x in manifest.unique_layers())
+
+
 def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
     """Bytes verification reads: the whole tar or parts, or every file bundle.json lists."""
     if bundle.archive is not None:
@@ -219,7 +228,7 @@ def _load_verified(
             staged[n] = ref
             staged_images.append(_with_refs(image, (ref,)))
         res.staging_refs = list(staged.values())
-        on_bytes = progress("load", sum(x.uncompressed_size for x in manifest.unique_layers())) if progress else None
+        on_bytes = progress("load", _load_total(sink, manifest, staged_images, external)) if progress else None
         try:
             if external:
                 sink.load(root, staged_images, on_bytes, external=external)  # type: ignore[call-arg]

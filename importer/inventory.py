@@ -48,6 +48,13 @@ def canonical_bytes(doc: Dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
 
 
+def with_ok(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """The inventory as ``--json`` prints it: ``"ok": true`` (covered by the checksum) added."""
+    out = {"ok": True, **{k: v for k, v in doc.items() if k != "checksum"}}
+    out["checksum"] = checksum(out)
+    return out
+
+
 def checksum(doc: Dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
 

@@ -1,11 +1,27 @@
-"""Plain progress lines on stderr (bytes, rate, ETA), only when stderr is a terminal."""
+"""Plain progress lines on stderr: bytes done / total (percent), rate, ETA.
+
+One style for both CLIs (``bundle`` draws the same columns with rich on a terminal): a line
+every second on a terminal, every :data:`PLAIN_INTERVAL` seconds otherwise (cron, ``ssh host
+...``, CI logs), so a long verify never looks hung; ``--quiet`` turns it off. The library only
+calls the callbacks (``progress(label, total)(n)``); printing happens here."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from typing import Optional, TextIO
+from typing import Callable, Optional, TextIO
+
+#: Seconds between two lines when stderr is not a terminal.
+PLAIN_INTERVAL = 5.0
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def stderr_progress(quiet: bool) -> Optional[ProgressFactory]:
+    """The progress factory of a CLI: None with --quiet, else :class:`StderrProgress` lines."""
+    if quiet:
+        return None
+    return lambda label, total: StderrProgress(label, total)
 
 
 def human_bytes(n: float) -> str:
@@ -20,12 +36,13 @@ class StderrProgress:
     """Thread-safe byte counter printing at most one line every ``interval`` seconds."""
 
     def __init__(self, label: str, total: int, *, stream: Optional[TextIO] = None,
-                 enabled: Optional[bool] = None, interval: float = 1.0) -> None:
+                 enabled: bool = True, interval: Optional[float] = None) -> None:
         self.label = label
         self.total = total
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.interval = interval
+        self.enabled = enabled
+        tty = getattr(self.stream, "isatty", lambda: False)()
+        self.interval = interval if interval is not None else 1.0 if tty else PLAIN_INTERVAL
         self.done = 0
         self._lock = threading.Lock()
         self._start = time.monotonic()

@@ -21,6 +21,18 @@ except ImportError:  # tests/ as a plain rootdir (pytest's default "prepend" imp
     import engines  # type: ignore[no-redef]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _receipts_in_a_temp_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Default receipts go to $XDG_STATE_HOME/sneakernet/receipts: the session's, not the user's."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
+
+
 def _instance_name(base: str) -> str:
     worker = os.environ.get("PYTEST_XDIST_WORKER")  # keep xdist workers apart
     return f"{base}-{worker}" if worker else base

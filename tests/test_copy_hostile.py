@@ -137,10 +137,11 @@ def test_a_folder_in_place_of_a_blob(cli: str, src: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("cli", CLIS)
-@pytest.mark.parametrize("make", [lambda p: p / "nonexistent", lambda p: (p / "empty").mkdir() or p / "empty"],
+@pytest.mark.parametrize("make, ref, code", [(lambda p: p / "nonexistent", "bundle-not-found", 2),
+                                             (lambda p: (p / "empty").mkdir() or p / "empty", "invalid-manifest", 4)],
                          ids=["no-such-path", "folder-without-bundle-json"])
-def test_a_missing_source(cli: str, make: Callable[[Path], Path], tmp_path: Path) -> None:
-    _assert_refused(cli, make(tmp_path), tmp_path / "dst", "invalid-manifest", 4)
+def test_a_missing_source(cli: str, make: Callable[[Path], Path], ref: str, code: int, tmp_path: Path) -> None:
+    _assert_refused(cli, make(tmp_path), tmp_path / "dst", ref, code)
 
 
 @pytest.mark.parametrize("cli", CLIS)

@@ -122,9 +122,9 @@ def test_import_then_smoke(docker_host: str, image: str, tmp_path: Path) -> None
     proc = run_cli("importer", str(bundle), "--verify", "--engine", "docker", "--docker-host", docker_host,
                    "--receipt", str(tmp_path / "import.json"), "--smoke", "--device", "cpu", "--gates", "allreduce",
                    *host_mounts(), "--smoke-receipt", str(receipt_path), "--json")
-    assert proc.returncode == 2, proc.stdout + proc.stderr  # candidate: matmul, compile, ... not selected
+    assert proc.returncode == 10, proc.stdout + proc.stderr  # candidate: matmul, compile, ... not selected
     doc = json.loads(proc.stdout)
-    assert doc["import"]["result"] == "pass" and doc["exitCode"] == 2
+    assert doc["import"]["result"] == "pass" and doc["exitCode"] == 10
     (q,) = doc["qualifications"]
     assert not schema_errors(q) and json.loads(receipt_path.read_text()) == q
     assert q["verdict"] == "candidate" and gate(q, "allreduce")["status"] == "PASS"

@@ -51,9 +51,9 @@ def test_hung_rank_is_killed_and_the_receipt_still_written(tmp_path: Path) -> No
 def test_cuda_without_a_gpu_skips_and_never_passes(tmp_path: Path) -> None:
     proc, receipt = smoke("--no-container", "--gates", "allreduce", "--gpus", "0", "--env", "NCCL_NVLS_ENABLE=0",
                           "--receipt", str(tmp_path / "q.json"), "--json")
-    assert proc.returncode == 2, proc.stderr  # candidate: required gates skipped
+    assert proc.returncode == 10, proc.stderr  # candidate (its own code: 2 is a configuration error)
     assert not schema_errors(receipt)
-    assert receipt["verdict"] == "candidate" and receipt["device"] == "cuda"
+    assert receipt["verdict"] == "candidate" and receipt["device"] == "cuda" and receipt["exitCode"] == 10
     statuses = {g["name"]: g["status"] for g in receipt["gates"]}
     assert "PASS" not in {statuses[g] for g in ("host", "compat", "torch", "allreduce")}
     assert statuses["torch"] == "SKIP" and "use --device cpu" in gate(receipt, "torch")["detail"]
@@ -73,13 +73,13 @@ def test_gpu_check_script_prints_the_receipt(tmp_path: Path) -> None:
     receipt_path = tmp_path / "gpu.json"
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu-check.sh"), str(receipt_path), "--gates", "shutdown"],
                           capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode in (0, 1, 2), proc.stderr
+    assert proc.returncode in (0, 1, 10), proc.stderr
     receipt = json.loads(proc.stdout)
     assert receipt == json.loads(receipt_path.read_text()) and not schema_errors(receipt)
     assert receipt["device"] == "cuda" and receipt["settings"]["container"] is False
     assert f"gpu-check: verdict {receipt['verdict']}" in proc.stderr
     if not receipt["host"]["gpus"]:
-        assert proc.returncode == 2 and gate(receipt, "torch")["status"] == "SKIP"
+        assert proc.returncode == 10 and gate(receipt, "torch")["status"] == "SKIP"
 
 
 def test_gpu_check_takes_smoke_flags_without_a_receipt_path(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_gpu_check_takes_smoke_flags_without_a_receipt_path(tmp_path: Path) -> N
     work.mkdir()
     proc = subprocess.run([sys.executable, "-m", "importer.gpucheck", "--gpus", "0", "--gates", "shutdown"],
                           capture_output=True, text=True, timeout=600, check=False, cwd=work, env=env)
-    assert proc.returncode in (0, 1, 2), proc.stderr
+    assert proc.returncode in (0, 1, 10), proc.stderr
     assert list(work.iterdir()) == []  # no file named --gpus (or anything else) in the current folder
     written = list(tmp_path.glob("sneakernet-gpu-check.*/qualification.json"))
     assert len(written) == 1, proc.stderr

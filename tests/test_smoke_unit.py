@@ -330,6 +330,7 @@ def test_receipt_matches_its_schema_and_the_schema_bites() -> None:
     assert not schema_errors(good)
     assert not schema_errors(_receipt("fail", _gates(allreduce="FAIL")))
     assert not schema_errors(_receipt("candidate", _gates(compile="SKIP")))
+
     for breaks in (lambda r: r.update(verdict="pass", exitCode=1),
                    lambda r: r.update(verdict="fail"),  # no gate failed
                    lambda r: r["gates"][2].update(status="FAIL"),  # FAIL needs an error, and verdict pass
@@ -339,6 +340,14 @@ def test_receipt_matches_its_schema_and_the_schema_bites() -> None:
         r = json.loads(json.dumps(good))
         breaks(r)
         assert schema_errors(r), breaks
+
+
+def test_candidate_has_its_own_exit_code_not_the_configuration_errors() -> None:
+    from importer.smoke.cli import EXIT_CONFIG
+
+    cand = _receipt("candidate", _gates(compile="SKIP"))
+    assert cand["exitCode"] == 10 != EXIT_CONFIG and not schema_errors(cand)
+    assert schema_errors(dict(cand, exitCode=1))
 
 
 # ============================== the suite's files, also out of the zipapp

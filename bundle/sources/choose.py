@@ -23,7 +23,21 @@ def transport_of(ref: str) -> Tuple[str, str]:
         raise UsageError(f"exporting {ref}: the {head}: source is not supported by bundle export",
                          hint="use docker-daemon:REF (or a bare REF), containerd:REF or oci:DIR[:REF]; "
                               "for a registry or an archive, `skopeo copy` it into oci:DIR first")
+    if _names_a_folder(ref):
+        raise UsageError(f"exporting {ref}: expected an image reference (Docker's, without a transport prefix), "
+                         "found a folder of that name",
+                         hint=f"an OCI image layout is read with the oci: prefix: oci:{ref} (or oci:{ref}:TAG)")
     return "docker-daemon", ref
+
+
+def _names_a_folder(ref: str) -> bool:
+    """A bare reference that is an existing folder: a path (``./x``, ``/x``, ``~/x``, ``x/``) or a
+    folder holding an OCI layout. A bare name beside an unrelated folder of that name stays Docker's."""
+    path = os.path.expanduser(ref)
+    if not os.path.isdir(path):
+        return False
+    looks_like_path = ref.startswith(("/", ".", "~")) or ref.endswith("/")
+    return looks_like_path or os.path.isfile(os.path.join(path, "oci-layout"))
 
 
 def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,

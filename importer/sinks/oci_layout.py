@@ -143,6 +143,17 @@ class OciLayoutSink:
             raise base_missing(manifest, missing, engine=f"the OCI layout {self.dir}")
         return {x.digest for x in manifest.external_layers()}
 
+    def load_total(self, images: Sequence[ImageRecord], external: Optional[Set[Digest]] = None) -> int:
+        """The bytes :meth:`load` reports to its progress callback: every blob it copies, once."""
+        sizes: Dict[Digest, int] = {}
+        for image in images:
+            blobs = [(image.manifest.digest, image.manifest.size), (image.config.digest, image.config.size)]
+            blobs += [(x.digest, x.size) for x in image.layers]
+            for digest, size in blobs:
+                if not (external and digest in external):
+                    sizes[digest] = size
+        return sum(sizes.values())
+
     def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[Set[Digest]] = None) -> None:
         """``external`` (delta bundles): blobs the layout already holds, from :meth:`prepare_delta`."""

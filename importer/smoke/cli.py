@@ -1,6 +1,6 @@
 """``bundle-import smoke [IMAGE]`` and the smoke half of ``bundle-import BUNDLE --smoke``:
-parse, qualify, render, write the receipt, exit 0 pass / 1 a gate failed / 2 configuration
-error (or a required gate skipped: verdict candidate)."""
+parse, qualify, render, write the receipt, exit 0 pass / 1 a gate failed / 10 a required gate
+skipped (verdict candidate) / 2 configuration error."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import __version__
-from importer.errors import BundleError
+from importer.errors import BundleError, InternalError, os_error_text
+from importer.jsonout import ArgumentParser, emit, failure
+from importer.receipt import check_receipt_path, default_receipt_path
+from importer.signals import stop_error
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
+from importer.smoke.results import EXIT_CANDIDATE
 from importer.smoke.runner import qualify
 from importer.smoke.settings import (
     DEFAULT_RANK_TIMEOUT,
@@ -25,7 +29,7 @@ from importer.smoke.settings import (
 from importer.smoke.worker.protocol import SELECTABLE
 
 EXIT_CONFIG = 2
-DEFAULT_RECEIPT = "qualification.json"
+RECEIPT_SUFFIX = "qualification.json"
 
 
 def _out(text: str = "") -> None:
@@ -69,7 +73,9 @@ def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None
     g.add_argument("--inject-fault", metavar="FAULT", help=argparse.SUPPRESS)  # tests: wrong-sum, segv:R, hang:R
     if standalone:
         p.add_argument("image", metavar="IMAGE", nargs="?", help="the image to qualify (already in the engine)")
-        p.add_argument("--receipt", metavar="PATH", help=f"where to write the receipt (default: ./{DEFAULT_RECEIPT})")
+        p.add_argument("--receipt", metavar="PATH",
+                       help="where to write the receipt (default: $XDG_STATE_HOME/sneakernet/receipts/smoke-<time>."
+                       f"{RECEIPT_SUFFIX}, ~/.local/state/... without XDG_STATE_HOME; checked before the suite runs)")
         p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
         p.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
         p.add_argument("--json", action="store_true", help="print the receipt on stdout")
@@ -77,17 +83,17 @@ def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None
         p.add_argument("--debug", action="store_true", help="show tracebacks")
     else:
         g.add_argument("--smoke-receipt", metavar="PATH",
-                       help="where to write the qualification receipt (default: ./<bundle>.qualification.json; "
-                       "with several images, .N before .json)")
+                       help="where to write the qualification receipt (default: beside the import receipt, "
+                       f"<bundle>-<time>.{RECEIPT_SUFFIX}; with several images, .N before .json)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="bundle-import smoke",
         description="Qualify this host with an imported image: driver and CUDA compatibility, torch, bf16 "
         "matmul, torch.compile, fused AdamW, all-reduce, clean shutdown. Writes qualification.json.",
-        epilog="Exit codes: 0 pass, 1 a gate failed, 2 configuration error or a required gate skipped "
-        "(verdict candidate). See docs/qualification.md.",
+        epilog=f"Exit codes: 0 pass, 1 a gate failed, {EXIT_CANDIDATE} a required gate skipped (verdict "
+        "candidate), 2 configuration error. See docs/qualification.md.",
     )
     add_smoke_arguments(p, standalone=True)
     p.add_argument("--version", action="version", version=f"bundle-import smoke {__version__}")
@@ -103,7 +109,7 @@ def settings_from_args(args: argparse.Namespace) -> SmokeSettings:
 
 
 def _progress(quiet: bool) -> Optional[Callable[[str], None]]:
-    if quiet or not sys.stderr.isatty():
+    if quiet:
         return None
     return lambda msg: _err(f"smoke: {msg}")
 
@@ -135,26 +141,50 @@ def _run_one(settings: SmokeSettings, image: Optional[str], receipt_path: Option
     q = qualify(settings, image, bundle=bundle, progress=_progress(quiet))
     receipt = build_qualification_receipt(q)
     if receipt_path:
-        write_qualification_receipt(receipt_path, receipt)
+        try:
+            write_qualification_receipt(receipt_path, receipt)
+        except OSError as e:  # checked before the suite ran; the disk filled since: say so, keep the verdict
+            _err(f"warning: the qualification receipt could not be written to {receipt_path}: {os_error_text(e)}")
     return receipt
 
 
+def _receipt_path(args: argparse.Namespace) -> Optional[str]:
+    """``bundle-import smoke``: where the receipt goes, checked before the suite runs."""
+    if args.no_receipt:
+        return None
+    if args.receipt:
+        return check_receipt_path(args.receipt)
+    return default_receipt_path("smoke", RECEIPT_SUFFIX, on_notice=_err)
+
+
+def smoke_receipt_base(args: argparse.Namespace) -> Optional[str]:
+    """``--smoke``: the qualification receipt path (``.N.json`` for several images), checked
+    before the import."""
+    if getattr(args, "no_receipt", False) and not args.smoke_receipt:
+        return None
+    if args.smoke_receipt:
+        return check_receipt_path(args.smoke_receipt, "--smoke-receipt")
+    return default_receipt_path(args.bundle, RECEIPT_SUFFIX, on_notice=_err)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(argv if argv is not None else sys.argv[1:])
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
     try:
+        args = build_parser().parse_args(argv, namespace=args)
         settings = settings_from_args(args)
-        path = None if args.no_receipt else os.path.abspath(args.receipt or DEFAULT_RECEIPT)
+        path = _receipt_path(args)
         receipt = _run_one(settings, args.image, path, None, args.quiet)
-    except BundleError as e:
-        if args.debug:
+    except (KeyboardInterrupt, Exception) as e:
+        if args.debug and not isinstance(e, KeyboardInterrupt):
             raise
+        err = (e if isinstance(e, BundleError) else stop_error(e, "bundle-import smoke")
+               if isinstance(e, KeyboardInterrupt) else InternalError.of(e, "bundle-import smoke"))
+        code = err.exit_code
         if args.json:
-            _out(json.dumps({"verdict": None, "exitCode": EXIT_CONFIG, "error": e.to_dict()}, indent=2))
-        render_error(e)
-        return EXIT_CONFIG
-    except KeyboardInterrupt:
-        _err("error[interrupted]: stopped by the user")
-        return 130
+            emit(failure(err, verdict=None, exitCode=code))
+        render_error(err)
+        return code
     if args.json:
         _out(json.dumps(receipt, indent=2))
     else:
@@ -165,10 +195,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _receipt_paths(args: argparse.Namespace, count: int) -> List[Optional[str]]:
-    if getattr(args, "no_receipt", False) and not args.smoke_receipt:
+    path = getattr(args, "smoke_receipt_base", None)
+    if path is None:
         return [None] * count
-    name = os.path.basename(os.path.abspath(args.bundle).rstrip("/")) or "bundle"
-    path = os.path.abspath(args.smoke_receipt or f"{name}.qualification.json")
     if count == 1:
         return [path]
     stem = path[:-5] if path.endswith(".json") else path
@@ -177,7 +206,7 @@ def _receipt_paths(args: argparse.Namespace, count: int) -> List[Optional[str]]:
 
 def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Dict[str, Any]) -> int:
     """``bundle-import BUNDLE --verify --smoke``: qualify every image the import just proved.
-    Exit 1 if any image failed, else 2 if any is only a candidate (or the setup failed), else 0."""
+    Exit 1 if any image failed, else 2 if the setup failed, else 10 if any is only a candidate, else 0."""
     images: List[str] = []
     for check in result.checks:
         if check.image.refs:
@@ -213,9 +242,9 @@ def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Di
     codes = [int(r["exitCode"]) for r in receipts]
     if 1 in codes:
         code = 1
-    elif code == 0 and 2 in codes:
-        code = 2
+    elif code == 0 and EXIT_CANDIDATE in codes:
+        code = EXIT_CANDIDATE
     if args.json:
-        _out(json.dumps({"import": import_receipt, "qualifications": receipts, "exitCode": code, "error": error},
-                        indent=2))
+        emit({"ok": code == 0, "import": import_receipt, "qualifications": receipts, "exitCode": code,
+              "error": error})
     return code

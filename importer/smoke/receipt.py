@@ -16,6 +16,7 @@ RECEIPT_VERSION = "1.0"
 
 def build_qualification_receipt(q: Qualification) -> Dict[str, Any]:
     return {
+        "ok": q.verdict == "pass",  # --json: true exactly when the verdict exits 0
         "receiptVersion": RECEIPT_VERSION,
         "kind": "qualification",
         "tool": {"name": "sneakernet", "version": __version__},

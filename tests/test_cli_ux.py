@@ -1,0 +1,296 @@
+"""The first hour with the CLIs (issue 16): discoverable commands and exit codes, receipts that
+never turn a successful import into a failure, outputs that never destroy what is not a bundle.
+
+Engine-free: bundles from tests/bundlegen.py, imported into an OCI layout (``--engine oci``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.bundlegen import make_bundle
+from tests.helpers import REPO, run_cli
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("pristine") / "b.bundle")
+
+
+@pytest.fixture()
+def bundle(pristine: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "b.bundle"
+    shutil.copytree(pristine, out)
+    return out
+
+
+def error_id(stderr: str) -> str:
+    m = re.search(r"^error\[([a-z0-9-]+)\]", stderr, flags=re.M)
+    return m.group(1) if m else ""
+
+
+# ============================== 7. discoverability
+def test_help_lists_the_subcommands_and_every_exit_code_the_importer_gives() -> None:
+    out = run_cli("importer", "--help", check=True).stdout
+    assert "bundle-import smoke [IMAGE]" in out and "bundle-import copy SRC DST" in out
+    doc = (REPO / "docs" / "errors.md").read_text(encoding="utf-8").split("## Exit codes", 1)[1].split("##", 1)[0]
+    codes = {int(c) for c in re.findall(r"^\| (\d+) \|", doc, flags=re.M)} - {5}  # 5: the exporter's source
+    epilog = out.split("exit codes", 1)[1]
+    shown = {int(c) for c in re.findall(r"(?:^|\s)(\d+) [a-z-]", epilog)}
+    assert codes <= shown, f"--help leaves out exit codes {sorted(codes - shown)}"
+
+
+def test_smoke_help_names_the_candidate_code() -> None:
+    out = run_cli("importer", "smoke", "--help", check=True).stdout
+    assert "10 a required gate skipped" in out and "2 configuration error" in out
+
+
+def test_smoke_with_an_engine_that_cannot_run_containers_is_refused_before_importing(bundle: Path,
+                                                                                   tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    proc = run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(layout), "--smoke",
+                   "--receipt", str(tmp_path / "r.json"))
+    assert proc.returncode == 2 and error_id(proc.stderr) == "smoke-config", proc.stderr
+    assert "nothing was imported" in proc.stderr
+    assert not layout.exists() and not (tmp_path / "r.json").exists()
+
+
+def test_bundle_json_given_as_bundle_is_read_as_its_folder(bundle: Path) -> None:
+    proc = run_cli("importer", str(bundle / "bundle.json"), "--verify-only", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["ok"] is True
+    info = json.loads(run_cli("bundle", "inspect", str(bundle / "bundle.json"), "--json", check=True).stdout)
+    assert info["bundle"] == str(bundle)
+
+
+def test_a_layout_folder_without_oci_prefix_says_what_was_meant(bundle: Path, tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(layout), "--no-receipt", check=True)
+    proc = run_cli("bundle", "export", str(layout), "-o", str(tmp_path / "out"),
+                   docker_host="unix:///nonexistent/docker.sock")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "usage", proc.stderr
+    assert f"oci:{layout}" in proc.stderr and "Docker" not in proc.stderr.split("hint:")[1]
+    assert "connecting" not in proc.stderr and not (tmp_path / "out").exists()
+    ok = run_cli("bundle", "export", f"oci:{layout}:fake/app:2", "-o", str(tmp_path / "out"), "-q")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_typo_is_a_usage_error_that_probes_no_engine_and_writes_nothing(tmp_path: Path) -> None:
+    proc = run_cli_in(tmp_path, "help", "--docker-host", "unix:///nonexistent/docker.sock")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "bundle-not-found", proc.stderr
+    assert "engine" not in proc.stderr and "Docker" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def run_cli_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m importer ARGS`` run from ``cwd`` (where a receipt used to land)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(cwd / "state"))
+    return subprocess.run([sys.executable, "-m", "importer", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300, check=False)
+
+
+# ============================== 3. receipts
+def _import(cwd: Path, bundle: Path, layout: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli_in(cwd, str(bundle), "--engine", "oci", "--oci-dir", str(layout), *args)
+
+
+def test_a_receipt_in_a_missing_folder_is_refused_before_importing(bundle: Path, tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    proc = _import(tmp_path, bundle, layout, "--receipt", str(tmp_path / "missing" / "x.json"), "--json")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert "nothing was done" in proc.stderr and not layout.exists()  # nothing imported
+
+
+def test_an_unusable_state_folder_falls_back_to_the_temp_dir_with_a_note(bundle: Path, tmp_path: Path) -> None:
+    """A home that cannot hold the receipts folder (read-only, or a file in the way: the same for
+    root) costs a note, never the import's success."""
+    (tmp_path / "state").write_text("a file where the state folder would be")
+    proc = _import(tmp_path, bundle, tmp_path / "layout")
+    assert proc.returncode == 0, proc.stderr
+    assert "receipts cannot go to" in proc.stderr and "sneakernet-receipts-" in proc.stderr
+    path = re.search(r"^receipt: (.+)$", proc.stderr, flags=re.M)
+    assert path and "sneakernet-receipts-" in path.group(1)
+    assert json.loads(Path(path.group(1)).read_text())["result"] == "pass"
+    Path(path.group(1)).unlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.bundle", "layout", "state"]
+
+
+@pytest.mark.parametrize("where", ["missing/x.json", "folder", "afile/x.json"])
+def test_every_unwritable_receipt_path_is_refused_before_importing(where: str, bundle: Path, tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("")
+    layout = tmp_path / "layout"
+    proc = _import(tmp_path, bundle, layout, "--receipt", str(tmp_path / where))
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert not layout.exists()
+
+
+def test_default_receipt_goes_to_the_state_folder(bundle: Path, tmp_path: Path) -> None:
+    proc = _import(tmp_path, bundle, tmp_path / "layout")
+    assert proc.returncode == 0, proc.stderr
+    (receipt,) = (tmp_path / "state" / "sneakernet" / "receipts").glob("b.bundle-*Z.import-receipt.json")
+    assert f"receipt: {receipt}" in proc.stderr and json.loads(receipt.read_text())["result"] == "pass"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.bundle", "layout", "state"]
+
+
+def test_a_run_refused_for_its_arguments_writes_no_receipt(bundle: Path, tmp_path: Path) -> None:
+    proc = _import(tmp_path, bundle, tmp_path / "layout", "--smoke")
+    assert proc.returncode == 2, proc.stderr
+    assert [p for p in tmp_path.rglob("*.json") if "b.bundle" not in p.parts] == []
+    assert "receipt:" not in proc.stderr
+
+
+def test_smoke_with_a_bad_receipt_path_is_refused_before_the_suite_runs(tmp_path: Path) -> None:
+    proc = run_cli_in(tmp_path, "smoke", "--no-container", "--device", "cpu", "--gates", "shutdown",
+                      "--receipt", str(tmp_path / "missing" / "q.json"), "--json")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert "Traceback" not in proc.stderr and "smoke:" not in proc.stderr  # the suite never started
+
+
+def test_smoke_after_import_with_a_bad_receipt_path_imports_nothing(bundle: Path, tmp_path: Path) -> None:
+    layout = tmp_path / "layout"
+    proc = _import(tmp_path, bundle, layout, "--smoke", "--no-container", "--device", "cpu",
+                   "--smoke-receipt", str(tmp_path / "missing" / "q.json"))
+    assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert "--smoke-receipt" in proc.stderr and not layout.exists()
+
+
+# ============================== 4. outputs that are not bundles are never replaced
+@pytest.fixture()
+def layout(bundle: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "layout"
+    run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(out), "--no-receipt", check=True)
+    return out
+
+
+def _export(layout: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("bundle", "export", f"oci:{layout}:fake/app:2", "-o", str(out), "-q", *args)
+
+
+def test_export_force_refuses_a_folder_of_other_files(layout: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "thesis.tex").write_text("years of work")
+    proc = _export(layout, data, "--force")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+    assert "thesis.tex" in proc.stderr and (data / "thesis.tex").read_text() == "years of work"
+    assert sorted(p.name for p in data.iterdir()) == ["sub", "thesis.tex"]
+    assert [p.name for p in tmp_path.iterdir() if ".partial-" in p.name] == []
+
+
+def test_export_force_refuses_a_file(layout: Path, tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("keep")
+    proc = _export(layout, tmp_path / "notes", "--force")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+    assert (tmp_path / "notes").read_text() == "keep"
+
+
+def test_export_force_replaces_a_bundle_and_fills_an_empty_folder(layout: Path, bundle: Path, tmp_path: Path) -> None:
+    before = json.loads((bundle / "bundle.json").read_text())
+    assert len(before["images"]) == 2
+    proc = _export(layout, bundle, "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert [i["refs"] for i in json.loads((bundle / "bundle.json").read_text())["images"]] == [["fake/app:2"]]
+    (tmp_path / "empty").mkdir()
+    assert _export(layout, tmp_path / "empty").returncode == 0
+    assert (tmp_path / "empty" / "bundle.json").is_file()
+
+
+def test_copy_refuses_a_non_bundle_destination_and_leaves_it_untouched(bundle: Path, layout: Path,
+                                                                      tmp_path: Path) -> None:
+    """An OCI layout has index.json, oci-layout and blobs/ like a bundle: merging overwrote its index."""
+    index = (layout / "index.json").read_bytes()
+    for cli in ("bundle", "importer"):
+        proc = run_cli(cli, "copy", str(bundle), str(layout), "-q")
+        assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+        assert (layout / "index.json").read_bytes() == index
+        assert not list(layout.rglob("*.partial")) and not (layout / "bundle.json").exists()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("mine")
+    proc = run_cli("bundle", "copy", str(bundle), str(data), "-q")
+    assert proc.returncode == 2 and "x.txt" in proc.stderr, proc.stderr
+    assert [p.name for p in data.iterdir()] == ["x.txt"]
+
+
+def test_copy_refuses_another_bundle_at_dst(bundle: Path, layout: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    assert _export(layout, other).returncode == 0
+    proc = run_cli("bundle", "copy", str(bundle), str(other), "-q")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "destination-in-use", proc.stderr
+
+
+def test_copy_resumes_into_a_partial_copy_of_the_same_bundle(bundle: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    run_cli("bundle", "copy", str(bundle), str(dst), "-q", check=True)
+    biggest = max((p for p in (dst / "blobs" / "sha256").iterdir()), key=lambda p: p.stat().st_size)
+    data = biggest.read_bytes()
+    biggest.unlink()
+    Path(str(biggest) + ".partial").write_bytes(data[: len(data) // 2])
+    (dst / "bundle.json").unlink()  # written last: an interrupted copy has none
+    proc = run_cli("importer", "copy", str(bundle), str(dst), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["resumed"] == [f"blobs/sha256/{biggest.name}"] and "bundle.json" in doc["copied"]
+    again = run_cli("bundle", "copy", str(bundle), str(dst), "--json")  # a whole copy: all skipped
+    assert again.returncode == 0 and json.loads(again.stdout)["copied"] == [], again.stderr
+
+
+# ============================== 5. progress: honest totals, lines without a terminal, --quiet
+def test_progress_lines_without_a_terminal_and_quiet_silences_them(bundle: Path, tmp_path: Path) -> None:
+    """stderr here is a pipe (as under cron, ssh, CI): a plain line, bytes of the right total."""
+    size = sum(f["size"] for f in json.loads((bundle / "bundle.json").read_text())["files"])
+    proc = run_cli("importer", str(bundle), "--verify-only")
+    line = re.search(r"^verify: (.+) / (.+?) \(\d+%\) .+/s", proc.stderr, flags=re.M)
+    assert proc.returncode == 0 and line, proc.stderr
+    assert line.group(2) == f"{size / 1024:.1f} KiB"  # every file bundle.json lists, layers included
+    assert "verify:" not in run_cli("importer", str(bundle), "--verify-only", "-q").stderr
+    proc = run_cli("bundle", "copy", str(bundle), str(tmp_path / "c"))
+    assert proc.returncode == 0 and re.search(r"^copy: .+ / .+ KiB", proc.stderr, flags=re.M), proc.stderr
+    proc = run_cli("bundle", "copy", str(bundle), str(tmp_path / "d"), "--quiet")
+    assert proc.returncode == 0 and "copy:" not in proc.stderr
+
+
+def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) -> None:
+    from bundle.archive import pack_bundle
+    from importer.bundleinput import sink_for
+    from importer.copying import copy_bundle
+    from importer.importing import import_bundle, verify_or_raise
+    from importer.opened import open_bundle
+    from importer.progress import PLAIN_INTERVAL, StderrProgress
+    from importer.sinks.oci_layout import OciLayoutSink
+
+    seen: list[list[object]] = []
+
+    def factory(label: str, total: int) -> Callable[[int], None]:
+        entry: list[object] = [label, total, 0]
+        seen.append(entry)
+
+        def add(n: int) -> None:
+            entry[2] = int(entry[2]) + n  # type: ignore[call-overload]
+        return add
+
+    verify_or_raise(open_bundle(str(bundle)), progress=factory)
+    pack_bundle(str(bundle), str(tmp_path / "p.tar"), split=64 * 1024, progress=factory)
+    copy_bundle(str(tmp_path / "p.tar.parts.json"), str(tmp_path / "c"), progress=factory)
+    opened = open_bundle(str(bundle))
+    import_bundle(opened, sink_for(opened, OciLayoutSink(str(tmp_path / "layout"))), progress=factory)
+    labels = [e[0] for e in seen]
+    assert labels == ["pack", "copy", "verify", "load"] or set(labels) >= {"verify", "pack", "copy", "load"}
+    for label, total, done in seen:
+        assert total and done == total, (label, total, done)  # load: the OCI layout counts stored blobs
+
+    stream = io.StringIO()  # not a terminal: a line every few seconds, never silence
+    bar = StderrProgress("verify", 1000, stream=stream)
+    assert bar.enabled and bar.interval == PLAIN_INTERVAL
+    bar(400)
+    assert re.fullmatch(r"verify: 400 B / 1000 B \(40%\) [\d.]+ \S+/s ETA \d+s\n", stream.getvalue())
