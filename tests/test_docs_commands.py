@@ -144,6 +144,8 @@ NOT_COMMANDS: Dict[Tuple[str, str], str] = {
     ("docs/bundle-format.md", "<64 lowercase hex>  <path>"): "the SHA256SUMS line format",
     ("docs/deltas.md", "error[delta-base-missing]: checking the base of a delta bundle: expected the registry "
      "127.0.0.1:5000 to hold 2 layer(s) the bundle leaves out, found 2 missing"): "an error message",
+    ("docs/errors.md", '{"ok": false, "error": {"id": "bundle-not-found", "exitCode": 2, "message": "...", '
+     '"context": null, "hint": "..."}}'): "the JSON error shape",
     ("docs/errors.md", "error[digest-mismatch]: checking layer 3/7 of registry.example/team/app:1.0: expected "
      "digest sha256:ab12…, found sha256:9f00…"): "an error message",
 }
@@ -172,8 +174,8 @@ SPECS: Dict[str, Spec] = {
     "bash docker/scripts/demo.sh": skip("installs packages (apt, pip) and starts its own dockerd; the demo of a "
                                         "fresh machine, not of this checkout's test session"),
     "bash docker/scripts/test.sh": skip("the whole suite, this test included"),
-    "bundle export IMAGE... -o DIR [--schema 1|2|3] [--compression zstd|gzip] [--level N] [--docker-host URL] "
-    "[--json]": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
+    "bundle export IMAGE... -o DIR [--schema 1|2|3] [--compression auto|zstd|gzip] [--level N] "
+    "[--docker-host URL] [--json]": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
     "bundle export IMAGE... --have have.json -o DIR": run(subs={"IMAGE...": "my/train:2", "DIR": NEW},
                                                           setup="rm -rf {W}/new.bundle"),
     "bundle export containerd:REF... --address SOCKET [--namespace NS] -o DIR": skip(CONTAINERD),
