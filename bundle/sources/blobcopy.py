@@ -166,8 +166,9 @@ def copy_stored_layer(store: BlobStore, src: BinaryIO, compression: str, what: s
 def keep_manifest(raw_manifest: bytes, raw_config: bytes,
                   layers: Sequence[LayerRecord]) -> Optional[Tuple[Tuple[LayerRecord, ...], str, str]]:
     """The source's manifest may go into the bundle byte for byte when it describes exactly what
-    the bundle carries: its config, and every layer stored (none left out) as that very blob, of a
-    media type bundle.json records. Returns (the layers with the manifest's media types, manifest
+    the bundle carries: its config, and every layer stored as that very blob, or left out (a delta)
+    naming that very blob as the offline host keeps it, of a media type bundle.json records.
+    Returns (the layers with the manifest's media types, manifest
     media type, config media type), or None: the bundle then writes an OCI manifest of its own."""
     try:
         doc = json.loads(raw_manifest)
@@ -186,7 +187,7 @@ def keep_manifest(raw_manifest: bytes, raw_config: bytes,
         return None
     kept: List[LayerRecord] = []
     for desc, layer in zip(descs, layers):
-        if not isinstance(desc, dict) or layer.external:
+        if not isinstance(desc, dict):  # a left-out layer fits when it names that very blob (a delta)
             return None
         mt = desc.get("mediaType")
         if mt not in LAYER_TYPES or compression_of(str(mt)) != compression_of(layer.media_type):
