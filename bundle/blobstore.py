@@ -54,6 +54,10 @@ class BlobStore:
         os.makedirs(self.dir, exist_ok=True)
         self.fsync = fsync
         self.written: dict[str, WrittenBlob] = {}
+        # --compression zstd|gzip asked explicitly: a layer the source keeps compressed otherwise is
+        # recompressed to it (its digest, so the image's manifest, changes); None (auto): as stored
+        self.recompress_to: str | None = None
+        self.recompressed: list[str] = []  # what was recompressed, for the notice
 
     def path_of(self, digest: Digest) -> str:
         return os.path.join(self.root, digest.blob_path)

@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--compression", choices=["auto", "zstd", "gzip"], default="auto",
                    help="layer compression (schema 3, Docker sources). auto (default): zstd, or gzip when a "
                    "--have inventory says the offline host has no fast zstd decoder (zstandard module, "
-                   "zstd command, Python 3.14+); the importer decodes zstd without them too, but slowly")
+                   "zstd command, Python 3.14+); the importer decodes zstd without them too, but slowly. auto keeps "
+                   "layers a source stores compressed as they are (and the manifest); zstd or gzip given "
+                   "explicitly recompresses those too (the manifest, so the image ID, then changes)")
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
     e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
     e.add_argument("--address", metavar="SOCKET",
@@ -136,6 +138,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                                tags=args.tag)
     finally:
         stop_progress()
+    if result.recompressed:
+        print(f"note: --compression {args.compression} recompressed {result.recompressed} layer(s) the source "
+              "keeps in another compression: those images get a manifest of the bundle's own, so on a host "
+              "with Docker's containerd store their image ID is not the build host's (--compression auto "
+              "carries the layers as stored and keeps it)", file=sys.stderr)
     if result.manifest is None:
         info = inspect_bundle(result.path)
         if args.json:

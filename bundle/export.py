@@ -37,6 +37,7 @@ class ExportResult:
     seconds: float
     schema: int = 3
     signed_by: Optional[str] = None  # key fingerprint when exported with a signing key
+    recompressed: int = 0  # layers recompressed because --compression was asked explicitly
 
 
 def choose_compression(have: Sequence[str]) -> str:
@@ -74,6 +75,7 @@ def export_images(
     if schema < 3 and have:
         raise UsageError(f"exporting with --schema {schema}: delta bundles (--have) need schema 3",
                          hint="drop --schema or use --schema 3")
+    asked = compression != "auto"
     if compression == "auto":
         compression = choose_compression(have if schema == 3 else ())
     if schema < 3 and compression != "zstd":
@@ -112,6 +114,7 @@ def export_images(
             manifest = None
         else:
             store = BlobStore(staging)
+            store.recompress_to = compression if asked else None
             images = source.export(names, store, compression=compression, level=level, on_bytes=on_bytes,
                                    have=have_layers)
             # keep the user's order (docker save lists images in its own order)
@@ -130,7 +133,8 @@ def export_images(
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
-    return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by)
+    return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
+                        len(store.recompressed) if schema == 3 else 0)
 
 
 def _empty_folder(path: str) -> bool:

@@ -18,7 +18,7 @@ import tarfile
 from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional
 
 from importer.compression import open_decompressed
-from importer.delta import base_missing, users_of
+from importer.delta import _Prefixed, base_missing, sniff_compression, users_of
 from importer.digest import CHUNK, Digest, is_digest
 from importer.dockerarchive import _member
 from importer.engines import command_stdout
@@ -72,32 +72,6 @@ def plan_delta(manifest: BundleManifest, content: Dict[str, Optional[str]], wher
     if missing:
         raise base_missing(manifest, missing, engine=where)
     return plan
-
-
-class _Prefixed:
-    """A reader that first returns ``head`` (bytes already read to sniff the format)."""
-
-    def __init__(self, head: bytes, raw: BinaryIO) -> None:
-        self._head = head
-        self._raw = raw
-
-    def read(self, n: int = -1) -> bytes:
-        if self._head:
-            if n < 0 or n >= len(self._head):
-                head, self._head = self._head, b""
-                rest = self._raw.read(-1 if n < 0 else n - len(head))
-                return head + rest
-            head, self._head = self._head[:n], self._head[n:]
-            return head
-        return self._raw.read(n)
-
-
-def sniff_compression(head: bytes) -> str:
-    if head.startswith(b"\x1f\x8b"):
-        return "gzip"
-    if head.startswith(b"\x28\xb5\x2f\xfd"):
-        return "zstd"
-    return "none"
 
 
 @contextlib.contextmanager

@@ -54,10 +54,11 @@ def docker_archive_manifest_digest(image: ImageRecord) -> str:
 
 
 def loads_as_docker_archive(image: ImageRecord) -> bool:
-    """On Docker's containerd store: a delta image (layers left out) is loaded as a docker-archive
-    (its ID is the manifest that load makes), every other one as an OCI archive of the bundle's
-    own manifest (its ID is the bundle's manifest digest)."""
-    return any(layer.external for layer in image.layers)
+    """On Docker's containerd store: a delta image with a left-out layer described uncompressed
+    (digest = diff_id: made with --have from a Docker inventory) is loaded as a docker-archive (its
+    ID is the manifest that load makes); every other one, deltas whose left-out layers name the
+    compressed blobs included, as an OCI archive of the bundle's own manifest (ID = its digest)."""
+    return any(layer.external and not layer.names_compressed_blob for layer in image.layers)
 
 
 def expected_image_id(image_store: str, image: ImageRecord) -> Optional[str]:

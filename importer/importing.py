@@ -187,6 +187,9 @@ def _load_verified(
     present: List[ImageCheck] = []
     for image in manifest.images:
         existing = sink.lookup(str(image.config.digest)) if engine.image_store == "classic" else None
+        if existing is None and engine.image_store == "containerd" and expected_image_id("containerd", image):
+            # loaded by an earlier run that was stopped before tagging: found by its ID, like the classic store
+            existing = sink.lookup(str(expected_image_id("containerd", image)))
         if existing is None and image.refs and engine.image_store != "classic":
             existing = sink.lookup(image.refs[0])
         check = check_image(image, existing, engine.image_store) if existing is not None else None

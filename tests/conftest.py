@@ -73,6 +73,23 @@ def docker_host_ctrstore() -> Iterator[str]:
     yield from _private_dockerd("test-ctrstore", "--containerd-store")
 
 
+# The Docker engine matrix (issue 13): a test that takes ``docker_store_host`` runs on the classic
+# store unless it is parametrized with ``@pytest.mark.parametrize("docker_store", DOCKER_STORES,
+# indirect=True)`` (tests/engines.DOCKER_STORES): then once per store.
+@pytest.fixture
+def docker_store(request: pytest.FixtureRequest) -> str:
+    """Which Docker image store this test runs on: "classic" (overlay2) or "containerd"."""
+    kind = getattr(request, "param", "classic")
+    assert kind in engines.DOCKER_STORES, kind
+    return str(kind)
+
+
+@pytest.fixture
+def docker_store_host(request: pytest.FixtureRequest, docker_store: str) -> str:
+    """DOCKER_HOST url of the session's dockerd for ``docker_store``."""
+    return str(request.getfixturevalue(engines.DOCKER_STORES[docker_store]))
+
+
 @pytest.fixture(scope="session")
 def busybox() -> str:
     """Path of a statically linked busybox (Debian busybox-static's /bin/busybox)."""

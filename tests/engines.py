@@ -75,6 +75,9 @@ def require(tool: str) -> str:
     return path
 
 
+# Docker's two image stores and the session fixture that starts a dockerd with each
+DOCKER_STORES = {"classic": "docker_host", "containerd": "docker_host_ctrstore"}
+
 TRIXIE_DOCKER = Path(os.environ.get("SNEAKERNET_TRIXIE_DOCKER", "/opt/sneakernet/trixie-docker"))
 
 

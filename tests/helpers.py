@@ -60,3 +60,23 @@ def docker(docker_host: str, *args: str, check: bool = True) -> subprocess.Compl
 def image_ids(docker_host: str) -> set[str]:
     out = docker(docker_host, "images", "-a", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}").stdout
     return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+_STORES: dict[str, str] = {}
+
+
+def image_store(docker_host: str) -> str:
+    """'containerd' when this dockerd keeps images in containerd (ID = manifest digest), else 'classic'."""
+    if docker_host not in _STORES:
+        info = docker_json(docker_host, "info", "--format", "{{json .}}")
+        pairs = info.get("DriverStatus") or []
+        ctr = any(p[0] == "driver-type" and "containerd" in str(p[1]) for p in pairs if len(p) == 2)
+        _STORES[docker_host] = "containerd" if ctr else "classic"
+    return _STORES[docker_host]
+
+
+def bundle_image_id(docker_host: str, image: dict) -> str:  # type: ignore[type-arg]
+    """The ID ``docker image inspect`` shows for a bundle.json image loaded in full into this
+    engine: the config digest on the classic store, the bundle's manifest digest on the containerd one."""
+    key = "manifest" if image_store(docker_host) == "containerd" else "config"
+    return str(image[key]["digest"])

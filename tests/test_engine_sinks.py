@@ -17,7 +17,14 @@ import pytest
 
 from importer.deepcheck import compare, export_refused
 from importer.errors import EngineUnavailable, InventoryDamaged, ManifestError, UsageError
-from importer.identity import chain_ids, docker_archive_manifest, docker_archive_manifest_digest, lookup_name
+from importer.identity import (
+    chain_ids,
+    docker_archive_manifest,
+    docker_archive_manifest_digest,
+    expected_image_id,
+    loads_as_docker_archive,
+    lookup_name,
+)
 from importer.inventory import build_inventory, checksum, held_diff_ids, load_inventory
 from importer.manifest import ImageRecord
 from importer.ociarchive import index_document
@@ -104,9 +111,12 @@ def test_docker_classic_store_id_is_the_config_digest(images: dict[str, ImageRec
 
 
 def _delta(image: ImageRecord) -> ImageRecord:
-    """The same image in a delta bundle (its first layer left out): on Docker's containerd store it
-    is loaded as a docker-archive, so its ID is the manifest that load makes."""
-    first = dataclasses.replace(image.layers[0], external=True)
+    """The same image in a delta bundle made against a Docker inventory (its first layer left out,
+    described uncompressed): on Docker's containerd store it is loaded as a docker-archive, so its
+    ID is the manifest that load makes."""
+    layer = image.layers[0]
+    first = dataclasses.replace(layer, external=True, digest=layer.diff_id, size=layer.uncompressed_size,
+                                media_type="application/vnd.oci.image.layer.v1.tar")
     return dataclasses.replace(image, layers=(first, *image.layers[1:]))
 
 
@@ -138,6 +148,20 @@ def test_docker_containerd_store_full_bundle_id_is_the_bundle_manifest(images: d
     check = check_image(image, engine_image_from_inspect(doc, "containerd"), "containerd")
     assert check.result == "match" and check.identity_rule == "manifest-digest" and check.id_verified
     assert lookup_name("containerd", image) == str(image.manifest.digest)
+
+
+def test_docker_containerd_store_delta_naming_the_blobs_keeps_the_bundle_manifest(
+        images: dict[str, ImageRecord]) -> None:
+    """A delta whose left-out layers name the compressed blobs goes in as an OCI archive of the
+    bundle's own manifest (the blobs copied out of the engine): the ID must be that digest."""
+    image = images["fake/app:2"]
+    named = dataclasses.replace(image, layers=(dataclasses.replace(image.layers[0], external=True),
+                                               *image.layers[1:]))
+    assert not loads_as_docker_archive(named) and loads_as_docker_archive(_delta(image))
+    assert expected_image_id("containerd", named) == str(image.manifest.digest)
+    doc = _json("docker-28.2-containerd-store.image-inspect.json")
+    check = check_image(named, engine_image_from_inspect(doc, "containerd"), "containerd")
+    assert check.result == "mismatch" and "image ID: expected " + str(image.manifest.digest) in check.detail
 
 
 def test_docker_containerd_store_checks_the_diff_ids(images: dict[str, ImageRecord]) -> None:

@@ -3,7 +3,13 @@
 no tagged image that fails verification, and the re-run succeeds and removes the staging tags
 the killed run left; SIGTERM/SIGINT stop cleanly (receipt says fail, nothing left); the engine
 lock keeps a second import out (or makes it wait); stale staging cleanup never touches a user's
-tag. The importer is held at an exact step by the test-only hold points (importer/testhooks.py)."""
+tag. The importer is held at an exact step by the test-only hold points (importer/testhooks.py).
+
+Engine matrix (issue 13): everything runs on Docker's classic store; on its containerd store
+(fixture ``docker_store``, the images built and exported there, loaded as an OCI archive) a
+representative subset runs, to keep the suite short: SIGKILL while ``docker load`` receives the
+archive and after the first tag, SIGTERM during the load, and the stale-staging cleanup. The
+other hold points exercise the same importer code before and after the load on either store."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from importer.enginelock import EngineLocked, engine_lock
+from tests.engines import DOCKER_STORES
 from tests.helpers import docker
 from tests.trustkit import (
     BASE_REF,
@@ -36,17 +43,27 @@ HOLD_TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def sec_bundle(docker_host: str, busybox: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build_sec_images(docker_host, busybox, tmp_path_factory.mktemp("ctx"))
-    return export_bundle(docker_host, tmp_path_factory.mktemp("b") / "sec.bundle")
+def _sec_bundles() -> dict[str, Path]:
+    return {}
 
 
 @pytest.fixture
-def clean_engine(docker_host: str) -> str:
-    remove_images(docker_host)
-    for line in staging_tags(docker_host):
-        docker(docker_host, "image", "rm", line.split()[1], check=False)
-    return docker_host
+def sec_bundle(docker_store: str, docker_store_host: str, busybox: str, _sec_bundles: dict,
+               tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sec images built in this store's engine and exported from it (once per store)."""
+    if docker_store not in _sec_bundles:
+        build_sec_images(docker_store_host, busybox, tmp_path_factory.mktemp(f"ctx-{docker_store}"))
+        _sec_bundles[docker_store] = export_bundle(docker_store_host,
+                                                   tmp_path_factory.mktemp(f"b-{docker_store}") / "sec.bundle")
+    return _sec_bundles[docker_store]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def clean_engine(sec_bundle: Path, docker_store_host: str) -> str:
+    remove_images(docker_store_host)
+    for line in staging_tags(docker_store_host):
+        docker(docker_store_host, "image", "rm", line.split()[1], check=False)
+    return docker_store_host
 
 
 @pytest.fixture
@@ -121,7 +138,10 @@ def _kill_hard(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("point", ["verify", "load", "loaded", "tagged"])
+@pytest.mark.parametrize(("point", "docker_store"), [
+    *[(p, "classic") for p in ("verify", "load", "loaded", "tagged")],
+    ("load", "containerd"), ("tagged", "containerd"),
+], indirect=["docker_store"])
 def test_sigkill_then_rerun(point: str, sec_bundle: Path, clean_engine: str, lock_dir: Path,
                             tmp_path: Path) -> None:
     proc = _start_held(sec_bundle, clean_engine, lock_dir, point, tmp_path)
@@ -148,11 +168,12 @@ def test_sigkill_then_rerun(point: str, sec_bundle: Path, clean_engine: str, loc
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize(("point", "sig", "rc", "ident"), [
-    ("load", signal.SIGTERM, 143, "terminated"),
-    ("loaded", signal.SIGINT, 130, "interrupted"),
-    ("verify", signal.SIGHUP, 143, "terminated"),
-])
+@pytest.mark.parametrize(("point", "sig", "rc", "ident", "docker_store"), [
+    ("load", signal.SIGTERM, 143, "terminated", "classic"),
+    ("loaded", signal.SIGINT, 130, "interrupted", "classic"),
+    ("verify", signal.SIGHUP, 143, "terminated", "classic"),
+    ("load", signal.SIGTERM, 143, "terminated", "containerd"),
+], indirect=["docker_store"])
 def test_signal_stops_cleanly(point: str, sig: signal.Signals, rc: int, ident: str, sec_bundle: Path,
                               clean_engine: str, lock_dir: Path, tmp_path: Path) -> None:
     before = engine_listing(clean_engine)
@@ -192,6 +213,7 @@ def test_second_import_into_the_same_engine_fails_clearly_or_waits(sec_bundle: P
 
 
 @pytest.mark.engine
+@pytest.mark.parametrize("docker_store", sorted(DOCKER_STORES), indirect=True)
 def test_stale_cleanup_removes_only_staging_tags(sec_bundle: Path, clean_engine: str, lock_dir: Path,
                                                  tmp_path: Path) -> None:
     assert run_importer(sec_bundle, "--docker-host", clean_engine, "--no-receipt").returncode == 0

@@ -404,3 +404,38 @@ def test_containerd_store_export_through_docker_save_matches_the_content_store(
     images = json.loads((out / "bundle.json").read_text())["images"]
     assert images == json.loads((ctrstore_images.bundle / "bundle.json").read_text())["images"]
     assert {i["manifest"]["digest"] for i in images} == {ctrstore_images.facts[r][0] for r in REFS}
+
+
+@pytest.mark.parametrize("via", ["content-store", "docker-save"])
+def test_asked_compression_recompresses_on_the_containerd_store_and_says_so(
+        ctrstore_images: Store, via: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--compression zstd` asked explicitly: the layers the store keeps as gzip are recompressed,
+    the manifest is the bundle's own (a notice says the ID changes), and it still imports with
+    that manifest's digest as the ID. `auto` (the default, the fixture's bundle) keeps them."""
+    host = ctrstore_images.host
+    assert run_pyz(ctrstore_images.bundle, "--docker-host", host, "--no-receipt", "--force").returncode == 0
+    kept = json.loads((ctrstore_images.bundle / "bundle.json").read_text())["images"]
+    assert {x["mediaType"] for i in kept for x in i["layers"]} <= {
+        "application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip"}
+    if via == "docker-save":
+        monkeypatch.setenv("SNEAKERNET_DOCKER_CONTENT_STORE", "0")
+    out = tmp_path / "zstd.bundle"
+    proc = run_cli("bundle", "export", *REFS, "-o", str(out), "--compression", "zstd", docker_host=host, check=True)
+    assert "note: --compression zstd recompressed" in proc.stderr
+    images = json.loads((out / "bundle.json").read_text())["images"]
+    assert {x["mediaType"] for i in images for x in i["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+    by_ref = {i["refs"][0]: i for i in images}
+    for ref, (image_id, diff_ids) in ctrstore_images.facts.items():
+        assert by_ref[ref]["manifest"]["digest"] != image_id  # the notice's point
+        assert [x["diffId"] for x in by_ref[ref]["layers"]] == diff_ids
+    _remove(host, *REFS)
+    proc = run_pyz(out, "--verify", "--docker-host", host, "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    for ref in REFS:
+        assert image_facts(host, ref) == (by_ref[ref]["manifest"]["digest"], ctrstore_images.facts[ref][1])
+    # gzip asked on a gzip store: nothing to recompress, the manifest is kept, no notice
+    same = tmp_path / "gzip.bundle"
+    assert run_pyz(ctrstore_images.bundle, "--docker-host", host, "--no-receipt", "--force").returncode == 0
+    proc = run_cli("bundle", "export", *REFS, "-o", str(same), "--compression", "gzip", docker_host=host, check=True)
+    assert "recompressed" not in proc.stderr
+    assert json.loads((same / "bundle.json").read_text())["images"] == kept

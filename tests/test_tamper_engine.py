@@ -1,6 +1,12 @@
 """The tamper matrix against a real engine: every case is refused with its exact error id, and
 `docker images -a` is the same before and after. The bundle is exported from a private dockerd
-and signed; the importer is the bundle's own pyz, run with --trust."""
+and signed; the importer is the bundle's own pyz, run with --trust.
+
+Engine matrix (issue 13): every case runs on Docker's classic store and on its containerd store
+(fixture ``docker_store``; the images are built and exported in that engine, so the bundle carries
+the layers as that store keeps them). The whole matrix is cheap (a refused case never loads), so
+nothing is left out; only the schema-99 message test (no engine involved past the refusal) runs on
+the classic store alone."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from cryptography.hazmat.primitives import serialization
 
 from bundle.keys import load_signing_key
 from importer.signature import encode_signature
+from tests.engines import DOCKER_STORES
 from tests.test_verify import CASES as INTEGRITY_CASES
 from tests.trustkit import (
     SEC_REFS,
@@ -41,19 +48,32 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
     return {"publisher": keypair(d, "publisher"), "stranger": keypair(d, "stranger")}
 
 
+BOTH_STORES = pytest.mark.parametrize("docker_store", sorted(DOCKER_STORES), indirect=True)
+
+
 @pytest.fixture(scope="module")
-def signed_bundle(docker_host: str, busybox: str, keys: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    build_sec_images(docker_host, busybox, tmp_path_factory.mktemp("ctx"))
-    out = export_bundle(docker_host, tmp_path_factory.mktemp("b") / "sec.bundle", sign_key=keys["publisher"][0])
-    assert (out / "bundle.json.sig").is_file() and sums_accept(out)
-    return out
+def _signed_bundles() -> dict[str, Path]:
+    return {}
 
 
 @pytest.fixture
-def clean_engine(docker_host: str) -> str:
+def signed_bundle(docker_store: str, docker_store_host: str, busybox: str, keys: dict, _signed_bundles: dict,
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two sec images built in this store's engine and exported from it, signed (once per store)."""
+    if docker_store not in _signed_bundles:
+        build_sec_images(docker_store_host, busybox, tmp_path_factory.mktemp(f"ctx-{docker_store}"))
+        out = export_bundle(docker_store_host, tmp_path_factory.mktemp(f"b-{docker_store}") / "sec.bundle",
+                            sign_key=keys["publisher"][0])
+        assert (out / "bundle.json.sig").is_file() and sums_accept(out)
+        _signed_bundles[docker_store] = out
+    return _signed_bundles[docker_store]  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def clean_engine(signed_bundle: Path, docker_store_host: str) -> str:
     """The bundle's images are not in the engine: a wrongful load would show in the listing."""
-    remove_images(docker_host)
-    return docker_host
+    remove_images(docker_store_host)
+    return docker_store_host
 
 
 def _import(bundle: Path, docker_host: str, receipt: Path, *args: str,
@@ -119,6 +139,7 @@ EXPECTED_SIGNATURE = {
 }
 
 
+@BOTH_STORES
 @pytest.mark.parametrize("name", sorted(INTEGRITY_CASES))
 def test_integrity_tamper_changes_nothing_in_the_engine(name: str, signed_bundle: Path, clean_engine: str,
                                                         keys: dict, tmp_path: Path) -> None:
@@ -136,6 +157,7 @@ def test_integrity_tamper_changes_nothing_in_the_engine(name: str, signed_bundle
     assert engine_listing(clean_engine) == before
 
 
+@BOTH_STORES
 @pytest.mark.parametrize("name", sorted(INTEGRITY_CASES))
 def test_integrity_tamper_without_trust_is_still_caught(name: str, signed_bundle: Path, clean_engine: str,
                                                          tmp_path: Path) -> None:
@@ -148,6 +170,7 @@ def test_integrity_tamper_without_trust_is_still_caught(name: str, signed_bundle
     assert engine_listing(clean_engine) == before
 
 
+@BOTH_STORES
 @pytest.mark.parametrize("name", sorted(SIGNATURE_CASES))
 def test_signature_tamper_changes_nothing_in_the_engine(name: str, signed_bundle: Path, clean_engine: str,
                                                         keys: dict, tmp_path: Path) -> None:
@@ -172,6 +195,7 @@ def test_schema_99_message_names_the_importer_to_use(signed_bundle: Path, clean_
 # ============================================================================ and the good path
 
 
+@BOTH_STORES
 def test_signed_import_records_the_fingerprint_and_is_idempotent(signed_bundle: Path, clean_engine: str,
                                                                  keys: dict, tmp_path: Path) -> None:
     fp = json.loads((signed_bundle / "bundle.json.sig").read_text())["keyFingerprint"]
@@ -191,6 +215,7 @@ def test_signed_import_records_the_fingerprint_and_is_idempotent(signed_bundle: 
     assert engine_listing(clean_engine) == before
 
 
+@BOTH_STORES
 def test_pyz_on_python_3_8_imports_with_the_openssl_verifier(signed_bundle: Path, clean_engine: str, keys: dict,
                                                              tmp_path: Path) -> None:
     proc = run_importer(signed_bundle, "--docker-host", clean_engine, "--no-receipt", "--json",

@@ -128,8 +128,9 @@ def staging_tags(docker_host: str) -> list[str]:
 
 def tagged_images_verify(docker_host: str, bundle: Path) -> list[str]:
     """Every bundle ref the engine has tagged must be exactly what bundle.json pins; returns
-    the refs present (the invariant of a killed import)."""
-    from tests.helpers import image_facts
+    the refs present (the invariant of a killed import). The ID is the store's own: the config
+    digest on Docker's classic store, the bundle's manifest digest on its containerd store."""
+    from tests.helpers import bundle_image_id, image_facts
 
     doc = json.loads((bundle / "bundle.json").read_text())
     present = []
@@ -138,6 +139,6 @@ def tagged_images_verify(docker_host: str, bundle: Path) -> list[str]:
             facts = image_facts(docker_host, ref)
             if facts is None:
                 continue
-            assert facts == (image["config"]["digest"], [x["diffId"] for x in image["layers"]]), ref
+            assert facts == (bundle_image_id(docker_host, image), [x["diffId"] for x in image["layers"]]), ref
             present.append(ref)
     return present

@@ -21,7 +21,7 @@ import zstandard
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, platform_of
 from importer.digest import CHUNK, Digest, hash_stream, is_digest
-from importer.errors import SourceError
+from importer.errors import BundleError, SourceError
 from importer.have import HaveLayers
 from importer.limits import MAX_CONFIG, parse_json
 from importer.manifest import LayerRecord
@@ -128,9 +128,39 @@ def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
     return diff_id, usize, count
 
 
+def _recompress(store: BlobStore, src: BinaryIO, compression: str, what: str,
+                on_bytes: Optional[ProgressFn], expected: Optional[str] = None) -> Optional[LayerRecord]:
+    """``--compression`` asked explicitly and this layer is kept compressed otherwise: decompress
+    it (streamed) into a layer compressed as asked; None when it stays as stored."""
+    target = store.recompress_to
+    if target is None or target == compression:
+        return None
+    tee = _Tee(src, _NullWriter(), None)  # type: ignore[arg-type]
+    try:
+        with _decompressed(tee, compression) as plain:
+            record = store.write_layer(plain, compression=target, on_bytes=on_bytes)
+        tee.drain()
+    except BundleError:
+        raise
+    except (OSError, EOFError, ValueError) as e:
+        raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
+                          hint="the source's copy of this blob is corrupt; re-pull the image") from e
+    got = "sha256:" + tee.hasher.hexdigest()
+    if expected is not None and got != expected:
+        store.discard(record.digest)
+        raise SourceError(f"{what}: expected the stored blob to hash to {expected}, found {got}",
+                          hint="the source's copy of this blob is corrupt; re-pull the image")
+    store.recompressed.append(what)
+    return record
+
+
 def copy_layer(store: BlobStore, src: BinaryIO, desc: Dict[str, Any], what: str, *,
                on_bytes: Optional[ProgressFn] = None) -> LayerRecord:
     """Copy one compressed layer blob verbatim; its diff_id is computed on the way."""
+    again = _recompress(store, src, LAYER_COMPRESSION[str(desc["mediaType"])][0], what, on_bytes,
+                        str(desc.get("digest")))
+    if again is not None:
+        return again
     media_type = LAYER_COMPRESSION[str(desc["mediaType"])][1]
     with store.temp() as (f, tmp):
         diff_id, usize, size = _read_layer(src, f, desc, what, on_bytes)
@@ -156,6 +186,9 @@ def copy_stored_layer(store: BlobStore, src: BinaryIO, compression: str, what: s
     """Copy a compressed layer whose descriptor is not known yet (a ``docker save`` stream of
     Docker's containerd store, where blobs arrive before the manifest naming them): stored as it
     is, its digest and diff_id computed on the way."""
+    again = _recompress(store, src, compression, what, on_bytes)
+    if again is not None:
+        return again
     media_type = OCI_LAYER_GZIP if compression == "gzip" else OCI_LAYER_ZSTD
     with store.temp() as (f, tmp):
         diff_id, usize, size, digest = _read_compressed(src, f, compression, what, on_bytes)
@@ -166,8 +199,9 @@ def copy_stored_layer(store: BlobStore, src: BinaryIO, compression: str, what: s
 def keep_manifest(raw_manifest: bytes, raw_config: bytes,
                   layers: Sequence[LayerRecord]) -> Optional[Tuple[Tuple[LayerRecord, ...], str, str]]:
     """The source's manifest may go into the bundle byte for byte when it describes exactly what
-    the bundle carries: its config, and every layer stored (none left out) as that very blob, of a
-    media type bundle.json records. Returns (the layers with the manifest's media types, manifest
+    the bundle carries: its config, and every layer stored as that very blob, or left out (a delta)
+    naming that very blob as the offline host keeps it, of a media type bundle.json records.
+    Returns (the layers with the manifest's media types, manifest
     media type, config media type), or None: the bundle then writes an OCI manifest of its own."""
     try:
         doc = json.loads(raw_manifest)
@@ -186,7 +220,7 @@ def keep_manifest(raw_manifest: bytes, raw_config: bytes,
         return None
     kept: List[LayerRecord] = []
     for desc, layer in zip(descs, layers):
-        if not isinstance(desc, dict) or layer.external:
+        if not isinstance(desc, dict):  # a left-out layer fits when it names that very blob (a delta)
             return None
         mt = desc.get("mediaType")
         if mt not in LAYER_TYPES or compression_of(str(mt)) != compression_of(layer.media_type):

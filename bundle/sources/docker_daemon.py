@@ -260,6 +260,10 @@ def _externalize(image: SourceImage, store: BlobStore, have: HaveLayers) -> Sour
                 layer = LayerRecord(OCI_LAYER_TAR, layer.diff_id, layer.uncompressed_size, layer.diff_id,
                                     layer.uncompressed_size, external=True)
         layers.append(layer)
+    kept = keep_manifest(image.raw_manifest, image.raw_config, layers) if image.raw_manifest is not None else None
+    if kept is not None:  # the host keeps the left-out layers as the engine does: the manifest stays
+        return SourceImage(refs=image.refs, raw_config=image.raw_config, layers=kept[0], platform=image.platform,
+                           raw_manifest=image.raw_manifest, manifest_media_type=kept[1], config_media_type=kept[2])
     return SourceImage(image.refs, image.raw_config, tuple(layers), image.platform)
 
 

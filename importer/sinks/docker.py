@@ -7,8 +7,10 @@ stream and checked against its diff_id; image ID = config digest. Containerd ima
 compressed layers byte for byte, each entry named as Docker names it
 (``io.containerd.image.name`` = ``docker.io/library/app:1``), so the engine keeps the bundle's
 manifest and the image ID is the bundle's manifest digest, compared exactly. A delta bundle
-(layers left out) still goes in as a docker-archive with the missing layers spliced in: there
-the ID is the manifest Docker makes while loading (importer/identity.py)."""
+whose left-out layers name compressed blobs goes in the same way, those blobs copied byte for
+byte out of ``docker save`` of the image holding them (the ID is kept); one made against a Docker
+inventory (left-out layers described uncompressed) goes in as a docker-archive with the engine's
+layers spliced in: there the ID is the manifest Docker makes while loading (importer/identity.py)."""
 
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ import re
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.delta import pick_holders, require_base, splice_engine_layers
+from importer.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
 from importer.digest import Digest
 from importer.dockerapi import ApiLoad, socket_path
 from importer.dockerarchive import write_docker_archive
 from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
+from importer.identity import loads_as_docker_archive
 from importer.manifest import BundleManifest, ImageRecord
 from importer.ociarchive import write_oci_archive
 from importer.reexport import ArchiveScan, layer_bound, scan_tar
@@ -98,10 +101,18 @@ class DockerSink:
              external: Optional[Dict[Digest, str]] = None) -> None:
         """``external`` (delta bundles): diff_id -> engine image holding it, re-exported and spliced in."""
         cmd = self.archive_command("loading the bundle into Docker")
-        if self.image_store == "containerd" and not external:
+        if self.image_store == "containerd" and not any(loads_as_docker_archive(x) for x in images):
             named = [(image, normalize(ref)) for image in images for ref in image.refs]
             named += [(image, "") for image in images if not image.refs]
-            feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes, index_last=True))
+            blobs = None
+            if external:  # left-out layers copied as the engine keeps them (docker save of their holder)
+                layers = {x.digest: x for image in images for x in image.layers if x.external}
+                first = sorted(layers)[0]
+                argv = self.argv()
+                blobs = {d: None for d in layers}
+                blobs[first] = lambda tar: copy_engine_blobs(tar, argv, external, layers, on_bytes)  # type: ignore
+            feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes, index_last=True,
+                                                    external=blobs))  # type: ignore[arg-type]
             return
         splice = None
         if external:
