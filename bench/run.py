@@ -9,6 +9,14 @@ ratios ours/peer and writes it to bench/results/. Not a test: a tool.
     python3 bench/run.py                 # 3 GiB image, 3 runs (about 30-40 min on 2 cores)
     python3 bench/run.py --size 10G --runs 1 --only export,import   # the memory check
     python3 bench/run.py --small         # CI smoke mode: 48 MiB, 1 run, results to a temp dir
+    python3 bench/run.py --size 1G --runs 2 --only export,import --stores containerd
+
+Both Docker image stores by default (``--stores classic,containerd``): the classic one (overlay2)
+and the containerd image store (Debian 13's dockerd 26 with the containerd snapshotter,
+docker/scripts/dockerd.sh --containerd-store), the same image built in each. On the containerd
+store ``bundle export`` is measured reading the engine's content store and, forced through the
+``docker save`` stream (SNEAKERNET_DOCKER_CONTENT_STORE=0), beside ``docker save -o``; the import
+beside ``docker load -i`` of that store's own save.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -37,6 +45,8 @@ from bench.pullprobe import push_uncompressed  # noqa: E402
 from bench.recipe import write_context  # noqa: E402
 
 REF = "bench/img:1"
+CTR_EXPORT = "export (containerd store)"
+CTR_IMPORT = "import (containerd store)"
 PY = sys.executable
 
 
@@ -59,6 +69,9 @@ class Case:
     argv: Callable[[], list[str]]
     cwd: Path | None = None
     output: Callable[[], Path | None] | None = None
+    env: dict[str, str] | None = None  # another engine's environment (the containerd store)
+    run_dir: Path | None = None  # that engine's state folder, for its CPU time
+    tag: str = ""  # names an ours row's ratio where a group has several
     samples: list[Sample] = field(default_factory=list)
 
 
@@ -118,6 +131,8 @@ def du(path: Path | None) -> int:
 def measure(case: Case, env: dict[str, str], run_dir: Path) -> Sample:
     if case.setup:
         case.setup()
+    env = case.env or env
+    run_dir = case.run_dir or run_dir
     pids = engine_pids(run_dir)
     e0 = cpu_of(pids)
     io0 = io_stall()
@@ -139,6 +154,7 @@ def measure(case: Case, env: dict[str, str], run_dir: Path) -> Sample:
 def fmt_row(case: Case) -> dict[str, object]:
     walls = [s.wall for s in case.samples]
     return {
+        "tag": case.tag,
         "group": case.group, "case": case.name, "ours": case.ours, "runs": len(walls),
         "wall_median": statistics.median(walls), "wall_min": min(walls), "wall_max": max(walls),
         "cpu_median": statistics.median(s.cpu for s in case.samples),
@@ -166,6 +182,9 @@ def machine() -> dict[str, object]:
         "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(int(mem) / (1 << 20), 1),
         "kernel": platform.release(), "python": platform.python_version(),
         "zstandard": zstandard.__version__, "docker": cmd("dockerd", "--version"),
+        "docker_containerd_store": cmd(str(Path(os.environ.get("SNEAKERNET_TRIXIE_DOCKER",
+                                                                "/opt/sneakernet/trixie-docker"))
+                                           / "usr" / "sbin" / "dockerd"), "--version"),
         "skopeo": cmd("skopeo", "--version"), "zstd": cmd("zstd", "--version"),
         "sha256sum": cmd("sha256sum", "--version").splitlines()[0] if cmd("sha256sum", "--version") else "",
     }
@@ -186,8 +205,10 @@ def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
         ours = [r for r in items if r["ours"]]
         for r in items:
             ratio = ""
-            if ours and not r["ours"]:
-                ratio = f"{float(ours[0]['wall_median']) / float(r['wall_median']):.2f}x"  # type: ignore[arg-type]
+            if ours and not r["ours"]:  # several ours rows: one ratio each, named by its tag
+                ratio = ", ".join(
+                    f"{float(o['wall_median']) / float(r['wall_median']):.2f}x"  # type: ignore[arg-type]
+                    + (f" ({o['tag']})" if len(ours) > 1 and o.get("tag") else "") for o in ours)
             lines.append(
                 f"| {group} | {'**' if r['ours'] else ''}{str(r['case']).replace('|', chr(92) + '|')}"
                 f"{'**' if r['ours'] else ''} | "
@@ -214,125 +235,197 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--level", type=int, default=None, help="zstd level for bundle export")
+    ap.add_argument("--stores", default="classic,containerd",
+                    help="Docker image stores to measure (classic: every group; containerd: export and import)")
     args = ap.parse_args()
     if args.small:
         args.size, args.runs = "48M", 1
         args.out = tempfile.mkdtemp(prefix="sneakernet-bench-results.")
     groups = set(args.only.split(","))
+    stores = set(args.stores.split(","))
+    if not stores or stores - {"classic", "containerd"}:
+        ap.error(f"--stores: expected classic and/or containerd, found {args.stores!r}")
     size = parse_size(args.size)
     work = Path(args.work or tempfile.mkdtemp(prefix="sneakernet-bench."))
     run_root = Path(os.environ.get("SNEAKERNET_RUN", "/tmp/sneakernet-run"))
     os.environ["SNEAKERNET_RUN"] = str(run_root)
     scripts = REPO / "docker" / "scripts"
-    host = subprocess.run(["bash", str(scripts / "dockerd.sh"), "start", "bench"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    run_dir = run_root / "dockerd-bench"
-    env = {**os.environ, "DOCKER_HOST": host, "DOCKER_BUILDKIT": "0", "PYTHONPATH": str(REPO)}
     registries: list[str] = []
+    daemons: list[str] = []  # purged (stopped by pid through the script) at the end
+
+    def start_dockerd(name: str, *extra: str) -> tuple[dict[str, str], Path]:
+        daemons.append(name)
+        url = subprocess.run(["bash", str(scripts / "dockerd.sh"), "start", name, *extra], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        return ({**os.environ, "DOCKER_HOST": url, "DOCKER_BUILDKIT": "0", "PYTHONPATH": str(REPO)},
+                run_root / f"dockerd-{name}")
+
+    def inspect(e: dict[str, str]) -> dict[str, Any]:
+        found: list[dict[str, Any]] = json.loads(subprocess.run(["docker", "image", "inspect", REF], env=e,
+                                                                check=True, capture_output=True, text=True).stdout)
+        return found[0]
+
     try:
+        env, run_dir = start_dockerd("bench") if "classic" in stores else ({**os.environ}, run_root)
+        host = env.get("DOCKER_HOST", "")
+        if "containerd" in stores:
+            cenv, crun_dir = start_dockerd("bench-ctrstore", "--containerd-store")
         print(f"bench: building a {args.size} image in {work}", file=sys.stderr)
         ctx = write_context(work / "ctx", size, "/bin/busybox",
                             small_files=200 if args.small else None)
-        subprocess.run(["docker", "build", "-q", "--network", "none", "-t", REF, str(ctx)], env=env,
-                       check=True, capture_output=True)
+        for e in ([env] if "classic" in stores else []) + ([cenv] if "containerd" in stores else []):
+            subprocess.run(["docker", "build", "-q", "--network", "none", "-t", REF, str(ctx)], env=e,
+                           check=True, capture_output=True)
         shutil.rmtree(ctx)
-        image = json.loads(subprocess.run(["docker", "image", "inspect", REF], env=env, check=True,
-                                          capture_output=True, text=True).stdout)[0]
-        out = work / "out"
-
-        def fresh_out() -> None:
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-
-        pulled: list[str] = []  # the pull probe's ref, removed with the image
-
-        def image_absent() -> None:
-            subprocess.run(["docker", "image", "rm", "-f", REF, *pulled], env=env, capture_output=True)
-
-        def image_present() -> None:
-            if subprocess.run(["docker", "image", "inspect", REF], env=env, capture_output=True).returncode:
-                subprocess.run(["docker", "load", "-i", str(art / "plain.tar")], env=env, check=True,
-                               capture_output=True)
-
         level = ["--level", str(args.level)] if args.level is not None else []
         cases: list[Case] = []
-        if "export" in groups:
-            cases += [
-                Case("export", "docker save >/dev/null", False, fresh_out,
-                     lambda: sh(f"docker save {REF} >/dev/null")),
-                Case("export", "docker save -o", False, fresh_out,
-                     lambda: ["docker", "save", "-o", str(out / "plain.tar"), REF], output=lambda: out),
-                Case("export", "docker save | zstd -T0 -3", False, fresh_out,
-                     lambda: sh(f"docker save {REF} | zstd -T0 -3 -q -o {out}/x.tar.zst"), output=lambda: out),
-                Case("export", "skopeo copy -> oci (zstd)", False, fresh_out,
-                     lambda: ["skopeo", "copy", "-q", "--src-daemon-host", host, "--dest-compress-format",
-                              "zstd", f"docker-daemon:{REF}", f"oci:{out}/sk:img"], output=lambda: out),
-                Case("export", "bundle export", True, fresh_out,
-                     lambda: [PY, "-m", "bundle", "export", REF, "-o", str(out / "b"), "-q", *level],
-                     output=lambda: out),
-            ]
-        # artifacts for the import/verify/push groups
-        art = work / "artifacts"
-        art.mkdir(exist_ok=True)
-        subprocess.run(["docker", "save", "-o", str(art / "plain.tar"), REF], env=env, check=True)
-        subprocess.run(sh(f"zstd -T0 -3 -q -f {art}/plain.tar -o {art}/plain.tar.zst"), check=True)
-        subprocess.run([PY, "-m", "bundle", "export", REF, "-o", str(art / "b"), "-q", "--force", *level],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
-        bundle_dir = art / "b"
-        if "import" in groups:
-            cases += [
-                Case("import", "docker load -i plain.tar", False, image_absent,
-                     lambda: ["docker", "load", "-q", "-i", str(art / "plain.tar")]),
-                Case("import", "zstd -dc | docker load", False, image_absent,
-                     lambda: sh(f"zstd -dcq {art}/plain.tar.zst | docker load -q")),
-                Case("import", "bundle-import --verify", True, image_absent,
-                     lambda: [PY, "-m", "importer", str(bundle_dir), "--verify", "--no-receipt", "-q"]),
-            ]
-        if "import" in groups and "pull" in groups and shutil.which("docker-registry"):
-            # probe for the loopback-registry load path: `docker pull` of uncompressed layers
-            # (Docker 20.10 cannot pull zstd) from a registry on 127.0.0.1
-            port = free_port()
-            registries.append(f"bench-pull-{port}")
-            subprocess.run(["bash", str(scripts / "registry.sh"), "start", registries[-1], str(port)],
-                           check=True, capture_output=True)
-            pulled.append(f"127.0.0.1:{port}/probe/img:1")
-            push_uncompressed(art / "plain.tar", work / "raw", pulled[0])
-            shutil.rmtree(work / "raw")
-            cases.insert(len(cases) - 1, Case(
-                "import", "docker pull (loopback registry, uncompressed)", False, image_absent,
-                lambda: ["docker", "pull", "-q", pulled[0]]))
-        if "verify" in groups:
-            cases += [
-                Case("verify", "sha256sum -c SHA256SUMS", False, None,
-                     lambda: ["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=bundle_dir),
-                Case("verify", "bundle-import --verify-only", True, None,
-                     lambda: [PY, "-m", "importer", str(bundle_dir), "--verify-only", "-q"]),
-            ]
-        has_push = subprocess.run([PY, "-m", "bundle", "push", "--help"], env=env, capture_output=True).returncode == 0
-        if "push" in groups and has_push:
-            push_port = free_port()
-            registries.append(f"bench-{push_port}")
-            registry = registries[-1]
+        presents: dict[str, Callable[[], None]] = {}  # group -> makes sure the image is there first
+        warm: list[Path] = []  # bundles read by the verify and push groups
+        if "classic" in stores:
+            image = inspect(env)
+            out = work / "out"
 
-            def fresh_registry() -> None:
-                subprocess.run(["bash", str(scripts / "registry.sh"), "purge", registry], capture_output=True)
-                subprocess.run(["bash", str(scripts / "registry.sh"), "start", registry, str(push_port)],
+            def fresh_out() -> None:
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+
+            pulled: list[str] = []  # the pull probe's ref, removed with the image
+
+            def image_absent() -> None:
+                subprocess.run(["docker", "image", "rm", "-f", REF, *pulled], env=env, capture_output=True)
+
+            def image_present() -> None:
+                if subprocess.run(["docker", "image", "inspect", REF], env=env, capture_output=True).returncode:
+                    subprocess.run(["docker", "load", "-i", str(art / "plain.tar")], env=env, check=True,
+                                   capture_output=True)
+
+            if "export" in groups:
+                cases += [
+                    Case("export", "docker save >/dev/null", False, fresh_out,
+                         lambda: sh(f"docker save {REF} >/dev/null")),
+                    Case("export", "docker save -o", False, fresh_out,
+                         lambda: ["docker", "save", "-o", str(out / "plain.tar"), REF], output=lambda: out),
+                    Case("export", "docker save | zstd -T0 -3", False, fresh_out,
+                         lambda: sh(f"docker save {REF} | zstd -T0 -3 -q -o {out}/x.tar.zst"), output=lambda: out),
+                    Case("export", "skopeo copy -> oci (zstd)", False, fresh_out,
+                         lambda: ["skopeo", "copy", "-q", "--src-daemon-host", host, "--dest-compress-format",
+                                  "zstd", f"docker-daemon:{REF}", f"oci:{out}/sk:img"], output=lambda: out),
+                    Case("export", "bundle export", True, fresh_out,
+                         lambda: [PY, "-m", "bundle", "export", REF, "-o", str(out / "b"), "-q", *level],
+                         output=lambda: out),
+                ]
+            # artifacts for the import/verify/push groups
+            art = work / "artifacts"
+            art.mkdir(exist_ok=True)
+            subprocess.run(["docker", "save", "-o", str(art / "plain.tar"), REF], env=env, check=True)
+            subprocess.run(sh(f"zstd -T0 -3 -q -f {art}/plain.tar -o {art}/plain.tar.zst"), check=True)
+            subprocess.run([PY, "-m", "bundle", "export", REF, "-o", str(art / "b"), "-q", "--force", *level],
+                           env=env, check=True, stdout=subprocess.DEVNULL)
+            bundle_dir = art / "b"
+            warm.append(bundle_dir)
+            presents.update({"export": image_present, "verify": image_present, "push": image_present})
+            if "import" in groups:
+                cases += [
+                    Case("import", "docker load -i plain.tar", False, image_absent,
+                         lambda: ["docker", "load", "-q", "-i", str(art / "plain.tar")]),
+                    Case("import", "zstd -dc | docker load", False, image_absent,
+                         lambda: sh(f"zstd -dcq {art}/plain.tar.zst | docker load -q")),
+                    Case("import", "bundle-import --verify", True, image_absent,
+                         lambda: [PY, "-m", "importer", str(bundle_dir), "--verify", "--no-receipt", "-q"]),
+                ]
+            if "import" in groups and "pull" in groups and shutil.which("docker-registry"):
+                # probe for the loopback-registry load path: `docker pull` of uncompressed layers
+                # (Docker 20.10 cannot pull zstd) from a registry on 127.0.0.1
+                port = free_port()
+                registries.append(f"bench-pull-{port}")
+                subprocess.run(["bash", str(scripts / "registry.sh"), "start", registries[-1], str(port)],
                                check=True, capture_output=True)
+                pulled.append(f"127.0.0.1:{port}/probe/img:1")
+                push_uncompressed(art / "plain.tar", work / "raw", pulled[0])
+                shutil.rmtree(work / "raw")
+                cases.insert(len(cases) - 1, Case(
+                    "import", "docker pull (loopback registry, uncompressed)", False, image_absent,
+                    lambda: ["docker", "pull", "-q", pulled[0]]))
+            if "verify" in groups:
+                cases += [
+                    Case("verify", "sha256sum -c SHA256SUMS", False, None,
+                         lambda: ["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=bundle_dir),
+                    Case("verify", "bundle-import --verify-only", True, None,
+                         lambda: [PY, "-m", "importer", str(bundle_dir), "--verify-only", "-q"]),
+                ]
+            has_push = subprocess.run([PY, "-m", "bundle", "push", "--help"], env=env,
+                                      capture_output=True).returncode == 0
+            if "push" in groups and has_push:
+                push_port = free_port()
+                registries.append(f"bench-{push_port}")
+                registry = registries[-1]
 
-            cases += [
-                Case("push", "skopeo copy oci -> registry", False, fresh_registry,
-                     lambda: ["skopeo", "copy", "-q", "--dest-tls-verify=false", f"oci:{bundle_dir}:{REF}",
-                              f"docker://127.0.0.1:{push_port}/skopeo/img:1"]),
-                Case("push", "bundle push", True, fresh_registry,
-                     lambda: [PY, "-m", "bundle", "push", str(bundle_dir), f"127.0.0.1:{push_port}/ours",
-                              "--insecure"]),
-            ]
+                def fresh_registry() -> None:
+                    subprocess.run(["bash", str(scripts / "registry.sh"), "purge", registry], capture_output=True)
+                    subprocess.run(["bash", str(scripts / "registry.sh"), "start", registry, str(push_port)],
+                                   check=True, capture_output=True)
+
+                cases += [
+                    Case("push", "skopeo copy oci -> registry", False, fresh_registry,
+                         lambda: ["skopeo", "copy", "-q", "--dest-tls-verify=false", f"oci:{bundle_dir}:{REF}",
+                                  f"docker://127.0.0.1:{push_port}/skopeo/img:1"]),
+                    Case("push", "bundle push", True, fresh_registry,
+                         lambda: [PY, "-m", "bundle", "push", str(bundle_dir), f"127.0.0.1:{push_port}/ours",
+                                  "--insecure"]),
+                ]
+        if "containerd" in stores:
+            cimage = inspect(cenv)
+            if "classic" not in stores:
+                image = cimage
+            cout, cart = work / "cout", work / "cartifacts"
+            cart.mkdir(exist_ok=True)
+
+            def cfresh_out() -> None:
+                shutil.rmtree(cout, ignore_errors=True)
+                cout.mkdir()
+
+            def cimage_absent() -> None:
+                subprocess.run(["docker", "image", "rm", "-f", REF], env=cenv, capture_output=True)
+
+            def cimage_present() -> None:
+                if subprocess.run(["docker", "image", "inspect", REF], env=cenv, capture_output=True).returncode:
+                    subprocess.run(["docker", "load", "-i", str(cart / "plain.tar")], env=cenv, check=True,
+                                   capture_output=True)
+
+            via_save = {**cenv, "SNEAKERNET_DOCKER_CONTENT_STORE": "0"}
+            export_ctr = [PY, "-m", "bundle", "export", REF, "-q", *level]
+            if "export" in groups:
+                presents[CTR_EXPORT] = cimage_present
+                cases += [
+                    Case(CTR_EXPORT, "docker save -o", False, cfresh_out,
+                         lambda: ["docker", "save", "-o", str(cout / "plain.tar"), REF], output=lambda: cout,
+                         env=cenv, run_dir=crun_dir),
+                    Case(CTR_EXPORT, "bundle export (content store)", True, cfresh_out,
+                         lambda: [*export_ctr, "-o", str(cout / "b")], output=lambda: cout, env=cenv,
+                         run_dir=crun_dir, tag="content store"),
+                    Case(CTR_EXPORT, "bundle export (via docker save)", True, cfresh_out,
+                         lambda: [*export_ctr, "-o", str(cout / "b")], output=lambda: cout, env=via_save,
+                         run_dir=crun_dir, tag="via docker save"),
+                ]
+            subprocess.run(["docker", "save", "-o", str(cart / "plain.tar"), REF], env=cenv, check=True)
+            subprocess.run([*export_ctr, "-o", str(cart / "b"), "--force"], env=cenv, check=True,
+                           stdout=subprocess.DEVNULL)
+            if "import" in groups:
+                cases += [
+                    Case(CTR_IMPORT, "docker load -i plain.tar", False, cimage_absent,
+                         lambda: ["docker", "load", "-q", "-i", str(cart / "plain.tar")], env=cenv,
+                         run_dir=crun_dir),
+                    Case(CTR_IMPORT, "bundle-import --verify", True, cimage_absent,
+                         lambda: [PY, "-m", "importer", str(cart / "b"), "--verify", "--no-receipt", "-q"],
+                         env=cenv, run_dir=crun_dir),
+                ]
         # warm the page cache once so verify compares hashing, not the first read
-        subprocess.run(["cat", *[str(p) for p in bundle_dir.rglob("*") if p.is_file()]], stdout=subprocess.DEVNULL)
+        for bundle in warm:
+            subprocess.run(["cat", *[str(p) for p in bundle.rglob("*") if p.is_file()]], stdout=subprocess.DEVNULL)
         for r in range(args.runs):
             for case in cases:  # alternating: every case once per round
-                if case.group in ("export", "verify", "push"):
-                    image_present()
+                if case.group in presents:
+                    presents[case.group]()
                 sample = measure(case, env, run_dir)
                 case.samples.append(sample)
                 print(f"bench: round {r + 1}/{args.runs} {case.group:7} {case.name:32} {sample.wall:7.1f}s "
@@ -343,7 +436,11 @@ def main() -> int:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "image_bytes": int(image["Size"]),
             "layers": len(image["RootFS"]["Layers"]), "runs": args.runs, "machine": machine(),
+            "stores": sorted(stores),
         }
+        if "containerd" in stores:  # the same build there: its layers as that store keeps them (gzip)
+            meta["image_bytes_containerd"] = int(cimage["Size"])
+            meta["layers_containerd"] = len(cimage["RootFS"]["Layers"])
         table = render(rows, meta)
         print(table)
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -354,7 +451,8 @@ def main() -> int:
     finally:
         for name in registries:
             subprocess.run(["bash", str(scripts / "registry.sh"), "purge", name], capture_output=True)
-        subprocess.run(["bash", str(scripts / "dockerd.sh"), "purge", "bench"], capture_output=True)
+        for name in daemons:
+            subprocess.run(["bash", str(scripts / "dockerd.sh"), "purge", name], capture_output=True)
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
     for tool in ("dockerd", "skopeo", "zstd", "sha256sum", "docker-registry"):
         engines.require(tool)
+    engines.require_trixie_docker()  # the containerd-store rows
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small",
                            "--only", "export,import,pull,verify", "--work", str(tmp_path / "work")],
                           capture_output=True, text=True, timeout=600, check=False)
@@ -26,6 +27,14 @@ def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
                  "sha256sum -c SHA256SUMS", "bundle-import --verify-only", "skopeo copy",
                  "docker pull (loopback registry, uncompressed)"):
         assert case in table, case
+    # both Docker image stores in one run: the containerd store's rows, each ours/peer ratio named
+    rows = [line for line in table.splitlines() if "(containerd store)" in line]
+    assert any("| **bundle export (content store)** |" in r for r in rows), rows
+    assert any("| **bundle export (via docker save)** |" in r for r in rows), rows
+    save = next(r for r in rows if r.startswith("| export (containerd store) | docker save -o |"))
+    assert "x (content store), " in save and "x (via docker save) |" in save, save
+    load = next(r for r in rows if r.startswith("| import (containerd store) | docker load -i plain.tar |"))
+    assert load.rstrip(" |").endswith("x"), load
     assert "ours/peer" in table
     results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
     assert results.read_text().strip() == table.strip()

@@ -14,6 +14,9 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import os
+import threading
+import zlib
 from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import zstandard
@@ -33,6 +36,8 @@ from importer.mediatypes import (
     OCI_LAYER_ZSTD,
     compression_of,
 )
+from importer.signals import stop_requested
+from importer.threads import each
 
 ProgressFn = Callable[[int], None]
 
@@ -107,7 +112,7 @@ def _read_compressed(src: BinaryIO, out: Any, compression: str, what: str,
     try:
         with _decompressed(tee, compression) as reader:
             diff_id, usize = hash_stream(reader)
-    except (OSError, EOFError, zstandard.ZstdError) as e:
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
         raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
                           hint="the source's copy of this blob is corrupt; re-pull the image") from e
     tee.drain()
@@ -142,7 +147,7 @@ def _recompress(store: BlobStore, src: BinaryIO, compression: str, what: str,
         tee.drain()
     except BundleError:
         raise
-    except (OSError, EOFError, ValueError) as e:
+    except (OSError, EOFError, ValueError, zlib.error) as e:
         raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
                           hint="the source's copy of this blob is corrupt; re-pull the image") from e
     got = "sha256:" + tee.hasher.hexdigest()
@@ -296,9 +301,11 @@ def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], sto
                           f"found {len(descs)}")
     copied = {} if copied is None else copied
     measured: Dict[str, Tuple[Digest, int]] = {}
-    layers: List[LayerRecord] = []
+    labels: List[str] = []
+    jobs: Dict[str, Tuple[str, Dict[str, Any], bool]] = {}  # blob digest -> (label, descriptor, external)
     for i, (desc, diff_id) in enumerate(zip(descs, diff_ids)):
         label = f"{what}: layer {i + 1}/{len(descs)} {str(desc.get('digest'))[:19]}"
+        labels.append(label)
         media_type = str(desc.get("mediaType"))
         if media_type not in LAYER_COMPRESSION:
             raise SourceError(f"{label}: expected a tar, tar+gzip or tar+zstd layer, found {media_type!r}",
@@ -307,31 +314,26 @@ def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], sto
             raise SourceError(f"{label}: expected a sha256 diff_id in the config, found {diff_id!r}")
         key = str(desc.get("digest"))
         external = have is not None and Digest.parse(diff_id) in have
-        if external and key not in copied and key not in measured:
-            with provider.open_blob(key, label) as f:  # the uncompressed size, checked; nothing written
-                if LAYER_COMPRESSION[media_type][0] == "none":
-                    got, usize = hash_stream(f)
-                else:
-                    got, usize, _ = _read_layer(f, _NullWriter(), desc, label, on_bytes)
-            measured[key] = (got, usize)
+        if key not in copied and (key not in jobs or (jobs[key][2] and not external)):
+            jobs[key] = (label, desc, external)  # a blob one image both leaves out and carries is carried
+    # every blob read at most once, a few at a time (each streamed), results kept in the image's order
+    done = read_layers(list(jobs.items()), lambda job, guard: _read_one(
+        provider, store, job, guard, compression=compression, level=level, on_bytes=on_bytes))
+    for (key, (_, _, external)), result in zip(jobs.items(), done):
         if external:
+            measured[key] = result
+        else:
+            copied[key] = result
+    layers: List[LayerRecord] = []
+    for label, desc, diff_id in zip(labels, descs, diff_ids):
+        key = str(desc.get("digest"))
+        if have is not None and Digest.parse(diff_id) in have:
             got, usize = measured[key] if key in measured else (copied[key].diff_id, copied[key].uncompressed_size)
             if str(got) != diff_id:
                 raise SourceError(f"{label}: expected diff_id {diff_id} (the config's), found {got}",
                                   hint="the source holds an inconsistent image; re-pull it")
-            layers.append(_external(Digest.parse(diff_id), usize, have))  # type: ignore[arg-type]
+            layers.append(_external(Digest.parse(diff_id), usize, have))
             continue
-        if key not in copied:
-            if LAYER_COMPRESSION[media_type][0] == "none":
-                with provider.open_blob(key, label) as f:
-                    record = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
-                if str(record.diff_id) != key:
-                    raise SourceError(f"{label}: expected the uncompressed layer to hash to {key}, "
-                                      f"found {record.diff_id}", hint="re-pull the image")
-            else:
-                with provider.open_blob(key, label) as f:
-                    record = copy_layer(store, f, desc, label, on_bytes=on_bytes)
-            copied[key] = record
         record = copied[key]
         if str(record.diff_id) != diff_id:
             raise SourceError(f"{label}: expected diff_id {diff_id} (the config's), found {record.diff_id}",
@@ -342,6 +344,80 @@ def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], sto
         return SourceImage(refs=refs, raw_config=raw_config, layers=kept[0], platform=platform_of(config),
                            raw_manifest=raw_manifest, manifest_media_type=kept[1], config_media_type=kept[2])
     return SourceImage(refs=refs, raw_config=raw_config, layers=tuple(layers), platform=platform_of(config))
+
+
+#: layers read at once (each streamed: a read buffer and a decompressor's window apiece)
+MAX_LAYER_WORKERS = 4
+
+
+class _Stopped(Exception):
+    """A layer read given up because another failed or a stop signal arrived (never reported)."""
+
+
+class _Stoppable:
+    """``src`` that gives up at the next read once ``stop`` is set."""
+
+    def __init__(self, src: BinaryIO, stop: threading.Event) -> None:
+        self.src, self.stop = src, stop
+
+    def read(self, n: int = -1) -> bytes:
+        if self.stop.is_set() or stop_requested():
+            raise _Stopped()
+        return self.src.read(n)
+
+    def readable(self) -> bool:
+        return True
+
+
+def read_layers(jobs: List[Any], fn: Callable[[Any, Callable[[BinaryIO], BinaryIO]], Any]) -> List[Any]:
+    """``fn(job, guard)`` for every job on a small pool (``guard`` wraps the blob ``fn`` reads so it
+    stops early once another job failed or a stop signal arrived), results in the jobs' order.
+    The first real failure is raised, never a job that merely stopped because of it."""
+    workers = min(len(jobs), MAX_LAYER_WORKERS, os.cpu_count() or 1)
+    if workers <= 1:
+        return [fn(job, lambda f: f) for job in jobs]
+    stop = threading.Event()
+    failures: List[BaseException] = []
+
+    def one(job: Any) -> Any:
+        try:
+            return fn(job, lambda f: _Stoppable(f, stop))  # type: ignore[arg-type,return-value]
+        except _Stopped:
+            raise
+        except BaseException as e:
+            failures.append(e)
+            stop.set()
+            raise
+
+    try:
+        return each(workers, one, jobs, on_abort=stop.set)
+    except Exception:  # each() raises the first failure in the jobs' order; the one that stopped the rest counts
+        if failures:
+            raise failures[0] from None
+        raise
+
+
+def _read_one(provider: BlobProvider, store: BlobStore, job: Tuple[str, Tuple[str, Dict[str, Any], bool]],
+              guard: Callable[[BinaryIO], BinaryIO], *, compression: str, level: Optional[int],
+              on_bytes: Optional[ProgressFn]) -> Any:
+    """One layer blob, streamed: left out (``external``: (diff_id, size) measured, nothing written)
+    or copied into ``store`` (its LayerRecord)."""
+    key, (label, desc, external) = job
+    plain = LAYER_COMPRESSION[str(desc.get("mediaType"))][0] == "none"
+    with provider.open_blob(key, label) as raw:
+        f = guard(raw)
+        if external:
+            if plain:
+                return hash_stream(f)
+            got, usize, _ = _read_layer(f, _NullWriter(), desc, label, on_bytes)
+            return got, usize
+        if plain:
+            record = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
+            if str(record.diff_id) != key:
+                raise SourceError(f"{label}: expected the uncompressed layer to hash to {key}, "
+                                  f"found {record.diff_id}", hint="re-pull the image")
+            return record
+        return copy_layer(store, f, desc, label, on_bytes=on_bytes)
 
 
 def _external(diff_id: Digest, usize: int, have: HaveLayers) -> LayerRecord:
