@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from importer.manifest import ImageRecord
-from importer.reexport import ArchiveScan
+from importer.format.manifest import ImageRecord
+from importer.input.tarscan import ArchiveScan
 
 try:  # Protocol is in typing since 3.8
     from typing import Protocol

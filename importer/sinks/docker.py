@@ -8,7 +8,7 @@ compressed layers byte for byte, each entry named as Docker names it
 (``io.containerd.image.name`` = ``docker.io/library/app:1``), so the engine keeps the bundle's
 manifest and the image ID is the bundle's manifest digest, compared exactly. A delta bundle
 (layers left out) still goes in as a docker-archive with the missing layers spliced in: there
-the ID is the manifest Docker makes while loading (importer/identity.py)."""
+the ID is the manifest Docker makes while loading (importer/format/identity.py)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,17 @@ import re
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.delta import pick_holders, require_base, splice_engine_layers
-from importer.digest import Digest
-from importer.dockerapi import ApiLoad, socket_path
-from importer.dockerarchive import write_docker_archive
-from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
-from importer.manifest import BundleManifest, ImageRecord
-from importer.ociarchive import write_oci_archive
-from importer.reexport import ArchiveScan, layer_bound, scan_tar
-from importer.refs import normalize
+from importer.format.digest import Digest
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.refs import normalize
+from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks.delta import pick_holders, require_base, splice_engine_layers
+from importer.sinks.dockerapi import ApiLoad, socket_path
+from importer.sinks.dockerarchive import write_docker_archive
+from importer.sinks.ociarchive import write_oci_archive
+from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
 _HINT = "start the Docker engine, or point the importer at it with --docker-host unix:///path/docker.sock"
 
@@ -39,7 +39,7 @@ class DockerSink:
     @property
     def checks_diff_ids_while_loading(self) -> bool:
         """Classic store: the docker-archive streamed into ``docker load`` decompresses each layer
-        once and checks its diff_id and size as it passes (importer/dockerarchive.py); a mismatch
+        once and checks its diff_id and size as it passes (importer/sinks/dockerarchive.py); a mismatch
         aborts ``docker load`` before manifest.json (the last member) arrives, so Docker creates no
         image. So the pre-load verification checks the compressed digests only and the layers are
         decompressed once (docs/security.md). Containerd store: the compressed layers pass through
