@@ -6,7 +6,6 @@ only after post-load verification passed. On any failure what this run loaded is
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -25,7 +24,7 @@ from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import images_to_load, run_preflight
-from importer.pipeline.staging import STAGING_REPO, find_stale, remove_refs
+from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.verify.archive import verify_opened
@@ -215,7 +214,7 @@ def _load_verified(
 
     # === load under staging tags, then read back and compare
     t_load = time.monotonic()
-    run_id = uuid.uuid4().hex[:12]
+    run_id = new_run_id()
     staged: Dict[int, str] = {}
     loaded_checks: List[ImageCheck] = []
     if to_load:
@@ -224,7 +223,7 @@ def _load_verified(
             if not image.refs:  # untagged in the bundle: loaded untagged, found by config digest
                 staged_images.append(image)
                 continue
-            ref = f"{STAGING_REPO}/{run_id}:{n}"
+            ref = staging_ref(run_id, n)
             staged[n] = ref
             staged_images.append(_with_refs(image, (ref,)))
         res.staging_refs = list(staged.values())

@@ -39,14 +39,6 @@ def _zstd_module() -> Optional[Any]:
     return None
 
 
-def zstd_backend() -> str:
-    """Which zstd implementation this host would use: module name, 'zstd-cli' or 'pure-python'."""
-    mod = _zstd_module()
-    if mod is not None:
-        return str(mod.__name__)
-    return "zstd-cli" if shutil.which("zstd") else "pure-python"
-
-
 FAST_ZSTD_DECODERS = ("zstandard", "compression.zstd", "zstd-cli")
 
 
