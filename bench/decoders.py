@@ -1,7 +1,7 @@
 """Layer decoders side by side (docs/benchmarks.md, "Decoding zstd without zstd"): one layer
 (default: the first 100 MiB of a tar of /usr/lib/x86_64-linux-gnu) compressed with zstd -3 the
 way the exporter does it (all cores, stream writer) and with gzip -6, then decompressed by the
-`zstandard` module, the zstd command, gzip (stdlib zlib) and importer/zstdpure.py.
+`zstandard` module, the zstd command, gzip (stdlib zlib) and importer/streams/zstdpure.py.
 
     python3 bench/decoders.py [LAYER.tar]
 """
@@ -19,7 +19,7 @@ import time
 import zstandard
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from importer import zstdpure
+from importer.streams import zstdpure
 
 
 def _layer() -> bytes:

@@ -15,8 +15,8 @@ import json
 import tarfile
 from pathlib import Path
 
-from importer.digest import Digest
-from importer.registry import RegistryClient, parse_target
+from importer.format.digest import Digest
+from importer.registry.client import RegistryClient, parse_target
 
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_V1 = "application/vnd.docker.container.image.v1+json"

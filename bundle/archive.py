@@ -23,18 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
 from importer import __version__
-from importer.archive import (
-    PARTS_SUFFIX,
-    PartRecord,
-    PartsIndex,
-    index_name,
-    part_name,
-)
-from importer.digest import CHUNK, Digest
 from importer.errors import DigestMismatch, ManifestError, SizeMismatch, UsageError
-from importer.fsutil import atomic_write_bytes, fsync_dir
-from importer.limits import MAX_BUNDLE_JSON, read_file_limited
-from importer.manifest import (
+from importer.format.digest import CHUNK, Digest
+from importer.format.limits import MAX_BUNDLE_JSON, read_file_limited
+from importer.format.manifest import (
     BUNDLE_JSON,
     IMPORTER_PYZ,
     SIGNATURE_FILE,
@@ -43,6 +35,14 @@ from importer.manifest import (
     FileRecord,
     load_bundle_manifest,
 )
+from importer.input.archive import (
+    PARTS_SUFFIX,
+    PartRecord,
+    PartsIndex,
+    index_name,
+    part_name,
+)
+from importer.streams.fsutil import atomic_write_bytes, fsync_dir
 
 ProgressFn = Callable[[int], None]
 MIN_PART = 64 * 1024

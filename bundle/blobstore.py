@@ -16,9 +16,9 @@ from typing import Any, BinaryIO, Callable, Optional
 
 import zstandard
 
-from importer.digest import CHUNK, Digest
-from importer.manifest import LayerRecord
-from importer.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
+from importer.format.digest import CHUNK, Digest
+from importer.format.manifest import LayerRecord
+from importer.format.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
 
 ProgressFn = Callable[[int], None]
 

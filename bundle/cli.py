@@ -21,13 +21,12 @@ from bundle.export import export_images
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
-from importer.copycmd import fail
+from importer.cli.output import ArgumentParser, emit, fail, success
 from importer.errors import BundleError, InternalError, Interrupted, os_error
-from importer.inspection import inspect_bundle
-from importer.jsonout import ArgumentParser, emit, success
-from importer.manifest import BundleManifest
-from importer.progress import human_bytes, stderr_progress
-from importer.text import printable
+from importer.format.manifest import BundleManifest
+from importer.format.text import printable
+from importer.streams.progress import human_bytes, stderr_progress
+from importer.verify.inspection import inspect_bundle
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,7 +184,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _t(value: object, style: str = "") -> Text:
-    """A bundle field or file name for rich: control characters escaped (importer/text.py), and
+    """A bundle field or file name for rich: control characters escaped (importer/format/text.py), and
     as a Text, so that rich reads no markup (``[/bold]``) or emoji codes in it."""
     return Text(printable(str(value)), style=style)
 

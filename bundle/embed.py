@@ -8,7 +8,7 @@ import zipfile
 
 import importer
 
-_MAIN = b"import sys\n\nfrom importer.cli import main\n\nsys.exit(main())\n"
+_MAIN = b"import sys\n\nfrom importer.cli.main import main\n\nsys.exit(main())\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 

@@ -24,8 +24,8 @@ from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import DestinationInUse, UsageError
-from importer.have import merge_have, zstd_is_fast_on
-from importer.manifest import BundleManifest, valid_ref
+from importer.format.manifest import BundleManifest, valid_ref
+from importer.pipeline.have import merge_have, zstd_is_fast_on
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 

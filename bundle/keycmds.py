@@ -10,11 +10,11 @@ from typing import Any, Optional
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.keys import generate_keypair, key_is_encrypted, load_signing_key, sign_bundle
+from importer.cli.output import emit, success
 from importer.errors import UsageError
-from importer.importing import verify_or_raise
-from importer.jsonout import emit, success
-from importer.opened import open_bundle
-from importer.signature import InvalidKey
+from importer.input.opened import open_bundle
+from importer.pipeline.importing import verify_or_raise
+from importer.verify.signature import InvalidKey
 
 MAX_PASSPHRASE = 4096
 

@@ -4,7 +4,7 @@ The private key file is created with ``O_CREAT | O_EXCL`` and mode 0600 in one s
 chmod'ed afterwards, so it is never readable by others, not even for an instant) and is
 optionally encrypted with a passphrase (PKCS#8, PEM). The public key is PEM
 SubjectPublicKeyInfo, what ``bundle-import --trust`` and ``openssl pkeyutl -pubin`` read.
-The signature format itself lives in :mod:`importer.signature`."""
+The signature format itself lives in :mod:`importer.verify.signature`."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.writer import write_sums
-from importer.digest import Digest
-from importer.fsutil import atomic_write_bytes, fsync_dir
-from importer.limits import MAX_BUNDLE_JSON, read_file_limited
-from importer.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest
-from importer.signature import InvalidKey, encode_signature, fingerprint, public_key_pem
+from importer.format.digest import Digest
+from importer.format.limits import MAX_BUNDLE_JSON, read_file_limited
+from importer.format.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest
+from importer.streams.fsutil import atomic_write_bytes, fsync_dir
+from importer.verify.signature import InvalidKey, encode_signature, fingerprint, public_key_pem
 
 MAX_PRIVATE_KEY = 64 * 1024
 

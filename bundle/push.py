@@ -1,6 +1,6 @@
 """``bundle push BUNDLE REGISTRY[/NAMESPACE]``: verify, (tunnel,) push, read back.
 
-Thin over importer/registrypush.py, which the importer shares for ``--engine registry``. With
+Thin over importer/registry/push.py, which the importer shares for ``--engine registry``. With
 ``--ssh`` REGISTRY is the registry as the SSH host sees it; the push goes through a tunnel that is
 closed whatever happens."""
 
@@ -12,11 +12,11 @@ from typing import Any, Callable, Dict, Iterator, Optional
 
 from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
 from importer.errors import PostLoadMismatch
-from importer.importing import verify_or_raise
-from importer.opened import open_bundle
-from importer.registry import DEFAULT_CHUNK, RegistryClient, parse_target
-from importer.registryauth import Credentials
-from importer.registrypush import PushReport, push_bundle
+from importer.input.opened import open_bundle
+from importer.pipeline.importing import verify_or_raise
+from importer.registry.auth import Credentials
+from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
+from importer.registry.push import PushReport, push_bundle
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 

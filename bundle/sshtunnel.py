@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Iterator, List, Optional, Tuple
 
-from importer.engines import require_binary
 from importer.errors import TunnelFailed, UsageError
-from importer.registry import split_host
+from importer.registry.client import split_host
+from importer.streams.commands import require_binary
 
 READY_TIMEOUT = 30.0
 _FORWARD_REFUSED = ("administratively prohibited", "open failed", "connect failed")

@@ -15,13 +15,13 @@ from typing import Any, Callable, Optional, Tuple
 from bundle.archive import PackResult, pack_bundle
 from bundle.push import push
 from bundle.sshtunnel import SshTarget
-from importer.copycmd import add_copy_arguments, cmd_copy
+from importer.cli.copy import add_copy_arguments, cmd_copy
+from importer.cli.output import emit, success
 from importer.errors import UsageError
-from importer.jsonout import emit, success
-from importer.progress import human_bytes
-from importer.registry import DEFAULT_CHUNK
-from importer.sinks.registry import credentials_from_args
-from importer.sizes import parse_size
+from importer.registry.client import DEFAULT_CHUNK
+from importer.registry.sink import credentials_from_args
+from importer.streams.progress import human_bytes
+from importer.streams.sizes import parse_size
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 

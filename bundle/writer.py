@@ -12,9 +12,8 @@ from bundle.blobstore import BlobStore, WrittenBlob
 from bundle.embed import build_pyz
 from bundle.sources import SourceImage
 from importer import SCHEMA_MAJOR, __version__
-from importer.digest import Digest
-from importer.fsutil import atomic_write_bytes, fsync_dir
-from importer.manifest import (
+from importer.format.digest import Digest
+from importer.format.manifest import (
     BUNDLE_JSON,
     IMPORTER_PYZ,
     SUMS_FILE,
@@ -23,8 +22,9 @@ from importer.manifest import (
     FileRecord,
     ImageRecord,
 )
-from importer.mediatypes import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, REF_NAME_ANNOTATION
-from importer.sums import format_sums
+from importer.format.mediatypes import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, REF_NAME_ANNOTATION
+from importer.format.sums import format_sums
+from importer.streams.fsutil import atomic_write_bytes, fsync_dir
 
 
 def _json_bytes(doc: Any) -> bytes:

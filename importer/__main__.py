@@ -2,6 +2,6 @@
 
 import sys
 
-from importer.cli import main
+from importer.cli.main import main
 
 sys.exit(main())

@@ -248,6 +248,12 @@ class PolicyRejected(BundleError):
     exit_code = 7
 
 
+class BadSignature(PolicyRejected):
+    """The signature file is malformed (or not a regular file) or does not verify over bundle.json."""
+
+    reference = "bad-signature"
+
+
 class PostLoadMismatch(BundleError):
     """The engine holds something other than what the bundle pins."""
 

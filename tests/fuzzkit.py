@@ -350,7 +350,7 @@ def _deadline(seconds: int) -> Iterator[None]:
 
 
 def _run_importer(target: Path) -> tuple[int, str]:
-    from importer.cli import main
+    from importer.cli.main import main
 
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -367,7 +367,7 @@ def _run_importer(target: Path) -> tuple[int, str]:
 
 def _inspect(target: Path) -> str:
     from importer.errors import BundleError
-    from importer.inspection import inspect_bundle
+    from importer.verify.inspection import inspect_bundle
 
     try:
         inspect_bundle(str(target))

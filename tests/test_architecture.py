@@ -1,11 +1,14 @@
 """Structural rules: the importer is stdlib-only (it runs as a zipapp on offline hosts, Python
-3.8+), and the format lives in importer/, which never imports the exporter."""
+3.8+), the format lives in importer/, which never imports the exporter, and inside importer/ the
+folders are layers whose imports only point down (docs/architecture.md)."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
+from typing import List, Set, Tuple
 
 import pytest
 
@@ -49,6 +52,76 @@ def test_importer_never_imports_the_exporter() -> None:
         assert "bundle" not in names, path
 
 
+# The floors of importer/, lowest first. A module may import from its own floor or below, never up.
+# Top-level modules are named by file; everything else by its folder.
+LAYERS: List[Set[str]] = [
+    {"__init__", "errors"},
+    {"format"},
+    {"streams"},
+    {"input"},
+    {"verify"},
+    {"sinks", "registry", "transfer"},
+    {"pipeline"},
+    {"cli", "smoke", "__main__"},
+]
+FLOOR = {part: n for n, parts in enumerate(LAYERS) for part in parts}
+
+
+def _part(module: str) -> str:
+    """``importer.verify.bundle`` -> ``verify``; ``importer.errors`` -> ``errors``; ``importer`` -> ``__init__``."""
+    names = module.split(".")
+    return names[1] if len(names) > 1 else "__init__"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts[:-1]) if rel.name == "__init__" else list(rel.parts)
+    return ".".join(parts)
+
+
+def _importer_targets(path: Path) -> List[Tuple[str, int]]:
+    """Every importer module ``path`` imports (at any depth: lazy and TYPE_CHECKING imports count)."""
+    targets = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "importer"]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import; write importer.... in full"
+            if node.module == "importer":  # from importer import errors / __version__
+                targets += [(f"importer.{a.name}", node.lineno) for a in node.names]
+            elif node.module and node.module.split(".")[0] == "importer":
+                targets.append((node.module, node.lineno))
+    return targets
+
+
+def test_every_importer_module_has_a_floor() -> None:
+    unplaced = sorted({_part(_module_name(p)) for p in IMPORTER_FILES} - set(FLOOR))
+    assert not unplaced, f"importer parts with no floor in LAYERS: {unplaced}"
+
+
+@pytest.mark.parametrize("path", IMPORTER_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_importer_imports_point_only_down(path: Path) -> None:
+    own = FLOOR[_part(_module_name(path))]
+    up = []
+    for target, line in _importer_targets(path):
+        part = _part(target)
+        floor = FLOOR.get(part, 0)  # names on importer/__init__ (__version__, SCHEMA_MAJOR): the ground floor
+        if floor > own:
+            up.append(f"line {line}: {target} (floor {floor} > {own})")
+    assert not up, f"{path.relative_to(REPO)} imports upward: {up}"
+
+
+def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
+    """The check above is not vacuous: a format module importing the pipeline is caught."""
+    probe = REPO / "importer" / "format" / "digest.py"
+    fake = tmp_path / "digest.py"
+    fake.write_text("from importer.pipeline.importing import import_bundle\nfrom importer import errors\n")
+    targets = _importer_targets(fake)
+    assert targets == [("importer.pipeline.importing", 1), ("importer.errors", 2)]
+    own = FLOOR[_part(_module_name(probe))]
+    assert [t for t, _ in targets if FLOOR[_part(t)] > own] == ["importer.pipeline.importing"]
+
+
 def test_pyz_holds_only_the_importer(tmp_path: Path) -> None:
     import zipfile
 
@@ -60,7 +133,7 @@ def test_pyz_holds_only_the_importer(tmp_path: Path) -> None:
     names = zipfile.ZipFile(tmp_path / "x.pyz").namelist()
     assert "__main__.py" in names
     assert all(n == "__main__.py" or n.startswith("importer/") for n in names)
-    assert "importer/cli.py" in names
+    assert "importer/cli/main.py" in names
 
 
 def _python38() -> str:
@@ -109,3 +182,20 @@ def test_pyz_without_any_zstd_decoder_still_verifies(tmp_path: Path) -> None:
     assert proc.stderr.count("pure-Python decoder") == 1, proc.stderr
     assert "error" not in proc.stderr
     assert not os.path.exists(only_python / "zstd")
+
+
+def _only_a_docstring(path: Path) -> bool:
+    body = ast.parse(path.read_text()).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+
+
+def test_architecture_doc_lists_every_module_once() -> None:
+    """docs/architecture.md names every module of importer/ and bundle/ exactly once (a package
+    __init__.py that holds only its docstring is described by its folder's heading instead)."""
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `((?:importer|bundle)/[^`]+\.py)` \|", doc, flags=re.M)
+    files = sorted((REPO / "importer").rglob("*.py")) + sorted((REPO / "bundle").rglob("*.py"))
+    wanted = {p.relative_to(REPO).as_posix() for p in files if not (p.name == "__init__.py" and _only_a_docstring(p))}
+    assert sorted(set(rows) - wanted) == [], "docs/architecture.md lists modules that do not exist"
+    assert sorted(wanted - set(rows)) == [], "docs/architecture.md leaves out these modules"
+    assert sorted(r for r in rows if rows.count(r) > 1) == [], "docs/architecture.md lists these twice"

@@ -134,7 +134,7 @@ def test_export_summary_counts_layers_apart_from_the_importer() -> None:
     from dataclasses import replace
 
     from bundle.cli import summary_line
-    from importer.manifest import load_bundle_manifest
+    from importer.format.manifest import load_bundle_manifest
 
     m = load_bundle_manifest((GOLDEN / "v3" / "bundle.json").read_bytes())
     total = sum(f.size for f in m.files)

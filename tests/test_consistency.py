@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from bundle.archive import pack_bundle
-from importer.archiveverify import verify_archive
-from importer.sums import parse_sums
-from importer.verify import verify_bundle
+from importer.format.sums import parse_sums
+from importer.verify.archive import verify_archive
+from importer.verify.bundle import verify_bundle
 from tests.bundlegen import make_bundle
 from tests.trustkit import regenerate_sums, sums_accept
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from importer.dockerarchive import write_docker_archive
-from importer.identity import chain_ids, docker_archive_manifest_digest
-from importer.ociarchive import write_oci_archive
+from importer.format.identity import chain_ids, docker_archive_manifest_digest
 from importer.sinks.choose import EngineOptions, choose_sink
-from importer.verify import verify_bundle
+from importer.sinks.dockerarchive import write_docker_archive
+from importer.sinks.ociarchive import write_oci_archive
+from importer.verify.bundle import verify_bundle
 from tests.bundlegen import make_bundle
 from tests.engine_stores import ctr
 

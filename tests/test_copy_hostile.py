@@ -190,12 +190,12 @@ def test_a_linked_partial_at_the_destination_is_replaced_not_followed(cli: str, 
         == layer.read_bytes()
 
 
-# --- the helper itself (importer/fsutil.py), for what a test cannot build as a bundle file
+# --- the helper itself (importer/streams/fsutil.py), for what a test cannot build as a bundle file
 
 def test_open_regular_refuses_a_device_by_its_own_name() -> None:
     """What a device bind-mounted over a blob's name looks like: no link, yet not a file."""
     from importer.errors import NotRegularFile
-    from importer.fsutil import open_regular
+    from importer.streams.fsutil import open_regular
 
     with pytest.raises(NotRegularFile, match="character device"):
         open_regular("/dev/zero", "reading")
@@ -203,7 +203,7 @@ def test_open_regular_refuses_a_device_by_its_own_name() -> None:
 
 def test_open_regular_refuses_another_size_before_reading(tmp_path: Path) -> None:
     from importer.errors import SizeMismatch
-    from importer.fsutil import open_regular
+    from importer.streams.fsutil import open_regular
 
     (tmp_path / "f").write_bytes(b"12345")
     with pytest.raises(SizeMismatch, match="expected 4 bytes"):
@@ -212,7 +212,7 @@ def test_open_regular_refuses_another_size_before_reading(tmp_path: Path) -> Non
 
 def test_read_exactly_reads_one_byte_past_the_size_at_most(tmp_path: Path) -> None:
     from importer.errors import SizeMismatch
-    from importer.fsutil import open_regular, read_exactly
+    from importer.streams.fsutil import open_regular, read_exactly
 
     path = tmp_path / "f"
     path.write_bytes(b"a" * 10)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.identity import loads_as_docker_archive
-from importer.manifest import load_bundle_manifest
+from importer.format.identity import loads_as_docker_archive
+from importer.format.manifest import load_bundle_manifest
 from tests import engines
 from tests.helpers import bundle_image_id, docker, image_facts, image_ids, image_store, run_cli, run_pyz
 

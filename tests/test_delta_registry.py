@@ -23,8 +23,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from importer.inventory import load_inventory
-from importer.sinks.containerd import host_platform
+from importer.format.platform import host_platform
+from importer.pipeline.inventory import load_inventory
 from tests import engines
 from tests.helpers import REPO, run_cli, run_pyz
 from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared

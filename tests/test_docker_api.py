@@ -1,4 +1,4 @@
-"""The Docker Engine API transport (importer/dockerapi.py) against the real private dockerd:
+"""The Docker Engine API transport (importer/sinks/dockerapi.py) against the real private dockerd:
 the bulk streams go over the socket, the CLI path stays equivalent, and daemon errors and cut
 streams surface as clear errors with nothing loaded."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.dockerapi import TRANSPORT_ENV, ApiLoad, api_errors, api_save, socket_path
 from importer.errors import CommandFailed
+from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad, api_errors, api_save, socket_path
 from tests.bundlegen import make_bundle
 from tests.helpers import docker, image_facts, image_ids, run_cli
 

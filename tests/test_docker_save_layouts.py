@@ -11,7 +11,7 @@ from bundle.blobstore import BlobStore
 from bundle.sources.docker_daemon import read_docker_save
 from bundle.writer import write_bundle
 from importer.errors import SourceError
-from importer.verify import verify_bundle
+from importer.verify.bundle import verify_bundle
 from tests.fakesave import FakeImage, docker_save, layer_tar, sample_images, sha
 
 

@@ -81,7 +81,7 @@ def _strip_comment(text: str) -> str:
 def commands_of(path: Path) -> Iterator[Command]:
     doc = str(path.relative_to(REPO))
     for start, info, body in fenced_blocks(path):
-        if info == "json" or (doc, body[0].strip() if body else "") in NOT_COMMANDS:
+        if info in ("json", "text") or (doc, body[0].strip() if body else "") in NOT_COMMANDS:
             continue
         current: Optional[List[object]] = None  # [line, text]
         pending = False  # the previous line ended with a backslash
@@ -387,7 +387,7 @@ def test_extraction_joins_continuations_and_drops_comments() -> None:
 SHIMS = {
     "bundle": "exec {py} -m bundle \"$@\"",
     "bundle-import": "exec {py} -m importer \"$@\"",
-    "sneakernet-gpu-check": "exec {py} -m importer.gpucheck \"$@\"",
+    "sneakernet-gpu-check": "exec {py} -m importer.cli.gpucheck \"$@\"",
 }
 
 
@@ -517,7 +517,7 @@ def test_readme_quickstart_needs_no_docker(template: Path, docker_host: str, tmp
 def _unpack_commands() -> List[Tuple[str, str]]:
     """The `tar -x` commands the docs and the importer's hints give inline (not in a fenced block)."""
     found = []
-    sources = [*DOCS, REPO / "importer" / "bundleinput.py", REPO / "importer" / "cli.py"]
+    sources = [*DOCS, REPO / "importer" / "pipeline" / "inplace.py", REPO / "importer" / "cli" / "main.py"]
     for path in sources:
         text = re.sub(r"\"\s*\n\s*\"", "", path.read_text(encoding="utf-8"))  # join Python's split strings
         for span in re.findall(r"`([^`\n]*tar -x[^`\n]*)`" if path.suffix == ".md"

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from importer.deepcheck import compare, export_refused
 from importer.errors import EngineUnavailable, InventoryDamaged, ManifestError, UsageError
-from importer.identity import (
+from importer.format.identity import (
     chain_ids,
     docker_archive_manifest,
     docker_archive_manifest_digest,
@@ -25,18 +24,19 @@ from importer.identity import (
     loads_as_docker_archive,
     lookup_name,
 )
-from importer.inventory import build_inventory, checksum, held_diff_ids, load_inventory
-from importer.manifest import ImageRecord
-from importer.ociarchive import index_document
-from importer.postload import check_image
-from importer.reexport import hash_member, scan_tar
-from importer.refs import familiar, normalize
+from importer.format.manifest import ImageRecord
+from importer.format.refs import familiar, normalize
+from importer.input.tarscan import hash_member, scan_tar
+from importer.pipeline.inventory import build_inventory, checksum, held_diff_ids, load_inventory
+from importer.pipeline.postload import check_image
 from importer.sinks import EngineImage, EngineInfo
 from importer.sinks.choose import EngineOptions, choose_sink
 from importer.sinks.containerd import parse_check_rows, parse_image_rows, server_version, snapshotter_status
 from importer.sinks.docker import engine_image_from_inspect, image_store_of
+from importer.sinks.ociarchive import index_document
 from importer.sinks.podman import engine_image_from_podman
-from importer.verify import verify_bundle
+from importer.verify.bundle import verify_bundle
+from importer.verify.deep import compare, export_refused
 from tests.bundlegen import make_bundle
 from tests.fakesave import docker_save, layer_tar, sample_images
 
@@ -304,8 +304,8 @@ def test_inventory_round_trip_and_damage() -> None:
 
 
 def test_the_delta_export_accepts_the_inventory(tmp_path: Path) -> None:
-    """importer/have.py (bundle export --have) reads this inventory and checks the same checksum."""
-    from importer.have import load_have
+    """importer/pipeline/have.py (bundle export --have) reads this inventory and checks the same checksum."""
+    from importer.pipeline.have import load_have
 
     path = tmp_path / "have.json"
     doc = _inventory()

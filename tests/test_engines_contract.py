@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import pytest
 
-from importer.identity import chain_ids
+from importer.format.identity import chain_ids
 from tests import engine_stores, engines
 from tests.engine_stores import PodmanStore
 from tests.imagegen import BASE_DOCKERFILE
@@ -313,7 +313,7 @@ def test_reimport_finds_the_images_already_present(contract_bundle: Path, target
 def test_inventory_lists_the_images(contract_bundle: Path, target: Target, tmp_path: Path) -> None:
     import jsonschema
 
-    from importer.inventory import load_inventory
+    from importer.pipeline.inventory import load_inventory
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DOCKER_", "CONTAINERD_"))}
     env.update(target.env)

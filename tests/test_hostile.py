@@ -1,6 +1,6 @@
 """Hostile input: a corpus of crafted archives built here (traversal, absolute paths, symlink
 and hardlink escapes, device nodes, giant headers, too many members, duplicates) against
-importer/safetar.py, real archives from GNU tar and from our own writers, fuzzing, and
+importer/input/safetar.py, real archives from GNU tar and from our own writers, fuzzing, and
 decompression bombs whose recorded size is small (zstd and gzip) against verification."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from importer.errors import BundleError, LimitExceeded
-from importer.safetar import (
+from importer.input.safetar import (
     ARCHIVE_POLICY,
     BUNDLE_POLICY,
     LAYER_POLICY,
@@ -36,7 +36,7 @@ from importer.safetar import (
     TarPolicy,
     extract,
 )
-from importer.verify import verify_bundle
+from importer.verify.bundle import verify_bundle
 from tests.bundlegen import make_bundle
 from tests.trustkit import error_id, regenerate_sums, run_importer
 
@@ -225,8 +225,8 @@ def test_gnu_tar_archives_read_and_extract_exactly(tree: Path, tmp_path: Path, f
 
 
 def test_our_docker_archive_and_its_layers_read_back(tmp_path: Path) -> None:
-    from importer.dockerarchive import write_docker_archive
-    from importer.manifest import load_bundle_manifest
+    from importer.format.manifest import load_bundle_manifest
+    from importer.sinks.dockerarchive import write_docker_archive
 
     b = make_bundle(tmp_path / "b")
     manifest = load_bundle_manifest((b / "bundle.json").read_bytes())

@@ -3,7 +3,7 @@
 no tagged image that fails verification, and the re-run succeeds and removes the staging tags
 the killed run left; SIGTERM/SIGINT stop cleanly (receipt says fail, nothing left); the engine
 lock keeps a second import out (or makes it wait); stale staging cleanup never touches a user's
-tag. The importer is held at an exact step by the test-only hold points (importer/testhooks.py).
+tag. The importer is held at an exact step by the test-only hold points (importer/streams/testhooks.py).
 
 Engine matrix (issue 13): everything runs on Docker's classic store; on its containerd store
 (fixture ``docker_store``, the images built and exported there, loaded as an OCI archive) a
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from importer.enginelock import EngineLocked, engine_lock
+from importer.pipeline.lock import EngineLocked, engine_lock
 from tests.engines import DOCKER_STORES
 from tests.helpers import docker
 from tests.trustkit import (
@@ -250,7 +250,7 @@ def test_engine_lock_is_per_engine_and_dies_with_its_holder(lock_dir: Path, monk
     # a holder killed with SIGKILL releases it too
     holder = subprocess.Popen([sys.executable, "-c",
                                "import sys, time; sys.path.insert(0, sys.argv[1]);"
-                               "from importer.enginelock import engine_lock\n"
+                               "from importer.pipeline.lock import engine_lock\n"
                                "with engine_lock('unix:///run/a.sock', bundle='/held'):\n"
                                " print('held', flush=True); time.sleep(60)", str(Path(__file__).parents[1])],
                               stdout=subprocess.PIPE, text=True, env={**os.environ})

@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from importer.enginelock import engine_lock
+from importer.pipeline.lock import engine_lock
 from tests import engines
 from tests.engine_stores import ctr
 from tests.helpers import REPO, docker, image_facts, run_cli

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from importer.legacy import MANIFEST_JSON, archive_pass, load_legacy_manifest, open_archive
-from importer.limits import MAX_LEGACY_SUMS
+from importer.format.limits import MAX_LEGACY_SUMS
+from importer.verify.legacy import MANIFEST_JSON, archive_pass, load_legacy_manifest, open_archive
 from tests.helpers import REPO, docker, run_cli
 from tests.trustkit import engine_listing, error_id
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bundle.archive import pack_bundle
-from importer.opened import open_bundle
-from importer.safetar import SafeTarReader
+from importer.input.opened import open_bundle
+from importer.input.safetar import SafeTarReader
 from tests.helpers import docker, image_facts
 from tests.transferkit import random_bundle
 from tests.trustkit import error_id, keypair, run_importer, sign

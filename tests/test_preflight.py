@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from importer.manifest import load_bundle_manifest
-from importer.preflight import DATA_ROOT_MARGIN, TEMP_NEED, data_root_need, layer_bytes, vfs_bytes
+from importer.format.manifest import load_bundle_manifest
+from importer.pipeline.preflight import DATA_ROOT_MARGIN, TEMP_NEED, data_root_need, layer_bytes, vfs_bytes
 from tests import engines
 from tests.trustkit import (
     SEC_REFS,

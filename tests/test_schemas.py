@@ -26,9 +26,9 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from importer import SCHEMA_MAJOR
-from importer.digest import Digest
 from importer.errors import InvalidDigest, ManifestError, VerificationFailed
-from importer.manifest import (
+from importer.format.digest import Digest
+from importer.format.manifest import (
     _REF_RE,
     BUNDLE_MEDIA_TYPE,
     MAX_REF,
@@ -38,7 +38,7 @@ from importer.manifest import (
     safe_relpath,
     valid_ref,
 )
-from importer.mediatypes import (
+from importer.format.mediatypes import (
     LAYER_TYPES,
     OCI_CONFIG,
     OCI_INDEX,
@@ -535,7 +535,7 @@ def test_writer_oci_manifest_function_output_is_valid() -> None:
     from bundle.blobstore import WrittenBlob
     from bundle.sources import SourceImage
     from bundle.writer import oci_manifest
-    from importer.manifest import LayerRecord
+    from importer.format.manifest import LayerRecord
 
     layers = tuple(LayerRecord(t, Digest.of_bytes(t.encode()), 10, Digest.of_bytes(b"t" + t.encode()), 20)
                    for t in LAYER_TYPES)
@@ -580,7 +580,7 @@ def written_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_written_bundle_validates_everywhere(written_bundle: Path) -> None:
-    from importer.verify import verify_bundle
+    from importer.verify.bundle import verify_bundle
 
     raw = (written_bundle / "bundle.json").read_bytes()
     doc = json.loads(raw)
@@ -629,15 +629,15 @@ class FakeSink:
 
 
 def _cli_receipt(bundle: Path, error: Optional[Exception], result: Any) -> Dict[str, Any]:
-    from importer.cli import _receipt
+    from importer.cli.main import _receipt
 
     args = argparse.Namespace(bundle=str(bundle))
     return _receipt(args, result, error)  # type: ignore[arg-type]
 
 
 def _run_import(bundle: Path) -> Tuple[Any, Optional[Exception]]:
-    from importer.importing import ImportResult, import_bundle
-    from importer.verify import VerifyReport
+    from importer.pipeline.importing import ImportResult, import_bundle
+    from importer.verify.bundle import VerifyReport
 
     result = ImportResult(root=str(bundle), bundle_digest="", report=VerifyReport(root=str(bundle)))
     try:
@@ -686,8 +686,8 @@ def test_receipt_of_an_unreadable_manifest(written_bundle: Path) -> None:
 
 
 def test_receipt_of_a_post_load_mismatch_and_missing_image() -> None:
-    from importer.postload import check_image
-    from importer.receipt import build_import_receipt
+    from importer.pipeline.postload import check_image
+    from importer.pipeline.receipt import build_import_receipt
     from importer.sinks import EngineImage, EngineInfo
 
     model = load_bundle_manifest((GOLDEN / "valid" / "two-images-sharing-a-layer.json").read_bytes())

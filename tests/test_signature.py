@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from bundle.keys import generate_keypair, load_signing_key
 from importer.errors import BundleError
-from importer.signature import (
+from importer.verify.signature import (
     BadSignature,
     InvalidKey,
     encode_signature,

@@ -95,7 +95,7 @@ def test_gpu_check_takes_smoke_flags_without_a_receipt_path(tmp_path: Path) -> N
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
     work = tmp_path / "cwd"
     work.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "importer.gpucheck", "--gpus", "0", "--gates", "shutdown"],
+    proc = subprocess.run([sys.executable, "-m", "importer.cli.gpucheck", "--gpus", "0", "--gates", "shutdown"],
                           capture_output=True, text=True, timeout=600, check=False, cwd=work, env=env)
     assert proc.returncode in (0, 1, 10), proc.stderr
     assert list(work.iterdir()) == []  # no file named --gpus (or anything else) in the current folder
@@ -108,7 +108,7 @@ def test_gpu_check_takes_smoke_flags_without_a_receipt_path(tmp_path: Path) -> N
 
 
 def test_gpu_check_argument_split() -> None:
-    from importer.gpucheck import split_args
+    from importer.cli.gpucheck import split_args
 
     assert split_args(["--gpus", "0,1"]) == (None, ["--gpus", "0,1"])
     assert split_args(["/tmp/q.json", "--gpus", "0,1"]) == ("/tmp/q.json", ["--gpus", "0,1"])
@@ -130,7 +130,7 @@ def test_gpu_check_is_a_console_script() -> None:
     from tests.helpers import REPO
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["sneakernet-gpu-check"] == "importer.gpucheck:main"
+    assert scripts["sneakernet-gpu-check"] == "importer.cli.gpucheck:main"
     for target in scripts.values():
         module, func = target.split(":")
         assert callable(getattr(importlib.import_module(module), func))

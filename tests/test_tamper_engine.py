@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from bundle.keys import load_signing_key
-from importer.signature import encode_signature
+from importer.verify.signature import encode_signature
 from tests.engines import DOCKER_STORES
 from tests.test_verify import CASES as INTEGRITY_CASES
 from tests.trustkit import (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from importer.text import printable
+from importer.format.text import printable
 from tests import engines
 from tests.bundlegen import make_bundle
 from tests.trustkit import error_id, regenerate_sums

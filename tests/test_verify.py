@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from importer.cli import main as import_main
+from importer.cli.main import main as import_main
 from importer.errors import UnsupportedSchemaVersion
-from importer.verify import verify_bundle
+from importer.verify.bundle import verify_bundle
 from tests.bundlegen import make_bundle
 
 

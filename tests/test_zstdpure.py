@@ -1,4 +1,4 @@
-"""The pure-Python zstd decoder (importer/zstdpure.py) against frames made by the `zstandard`
+"""The pure-Python zstd decoder (importer/streams/zstdpure.py) against frames made by the `zstandard`
 module and the zstd command, byte for byte; its bounds; and the fallback that uses it."""
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from typing import Any, Dict, List
 import pytest
 import zstandard
 
-from importer import compression, zstdpure
 from importer.errors import BundleError, LimitExceeded
-from importer.zstdpure import ZstdFormatError
+from importer.streams import compression, zstdpure
+from importer.streams.zstdpure import ZstdFormatError
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _samples() -> Dict[str, bytes]:
     rnd = random.Random(7)
-    text = b"".join(p.read_bytes() for p in sorted((REPO / "importer").glob("*.py")))
+    text = b"".join(p.read_bytes() for p in sorted((REPO / "importer").rglob("*.py")))
     binary = b"".join(p.read_bytes()[:200_000] for p in sorted(Path(sys.executable).resolve().parent.glob("*"))[:8]
                       if p.is_file())
     pieces: List[bytes] = []
@@ -157,7 +157,7 @@ def only_the_pure_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_pure_fallback_stops_a_bomb_at_the_recorded_size(only_the_pure_decoder: None) -> None:
-    assert compression.zstd_backend() == "pure-python"
+    assert compression._zstd_module() is None and compression.shutil.which("zstd") is None  # the fixture holds
     bomb = zstandard.ZstdCompressor(level=19).compress(bytes(50_000_000))
     assert len(bomb) < 10_000
     with pytest.raises(LimitExceeded):
@@ -181,8 +181,8 @@ def test_the_pure_fallback_notes_itself_once_with_the_expected_time(
 
 def test_a_damaged_layer_is_decompress_failed_with_the_pure_fallback(only_the_pure_decoder: None,
                                                                       tmp_path: Path) -> None:
-    from importer.layers import check_layer
-    from importer.manifest import load_bundle_manifest
+    from importer.format.manifest import load_bundle_manifest
+    from importer.input.layers import check_layer
     from tests.bundlegen import make_bundle
 
     b = make_bundle(tmp_path / "b")
@@ -202,7 +202,7 @@ def test_a_damaged_layer_is_decompress_failed_with_the_pure_fallback(only_the_pu
 # ============================== export --compression auto, from the inventory's decoders
 
 def _inventory_file(tmp_path: Path, decoders: Any, name: str) -> str:
-    from importer.inventory import build_inventory, checksum
+    from importer.pipeline.inventory import build_inventory, checksum
     from importer.sinks import EngineImage, EngineInfo
 
     engine = EngineInfo("docker", "20.10.24", "overlay2", "classic", "unix:///var/run/docker.sock")
@@ -221,7 +221,7 @@ def _inventory_file(tmp_path: Path, decoders: Any, name: str) -> str:
 def test_the_inventory_lists_the_hosts_decoders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import jsonschema
 
-    from importer.inventory import load_inventory
+    from importer.pipeline.inventory import load_inventory
 
     schema = json.loads((REPO / "schemas" / "inventory" / "inventory-v1.schema.json").read_text())
     doc = load_inventory(Path(_inventory_file(tmp_path, compression.host_decoders(), "i.json")).read_bytes())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from importer.manifest import LayerRecord
+from importer.format.manifest import LayerRecord
 
 
 @dataclass(frozen=True)

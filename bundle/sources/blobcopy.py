@@ -23,12 +23,11 @@ import zstandard
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, platform_of
-from importer.digest import CHUNK, Digest, hash_stream, is_digest
 from importer.errors import BundleError, SourceError
-from importer.have import HaveLayers
-from importer.limits import MAX_CONFIG, parse_json
-from importer.manifest import LayerRecord
-from importer.mediatypes import (
+from importer.format.digest import CHUNK, Digest, hash_stream, is_digest
+from importer.format.limits import MAX_CONFIG, parse_json
+from importer.format.manifest import LayerRecord
+from importer.format.mediatypes import (
     DOCKER_LAYER_GZIP,
     LAYER_TYPES,
     OCI_LAYER_GZIP,
@@ -36,8 +35,9 @@ from importer.mediatypes import (
     OCI_LAYER_ZSTD,
     compression_of,
 )
-from importer.signals import stop_requested
-from importer.threads import each
+from importer.pipeline.have import HaveLayers
+from importer.streams.signals import stop_requested
+from importer.streams.threads import each
 
 ProgressFn = Callable[[int], None]
 

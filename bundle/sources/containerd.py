@@ -13,12 +13,13 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.blobcopy import copy_image, pick_manifest, pick_manifest_raw
-from importer.engines import command_stdout
 from importer.errors import CommandFailed, EngineUnavailable, ImageNotFound, SourceError
-from importer.have import HaveLayers
-from importer.manifest import LayerRecord
-from importer.refs import familiar, normalize
-from importer.sinks.containerd import ContainerdSink, host_platform, server_version
+from importer.format.manifest import LayerRecord
+from importer.format.platform import host_platform
+from importer.format.refs import familiar, normalize
+from importer.pipeline.have import HaveLayers
+from importer.sinks.containerd import ContainerdSink, server_version
+from importer.streams.commands import command_stdout
 
 ProgressFn = Any
 

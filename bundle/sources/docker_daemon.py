@@ -38,17 +38,17 @@ from bundle.sources.blobcopy import (
     sniff_compression,
 )
 from bundle.sources.oci_layout import OciLayoutSource
-from importer.digest import Digest
-from importer.dockerapi import api_save, socket_path
-from importer.engines import command_stdout, run
 from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError
-from importer.have import HaveLayers
-from importer.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
-from importer.manifest import LayerRecord
-from importer.mediatypes import OCI_LAYER_TAR
-from importer.refs import familiar, normalize
-from importer.sinks.containerd import host_platform
+from importer.format.digest import Digest
+from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
+from importer.format.manifest import LayerRecord
+from importer.format.mediatypes import OCI_LAYER_TAR
+from importer.format.platform import host_platform
+from importer.format.refs import familiar, normalize
+from importer.pipeline.have import HaveLayers
 from importer.sinks.docker import DockerSink
+from importer.sinks.dockerapi import api_save, socket_path
+from importer.streams.commands import command_stdout, run
 
 CONTENT_STORE_ENV = "SNEAKERNET_DOCKER_CONTENT_STORE"
 #: where dockerd's managed containerd keeps its content store, under DockerRootDir

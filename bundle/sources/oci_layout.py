@@ -17,13 +17,13 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.blobcopy import INDEX_TYPES, MANIFEST_TYPES, copy_image, pick_manifest, pick_manifest_raw
-from importer.digest import Digest
 from importer.errors import ImageNotFound, SourceError
-from importer.have import HaveLayers
-from importer.limits import MAX_INDEX, parse_json, read_file_limited
-from importer.manifest import LayerRecord
-from importer.mediatypes import REF_NAME_ANNOTATION
-from importer.sinks.containerd import host_platform
+from importer.format.digest import Digest
+from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
+from importer.format.manifest import LayerRecord
+from importer.format.mediatypes import REF_NAME_ANNOTATION
+from importer.format.platform import host_platform
+from importer.pipeline.have import HaveLayers
 
 ProgressFn = Any
 CONTAINERD_NAME = "io.containerd.image.name"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from importer.manifest import ImageRecord
-from importer.reexport import ArchiveScan
+from importer.format.manifest import ImageRecord
 
 try:  # Protocol is in typing since 3.8
     from typing import Protocol
@@ -76,18 +75,3 @@ class Sink(Protocol):
     def tag(self, image_id: str, ref: str) -> None: ...
 
     def remove(self, image_id: str) -> None: ...
-
-
-class ReexportSink(Sink, Protocol):
-    """A sink that can hand back the bytes it stores (``--deep``)."""
-
-    def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:
-        """Export ``found`` from the engine (docker/podman save, ctr export, the layout's
-        blobs) and hash every member on the way; the image's layers must be in it."""
-        ...
-
-
-class InventorySink(Sink, Protocol):
-    """A sink that can list every image it holds (``--inventory``)."""
-
-    def inventory(self) -> List[EngineImage]: ...

@@ -14,22 +14,22 @@ from __future__ import annotations
 import functools
 import json
 import os
-import platform
 import re
 import tarfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from importer.containerddelta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
-from importer.digest import Digest, is_digest
-from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
-from importer.identity import OCI, chain_ids
-from importer.limits import MAX_CONFIG
-from importer.manifest import BundleManifest, ImageRecord
-from importer.ociarchive import write_oci_archive
-from importer.reexport import ArchiveScan, hash_member, layer_bound, scan_tar
-from importer.refs import familiar, normalize
+from importer.format.digest import Digest, is_digest
+from importer.format.identity import OCI, chain_ids
+from importer.format.limits import MAX_CONFIG
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.platform import pick_platform_manifest
+from importer.format.refs import familiar, normalize
+from importer.input.tarscan import ArchiveScan, hash_member, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks.containerd_delta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
+from importer.sinks.ociarchive import write_oci_archive
+from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
 DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
 DEFAULT_NAMESPACE = "default"
@@ -43,13 +43,6 @@ _STATUS_RE = re.compile(r"\b(complete|incomplete|missing|unavailable)\b(?: \((\d
 def _hint(address: str) -> str:
     return (f"start containerd, or point the importer at it: --engine containerd --address SOCKET "
             f"[--namespace k8s.io] [--snapshotter overlayfs] (tried {address})")
-
-
-def host_platform() -> Tuple[str, str]:
-    machine = platform.machine().lower()
-    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
-            "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}.get(machine, machine)
-    return "linux", arch
 
 
 class ContainerdSink:
@@ -183,7 +176,7 @@ class ContainerdSink:
     # === load
     def prepare_delta(self, manifest: BundleManifest) -> ContainerdPlan:
         """How each layer a delta leaves out is completed from the content store; raises
-        DeltaBaseMissing (nothing loaded) when one cannot be (importer/containerddelta.py)."""
+        DeltaBaseMissing (nothing loaded) when one cannot be (importer/sinks/containerd_delta.py)."""
         out = self._ctr("content", "ls", what="listing containerd's content store")
         return plan_delta(manifest, parse_content_rows(out), f"containerd ({self.namespace})")
 
@@ -345,13 +338,3 @@ def parse_check_rows(out: str) -> Dict[str, Tuple[str, int, int, bool]]:
         want = int(m.group(3)) if m and m.group(3) else -1
         rows[parts[0]] = (status, have, want, parts[-1] == "true")
     return rows
-
-
-def pick_platform_manifest(index: Any) -> Optional[str]:
-    want_os, want_arch = host_platform()
-    for desc in index.get("manifests") or []:
-        plat = desc.get("platform") if isinstance(desc, dict) else None
-        if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
-            d = desc.get("digest")
-            return str(d) if is_digest(d) else None
-    return None

@@ -10,7 +10,7 @@ manifest and the image ID is the bundle's manifest digest, compared exactly. A d
 whose left-out layers name compressed blobs goes in the same way, those blobs copied byte for
 byte out of ``docker save`` of the image holding them (the ID is kept); one made against a Docker
 inventory (left-out layers described uncompressed) goes in as a docker-archive with the engine's
-layers spliced in: there the ID is the manifest Docker makes while loading (importer/identity.py)."""
+layers spliced in: there the ID is the manifest Docker makes while loading (importer/format/identity.py)."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ import re
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
-from importer.digest import Digest
-from importer.dockerapi import ApiLoad, socket_path
-from importer.dockerarchive import write_docker_archive
-from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
-from importer.identity import loads_as_docker_archive
-from importer.manifest import BundleManifest, ImageRecord
-from importer.ociarchive import write_oci_archive
-from importer.reexport import ArchiveScan, layer_bound, scan_tar
-from importer.refs import normalize
+from importer.format.digest import Digest
+from importer.format.identity import loads_as_docker_archive
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.refs import normalize
+from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
+from importer.sinks.dockerapi import ApiLoad, socket_path
+from importer.sinks.dockerarchive import write_docker_archive
+from importer.sinks.ociarchive import write_oci_archive
+from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
 _HINT = "start the Docker engine, or point the importer at it with --docker-host unix:///path/docker.sock"
 
@@ -42,7 +42,7 @@ class DockerSink:
     @property
     def checks_diff_ids_while_loading(self) -> bool:
         """Classic store: the docker-archive streamed into ``docker load`` decompresses each layer
-        once and checks its diff_id and size as it passes (importer/dockerarchive.py); a mismatch
+        once and checks its diff_id and size as it passes (importer/sinks/dockerarchive.py); a mismatch
         aborts ``docker load`` before manifest.json (the last member) arrives, so Docker creates no
         image. So the pre-load verification checks the compressed digests only and the layers are
         decompressed once (docs/security.md). Containerd store: the compressed layers pass through

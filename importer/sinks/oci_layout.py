@@ -15,16 +15,16 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from importer.delta import base_missing, users_of
-from importer.digest import CHUNK, Digest, hash_file, is_digest
 from importer.errors import DigestMismatch, EngineUnavailable, ManifestError, SinkError, SizeMismatch
-from importer.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
-from importer.identity import OCI
-from importer.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
-from importer.manifest import BundleManifest, ImageRecord
-from importer.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
-from importer.reexport import ArchiveScan, layer_bound, scan_layout_blobs
+from importer.format.digest import CHUNK, Digest, hash_file, is_digest
+from importer.format.identity import OCI
+from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
+from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks.delta import base_missing, users_of
+from importer.streams.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 
 LAYOUT_VERSION = "1.0.0"
 _HINT = "pass --oci-dir with an empty or missing folder, or one that already holds an OCI layout"

@@ -16,16 +16,16 @@ import json
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence
 
-from importer.delta import pick_holders, require_base, splice_engine_layers
-from importer.digest import Digest, is_digest
-from importer.dockerarchive import write_docker_archive
-from importer.engines import StdinCommand, command_stdout, feed, run
 from importer.errors import BundleError, CommandFailed, EngineUnavailable
-from importer.identity import CLASSIC
-from importer.manifest import BundleManifest, ImageRecord
-from importer.reexport import ArchiveScan, layer_bound, scan_tar
-from importer.refs import familiar, normalize
+from importer.format.digest import Digest, is_digest
+from importer.format.identity import CLASSIC
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.refs import familiar, normalize
+from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks.delta import pick_holders, require_base, splice_engine_layers
+from importer.sinks.dockerarchive import write_docker_archive
+from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
 _HINT = ("install podman, or point the importer at its storage: --engine podman --podman-root DIR "
          "--podman-runroot DIR [--storage-driver overlay|vfs]")

@@ -8,14 +8,12 @@ import argparse
 import json
 import os
 import sys
-import textwrap
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import __version__
+from importer.cli.output import ArgumentParser, emit, failure, render_error
 from importer.errors import BundleError, InternalError, os_error_text
-from importer.jsonout import ArgumentParser, emit, failure
-from importer.receipt import check_receipt_path, default_receipt_path
-from importer.signals import stop_error
+from importer.pipeline.receipt import check_receipt_path, default_receipt_path
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
 from importer.smoke.results import EXIT_CANDIDATE
 from importer.smoke.runner import qualify
@@ -27,6 +25,7 @@ from importer.smoke.settings import (
     build_settings,
 )
 from importer.smoke.worker.protocol import SELECTABLE
+from importer.streams.signals import stop_error
 
 EXIT_CONFIG = 2
 RECEIPT_SUFFIX = "qualification.json"
@@ -126,14 +125,6 @@ def render_gates(receipt: Dict[str, Any]) -> str:
     what = (receipt.get("image") or {}).get("ref") or "this Python"
     lines.append(f"verdict: {receipt['verdict']} (exit {receipt['exitCode']}) for {what} on {receipt['device']}")
     return "\n".join(lines)
-
-
-def render_error(e: BundleError) -> None:
-    _err(f"error[{e.reference}]: {e.message}")
-    if e.context:
-        _err(textwrap.indent(e.context, "  "))
-    if e.hint:
-        _err(f"hint: {e.hint}")
 
 
 def _run_one(settings: SmokeSettings, image: Optional[str], receipt_path: Optional[str],

@@ -10,11 +10,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.engines import run
 from importer.errors import CommandFailed
 from importer.smoke.settings import SmokeConfigError
 from importer.smoke.tree import MOUNT_POINT
 from importer.smoke.worker.suite import BOOTSTRAP
+from importer.streams.commands import run
 
 _HINT = "start the engine, or point at it with --docker-host unix:///path/docker.sock"
 

@@ -12,10 +12,10 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from importer.engines import run
 from importer.errors import BundleError
 from importer.smoke.worker import compat
 from importer.smoke.worker.protocol import FAIL, PASS, SKIP, Stopwatch, result
+from importer.streams.commands import run
 
 # NVML errors that mean "no NVIDIA driver here" rather than "the driver is broken".
 _ABSENT = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")

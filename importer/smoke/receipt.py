@@ -7,9 +7,9 @@ import json
 from typing import Any, Dict
 
 from importer import __version__
-from importer.fsutil import atomic_write_bytes
-from importer.receipt import host_facts, now_utc
+from importer.pipeline.receipt import host_facts, now_utc
 from importer.smoke.runner import Qualification
+from importer.streams.fsutil import atomic_write_bytes
 
 RECEIPT_VERSION = "1.0"
 

@@ -14,7 +14,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from importer.engines import run
 from importer.errors import BundleError
 from importer.smoke import container as ctr
 from importer.smoke.host import HostFacts, probe_host
@@ -31,6 +30,7 @@ from importer.smoke.settings import SmokeConfigError, SmokeSettings
 from importer.smoke.tree import suite_tree
 from importer.smoke.worker.protocol import parse_lines
 from importer.smoke.worker.suite import BOOTSTRAP, describe_exit
+from importer.streams.commands import run
 
 KILL_MARGIN = 30.0  # the suite enforces --timeout on its children; the host kills it this much later
 MAX_OUTPUT = 16 * 1024 * 1024

@@ -8,7 +8,7 @@ document is one valid document broken in exactly one way. Run from anywhere:
     python3 tests/golden/make_golden_manifests.py --check  # exit 1 if they are out of date
 
 Constants are spelled out here on purpose (not imported from importer/): the golden files are
-an oracle for both the JSON Schema and importer.manifest.check_structure. File-name prefixes of
+an oracle for both the JSON Schema and importer.format.manifest.check_structure. File-name prefixes of
 invalid documents tell tests/test_schemas.py who must reject them (see tests/golden/README.md).
 """
 

@@ -1,0 +1,66 @@
+"""``bundle copy`` / ``bundle-import copy``: the resumable, verified copy (importer/transfer/copy.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Optional, Sequence
+
+from importer.cli.output import ArgumentParser, emit, fail, success
+from importer.errors import BundleError, InternalError, Interrupted, os_error
+from importer.format.text import printable
+from importer.streams.progress import human_bytes, stderr_progress
+from importer.streams.sizes import parse_size
+from importer.transfer.copy import copy_bundle
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def add_copy_arguments(cp: argparse.ArgumentParser) -> None:
+    cp.add_argument("src", metavar="SRC", help="a bundle folder, FILE.tar or FILE.tar.parts.json")
+    cp.add_argument("dst", metavar="DST", help="the destination folder (for a folder SRC: the new bundle folder)")
+    cp.add_argument("--bwlimit", metavar="RATE", help="at most RATE bytes per second (e.g. 20M)")
+    cp.add_argument("--json", action="store_true", help="print the result as JSON")
+    cp.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    make = getattr(args, "make_progress", None) or stderr_progress  # bundle copy: rich on a terminal
+    progress: Optional[ProgressFactory] = make(args.quiet)
+    rate = parse_size(args.bwlimit, what="--bwlimit") if args.bwlimit else None
+    res = copy_bundle(args.src, args.dst, progress=progress, bwlimit=rate)
+    if args.json:
+        emit(success(res.to_dict()))
+    else:
+        print(f"copied {len(res.copied)}, resumed {len(res.resumed)}, skipped {len(res.skipped)} file(s) "
+              f"({human_bytes(res.bytes_copied)}) in {res.seconds:.1f}s; verified {printable(res.target)}: OK")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``bundle-import copy SRC DST``: copy from removable media to local disk on the far side."""
+    argv = list(argv if argv is not None else sys.argv[1:])
+    p = ArgumentParser(prog="bundle-import copy",
+                       description="Copy a bundle (folder, tar or parts) resumably, then verify the copy.")
+    add_copy_arguments(p)
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, src=None)
+    try:
+        try:
+            args = p.parse_args(argv, namespace=args)
+            return cmd_copy(args)
+        except OSError as e:  # typed, naming the file: unreadable-file for SRC's, else file-access
+            if args.debug:
+                raise
+            raise os_error(e, args.src) from e
+    except BundleError as e:
+        if args.debug:
+            raise
+        return fail(args, e)
+    except KeyboardInterrupt:
+        return fail(args, Interrupted("copying: stopped by SIGINT",
+                                      hint="run the same command again to finish the copy"))
+    except Exception as e:  # the last resort: never a bare traceback for users
+        if args.debug:
+            raise
+        return fail(args, InternalError.of(e, "bundle-import copy"))

@@ -1,0 +1,381 @@
+"""bundle-import: verify a bundle, load it into an engine, prove what the engine holds.
+
+Thin: parse arguments, call one library function, render, return an exit code
+(docs/errors.md lists them)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from importer import SCHEMA_MAJOR, __version__
+from importer.cli.output import ArgumentParser, emit, fail, problem_dict, success
+from importer.errors import BundleError, InternalError, UsageError, VerificationFailed, os_error, os_error_text
+from importer.format.text import printable
+from importer.input.archive import locate
+from importer.input.opened import OpenedBundle, open_bundle
+from importer.pipeline.importing import ImportResult, import_bundle, verify_or_raise
+from importer.pipeline.inplace import sink_for
+from importer.pipeline.legacy import import_legacy_bundle
+from importer.pipeline.postload import render_table
+from importer.pipeline.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
+from importer.pipeline.registry import import_to_registry
+from importer.registry.sink import add_registry_arguments, registry_sink
+from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
+from importer.smoke.cli import add_smoke_arguments, smoke_after_import, smoke_receipt_base
+from importer.smoke.cli import main as smoke_main
+from importer.smoke.settings import SmokeConfigError
+from importer.streams.progress import stderr_progress
+from importer.streams.signals import stop_error, stop_on_signals
+from importer.verify.bundle import VerifyReport
+from importer.verify.legacy import (
+    load_legacy_manifest,
+    raise_if_problems,
+    verify_legacy,
+)
+from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
+
+EXIT_OK = 0
+LEGACY_MAJORS = (1, 2)
+EXIT_CODES_HELP = """exit codes (docs/errors.md):
+  0 ok                      1 unexpected error (a bug)   2 usage or configuration
+  3 integrity               4 invalid bundle manifest or unsupported schema
+  6 engine                  7 policy (tag conflict, signature)
+  8 engine holds something else                          9 delta: base layers missing in the engine
+  10 --smoke / smoke: verdict candidate (a required gate skipped; 1: a gate failed)
+  130 interrupted (SIGINT)  143 terminated (SIGTERM/SIGHUP)
+trust and signatures: docs/security.md"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="bundle-import",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Verify a sneakernet bundle, load it into a container engine and prove "
+        "that the engine holds exactly what was built.\n\n"
+        "other commands (each has --help):\n"
+        "  bundle-import smoke [IMAGE]    qualify this host with an imported image (GPU, torch, NCCL; "
+        "docs/qualification.md)\n"
+        "  bundle-import copy SRC DST     copy a bundle (folder, tar or parts) resumably, e.g. from a USB "
+        "stick, then verify the copy",
+        epilog=EXIT_CODES_HELP,
+    )
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?",
+                   help="the bundle folder (holding bundle.json), FILE.tar or FILE.tar.parts.json (read in "
+                   "place, never unpacked); not needed with --inventory")
+    p.add_argument("--verify", action="store_true",
+                   help="verify every byte before loading and the engine's copy after (always on; "
+                   "accepted for explicit scripts)")
+    p.add_argument("--verify-only", action="store_true", help="verify the bundle and stop; needs no engine")
+    p.add_argument("--shallow", action="store_true",
+                   help="with --verify-only on a bundle folder: check every file's size and digest (every "
+                   "byte) but do not decompress layers to re-derive their diff_ids (about 4x faster)")
+    p.add_argument("--engine", choices=[*ENGINES, "registry"], default=None,
+                   help="where to load (default: detected: the engine the options name, else $DOCKER_HOST, "
+                   "else the first of Docker, containerd, podman that answers; see docs/engines.md)")
+    p.add_argument("--docker-host", metavar="URL", help="docker: daemon address (default: $DOCKER_HOST)")
+    p.add_argument("--address", metavar="SOCKET",
+                   help="containerd: socket (default: $CONTAINERD_ADDRESS or /run/containerd/containerd.sock)")
+    p.add_argument("--namespace", metavar="NS",
+                   help="containerd: namespace (default: $CONTAINERD_NAMESPACE or default; Kubernetes uses k8s.io)")
+    p.add_argument("--snapshotter", metavar="NAME",
+                   help="containerd: snapshotter to unpack into (default: $CONTAINERD_SNAPSHOTTER or overlayfs)")
+    p.add_argument("--podman-root", metavar="DIR", help="podman: storage root (podman --root)")
+    p.add_argument("--podman-runroot", metavar="DIR", help="podman: run root (podman --runroot)")
+    p.add_argument("--storage-driver", metavar="NAME", help="podman: storage driver (overlay, vfs, ...)")
+    p.add_argument("--oci-dir", metavar="DIR", help="oci: the OCI image layout folder to write to")
+    add_registry_arguments(p)
+    p.add_argument("--deep", action="store_true",
+                   help="after loading, export every image back out of the engine and hash every layer again "
+                   "(proves the stored bytes, not just the metadata)")
+    p.add_argument("--inventory", action="store_true",
+                   help="print what the engine holds (JSON with a checksum; input of `bundle export --have`) "
+                   "and stop; needs no bundle")
+    p.add_argument("--receipt", metavar="PATH",
+                   help="where to write the import receipt (default: $XDG_STATE_HOME/sneakernet/receipts/"
+                   "<bundle>-<time>.import-receipt.json, ~/.local/state/... without XDG_STATE_HOME; its folder "
+                   "is checked before anything is imported)")
+    p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
+    p.add_argument("--force", action="store_true", help="move existing tags that point to other images")
+    p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
+                   help="accept bundles signed by this Ed25519 public key (a .pub file from `bundle keygen`, "
+                   "or a folder of *.pub files); repeatable; implies --require-signature")
+    p.add_argument("--require-signature", action="store_true",
+                   help="refuse a bundle that is not signed by a trusted key")
+    p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS for another import into the same engine to end "
+                   "(default: fail at once)")
+    p.add_argument("--smoke", action="store_true",
+                   help="after a successful import, qualify this host with the bundle's images (the smoke "
+                   "suite of `bundle-import smoke`; docs/qualification.md)")
+    add_smoke_arguments(p, standalone=False)
+    p.add_argument("--json", action="store_true", help="print a JSON result on stdout")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version",
+                   version=f"bundle-import {__version__} (bundle schema up to {SCHEMA_MAJOR}.x)")
+    return p
+
+
+def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:
+    """Progress lines on stderr (a plain line every few seconds without a terminal); --quiet: none."""
+    return stderr_progress(quiet)
+
+
+def _receipt_target(args: argparse.Namespace) -> Optional[str]:
+    """Where this run's receipt goes, checked before anything is done (importer/pipeline/receipt.py)."""
+    if args.no_receipt:
+        return None
+    if args.receipt:
+        return check_receipt_path(args.receipt)
+    return default_receipt_path(args.bundle, "import-receipt.json", on_notice=_say)
+
+
+def _report_lines(report: VerifyReport) -> str:
+    return (f"verified {report.files_checked} files, {report.layers_checked} layers "
+            f"({report.bytes_checked} bytes) in {report.seconds:.1f}s: "
+            + ("OK" if report.ok else f"{len(report.problems)} problem(s)"))
+
+
+def _signature_first(args: argparse.Namespace, bundle: OpenedBundle) -> SignatureCheck:
+    """The trust policy, before anything else reads the bundle (docs/security.md)."""
+    policy = TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature))
+    sig = check_signature(bundle, policy)
+    if not args.quiet:
+        _say(sig.line())
+    return sig
+
+
+def _legacy_major(bundle: OpenedBundle) -> Optional[int]:
+    """The schema major of a schema 1/2 bundle (a folder only), else None."""
+    major = bundle.schema_major()
+    if major not in LEGACY_MAJORS:
+        return None
+    if bundle.is_archive:
+        raise UsageError(
+            f"reading {bundle.path}: expected a schema 3 bundle in a tar or parts, found schema {major}",
+            hint="unpack it (mkdir B && tar -xf FILE.tar -C B; parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
+                 "and import the folder B")
+    return major
+
+
+def cmd_verify_only(args: argparse.Namespace) -> int:
+    bundle = open_bundle(args.bundle)
+    sig = _signature_first(args, bundle)
+    major = _legacy_major(bundle)
+    if major is not None:
+        raw = bundle.raw_bundle_json
+        report = verify_legacy(bundle.path, load_legacy_manifest(raw, major), raw)
+        raise_if_problems(bundle.path, report)
+    else:
+        report = verify_or_raise(bundle, progress=_progress(args.quiet), deep=not args.shallow)
+    report.signature = sig.to_dict()
+    if args.json:
+        emit(success({"verification": report.to_dict()}))
+    else:
+        print(_report_lines(report))
+    return EXIT_OK
+
+
+def make_sink(args: argparse.Namespace) -> Any:
+    """The engine named by --engine, implied by its options, or detected (docs/engines.md)."""
+    if args.engine == "registry" or (not args.engine and getattr(args, "registry", None)):
+        args.selected_by = "--engine registry" if args.engine else "--registry given"
+        return registry_sink(args)
+    sink, why = choose_sink(EngineOptions.from_args(args))
+    args.selected_by = why
+    if not args.engine:
+        _say(f"engine: {sink.kind} (chosen because {why})")
+    return sink
+
+
+def cmd_inventory(args: argparse.Namespace) -> int:
+    """Print what the engine holds (always JSON; --json is accepted)."""
+    from importer.pipeline.inventory import take_inventory, with_ok
+
+    sink = make_sink(args)
+    try:
+        doc = take_inventory(sink, selected_by=args.selected_by)
+    finally:
+        close = getattr(sink, "close", None)
+        if callable(close):
+            close()
+    emit(with_ok(doc))  # --json or not: the inventory is JSON
+    return EXIT_OK
+
+
+def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
+    """``--smoke`` runs the images in Docker: any other engine is refused before the import."""
+    if args.smoke and not args.no_container and kind != "docker":
+        raise SmokeConfigError(
+            f"importing with --smoke into {kind}: expected Docker (the smoke suite runs the imported images "
+            f"in containers), found --engine {kind}",
+            hint="import into Docker (--engine docker), or add --no-container to qualify this Python instead; "
+            "nothing was imported")
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    if args.engine:
+        _refuse_smoke_engine(args, args.engine)
+    receipt_path = _receipt_target(args)  # before anything changes: never a failure after the work
+    if args.smoke:
+        args.smoke_receipt_base = smoke_receipt_base(args)
+    sink = make_sink(args)
+    _refuse_smoke_engine(args, sink.kind)
+    result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
+    error: Optional[BundleError] = None
+    try:
+        bundle = open_bundle(args.bundle)
+        sig = _signature_first(args, bundle)
+        result.signature = sig
+        result.bundle_digest = str(bundle.digest)
+        major = _legacy_major(bundle)
+        if major is not None:
+            raw = bundle.raw_bundle_json
+            import_legacy_bundle(bundle.path, sink, force=args.force, result=result, raw_bundle_json=raw,
+                                 major=major, lock_wait=args.wait_lock, signature_line=sig.line(),
+                                 deep=bool(getattr(args, "deep", False)),
+                                 on_notice=_say)
+        elif sink.kind == "registry":  # push, read back (importer/pipeline/registry.py)
+            import_to_registry(bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
+        else:
+            import_bundle(bundle, sink_for(bundle, sink), force=args.force,
+                          progress=_progress(args.quiet), result=result,
+                          signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
+                          on_notice=_say)
+    except BundleError as e:
+        error = e
+    except OSError as e:  # typed here too, so that the receipt records it
+        if args.debug:
+            raise
+        error = os_error(e, args.bundle)
+    except KeyboardInterrupt as e:
+        error = stop_error(e, "importing")
+        error.message += ("; NOT everything this run loaded could be removed (listed below)" if result.leftovers
+                          else "; what this run loaded was removed, nothing was tagged that was not verified")
+        error.hint = ("run the same command again: it verifies everything again and removes staging tags "
+                      "an interrupted run left (sneakernet-staging/*)")
+    receipt = _receipt(args, result, error)
+    if isinstance(error, UsageError):  # a run that did nothing (bad arguments): no receipt
+        receipt_path = None
+    if receipt_path is not None:
+        try:
+            write_receipt(receipt_path, receipt)
+        except OSError as e:  # checked up front; the disk filled since: say so, keep the import's outcome
+            _say(f"warning: the receipt could not be written to {receipt_path}: {os_error_text(e)}; "
+                 "it is printed with --json")
+            receipt_path = None
+    if args.json and not (args.smoke and error is None):  # with --smoke: one JSON document, below
+        emit(receipt)  # its "ok" and "error": the one JSON document of a failed import too
+        args.json_done = True
+    elif result.checks and not args.json:
+        print(render_table(result.checks))
+    if receipt_path and not args.json:
+        _say(f"receipt: {receipt_path}")
+    if result.leftovers:
+        host = f" -H {result.engine.address}" if result.engine else ""
+        left = " ".join(result.leftovers)
+        remove = {"containerd": "ctr images rm", "podman": "podman rmi", "oci": "(edit index.json of)"}.get(
+            result.engine.kind if result.engine else "docker", f"docker{host} image rm")
+        _say(f"left in the engine by this run: {left}")
+        _say(f"  remove with: {remove} {left}")
+    if error is not None:
+        raise error
+    if args.smoke:
+        return smoke_after_import(args, result, receipt)
+    return EXIT_OK
+
+
+def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[BundleError]) -> Dict[str, Any]:
+    manifest = res.report.manifest
+    verification = res.report.to_dict() if manifest is not None else None
+    if isinstance(error, VerificationFailed):
+        verification = {"ok": False, "problems": [problem_dict(p) for p in error.problems]}
+    return build_import_receipt(
+        bundle_path=os.path.abspath(args.bundle),
+        bundle_digest=res.bundle_digest or None,
+        schema_version=manifest.schema_version if manifest else None,
+        engine=_engine_dict(args, res),
+        verification=verification,
+        images=[c.to_dict() for c in res.checks],
+        timings=res.timings,
+        result="pass" if error is None and res.ok else "fail",
+        error=error.to_dict() if error is not None else None,
+        extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
+               **({"push": res.registry_push} if getattr(res, "registry_push", None) else {})},  # type: ignore[attr-defined]
+    )
+
+
+def _engine_dict(args: argparse.Namespace, res: ImportResult) -> Optional[Dict[str, Any]]:
+    """EngineInfo.to_dict() plus why the engine was chosen (``selectedBy``)."""
+    if res.engine is None:
+        return None
+    doc = res.engine.to_dict()
+    if getattr(args, "selected_by", None):
+        doc["selectedBy"] = args.selected_by
+    return doc
+
+
+def _security_sections(res: ImportResult) -> Dict[str, Any]:
+    """Receipt sections of docs/security.md: signature, preflight, staging tags and leftovers."""
+    sig = getattr(res, "signature", None)
+    return {
+        "signature": sig.to_dict() if sig is not None else None,
+        "preflight": getattr(res, "preflight", None),
+        "staging": {
+            "refs": list(getattr(res, "staging_refs", [])),
+            "staleRemoved": list(getattr(res, "stale_removed", [])),
+            "leftovers": list(res.leftovers),
+            "lockFile": getattr(res, "lock_file", None),
+        },
+    }
+
+
+def _say(line: str) -> None:
+    """One line on stderr, escaped: it may quote bundle fields and file names (importer/format/text.py)."""
+    print(printable(line), file=sys.stderr)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["smoke"]:  # `bundle-import smoke [IMAGE]` (a bundle folder named smoke: ./smoke)
+        return smoke_main(argv[1:])
+    if argv[:1] == ["copy"]:  # `bundle-import copy SRC DST` (a bundle folder named copy: ./copy)
+        from importer.cli.copy import main as copy_main
+
+        return copy_main(argv[1:])
+    parser = build_parser()
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, json_done=False)
+    try:
+        args = parser.parse_args(argv, namespace=args)
+        if not args.inventory and not args.bundle:
+            parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
+        if args.smoke and (args.verify_only or args.inventory):
+            parser.error("--smoke runs after an import: not with --verify-only or --inventory")
+        handler: Callable[[argparse.Namespace], int] = (
+            cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
+        if args.bundle and not args.inventory:
+            locate(args.bundle)  # a BUNDLE that names nothing (a typo): a usage error before anything else
+        with stop_on_signals():
+            try:
+                return handler(args)
+            except OSError as e:  # a file that could not be read or written: typed, naming it
+                if args.debug:
+                    raise
+                raise os_error(e, args.bundle) from e
+    except BundleError as e:
+        if args.debug:
+            raise
+        return fail(args, e)
+    except KeyboardInterrupt as e:
+        return fail(args, stop_error(e, "bundle-import"))
+    except Exception as e:  # the last resort: never a bare traceback for users
+        if args.debug:
+            raise
+        return fail(args, InternalError.of(e, "bundle-import"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

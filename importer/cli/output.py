@@ -1,0 +1,69 @@
+"""What both CLIs (``bundle``, ``bundle-import``) print: ``--json`` output (exactly one JSON object
+on stdout, success or failure) and errors on stderr (:func:`render_error`, :func:`fail`).
+
+Every document has ``"ok"``: true exactly when the command exits 0. A command that stopped on an
+error prints ``{"ok": false, "error": {"id", "exitCode", "message", "context", "hint"}}`` (plus
+what it knows, e.g. verification ``problems``, or the whole import receipt). Shapes:
+``schemas/cli/*.schema.json``; docs/errors.md, "JSON output"."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from typing import Any, Dict, NoReturn
+
+from importer.errors import BundleError, UsageError
+from importer.format.text import printable, printable_block
+
+
+def emit(doc: Dict[str, Any]) -> None:
+    """Print one JSON document on stdout."""
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def success(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """``doc`` with ``"ok": true`` first."""
+    return {"ok": True, **{k: v for k, v in doc.items() if k != "ok"}}
+
+
+def failure(err: BundleError, **extra: Any) -> Dict[str, Any]:
+    return {"ok": False, "error": err.to_dict(), **extra}
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` (after the usage line on stderr) instead of
+    exiting, so that a bad command line is reported like every other error, as JSON too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(f"reading the command line of {self.prog}: {message}", hint=f"{self.prog} --help")
+
+
+def problem_dict(p: object) -> Any:
+    """A verification finding as JSON (a :class:`Problem`), or its text."""
+    to_dict = getattr(p, "to_dict", None)
+    return to_dict() if callable(to_dict) else str(p)
+
+
+def render_error(e: BundleError) -> None:
+    """``error[ID]: message``, the context indented, ``hint: ...`` on stderr, all escaped."""
+    lines = [f"error[{e.reference}]: {printable(e.message)}"]
+    if e.context:
+        lines.append(textwrap.indent(printable_block(e.context), "  "))
+    if e.hint:
+        lines.append(f"hint: {printable(e.hint)}")
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+
+
+def fail(args: argparse.Namespace, e: BundleError) -> int:
+    """The error on stderr and, with --json (unless the command already printed its one JSON
+    document, ``args.json_done``), as the one JSON document on stdout; returns the exit code."""
+    if getattr(args, "json", False) and not getattr(args, "json_done", False):
+        problems = [problem_dict(p) for p in getattr(e, "problems", [])]
+        emit(failure(e, **({"problems": problems} if problems else {})))
+    render_error(e)
+    return e.exit_code

@@ -1,0 +1,386 @@
+"""bundle.json: the bundle manifest, its models and its stdlib structural checks.
+
+``schemas/bundle/v3.schema.json`` is normative; :func:`check_structure` is the stdlib mirror of
+it used on the offline host (the tests run both on the same golden files).
+Readers accept the same major with any minor and ignore unknown fields; a newer major is
+refused with guidance.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from importer import SCHEMA_MAJOR
+from importer.errors import ManifestError, UnsupportedSchemaVersion
+from importer.format.digest import Digest, is_digest
+from importer.format.limits import parse_json
+from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
+
+BUNDLE_MEDIA_TYPE = "application/vnd.sneakernet.bundle.v3+json"
+BUNDLE_JSON = "bundle.json"
+SUMS_FILE = "SHA256SUMS"
+SIGNATURE_FILE = "bundle.json.sig"
+IMPORTER_PYZ = "bundle-import.pyz"
+
+_VERSION_RE = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")
+# OCI ref.name grammar (image-spec annotations.md), plus a bound on the length.
+_REF_RE = re.compile(r"[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*(?:/[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)*")
+MAX_REF = 1024
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    media_type: str
+    digest: Digest
+    size: int
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"mediaType": self.media_type, "digest": str(self.digest), "size": self.size}
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    media_type: str
+    digest: Digest
+    size: int
+    diff_id: Digest
+    uncompressed_size: int
+    #: Not stored in this (delta) bundle: the offline host must already hold it. Described either
+    #: uncompressed (digest = diff_id, mediaType tar) or as the compressed blob the host holds.
+    external: bool = False
+
+    @property
+    def names_compressed_blob(self) -> bool:
+        """True when the descriptor names a compressed blob (not the uncompressed tar by diff_id)."""
+        return self.digest != self.diff_id
+
+    def to_dict(self) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {
+            "mediaType": self.media_type,
+            "digest": str(self.digest),
+            "size": self.size,
+            "diffId": str(self.diff_id),
+            "uncompressedSize": self.uncompressed_size,
+        }
+        if self.external:
+            doc["external"] = True
+        return doc
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    refs: Tuple[str, ...]
+    manifest: BlobRef
+    config: BlobRef
+    layers: Tuple[LayerRecord, ...]
+    platform: Dict[str, str] = field(default_factory=dict)
+    #: what messages call the image when ``refs`` are stand-ins (the importer's staging tags)
+    label: str = field(default="", compare=False)
+
+    @property
+    def name(self) -> str:
+        """How to call this image in messages: its label or first ref, else its config digest."""
+        return self.label or (self.refs[0] if self.refs else self.config.digest.short)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "refs": list(self.refs),
+            "platform": dict(self.platform),
+            "manifest": self.manifest.to_dict(),
+            "config": self.config.to_dict(),
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str
+    digest: Digest
+    size: int
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"path": self.path, "digest": str(self.digest), "size": self.size}
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    schema_version: str
+    created: str
+    tool_version: str
+    source: Dict[str, Any]
+    importer: Optional[FileRecord]
+    images: Tuple[ImageRecord, ...]
+    files: Tuple[FileRecord, ...]
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def major(self) -> int:
+        return int(self.schema_version.split(".")[0])
+
+    @property
+    def minor(self) -> int:
+        return int(self.schema_version.split(".")[1])
+
+    @property
+    def may_be_delta(self) -> bool:
+        """Schema 3.1 and later may leave layers out (``external``); 3.0 is always a full bundle."""
+        return (self.major, self.minor) >= (3, 1)
+
+    def unique_layers(self) -> List[LayerRecord]:
+        """Every distinct layer, stored or external."""
+        seen: Dict[Digest, LayerRecord] = {}
+        for image in self.images:
+            for layer in image.layers:
+                seen.setdefault(layer.digest, layer)
+        return list(seen.values())
+
+    def stored_layers(self) -> List[LayerRecord]:
+        return [x for x in self.unique_layers() if not x.external]
+
+    def external_layers(self) -> List[LayerRecord]:
+        """Layers a delta bundle leaves out: the host must hold them (by diff_id)."""
+        return [x for x in self.unique_layers() if x.external]
+
+    @property
+    def is_delta(self) -> bool:
+        return any(x.external for x in self.unique_layers())
+
+    def compressed_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def uncompressed_bytes(self) -> int:
+        return sum(layer.uncompressed_size for layer in self.unique_layers())
+
+    def to_dict(self) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {
+            "schemaVersion": self.schema_version,
+            "mediaType": BUNDLE_MEDIA_TYPE,
+            "created": self.created,
+            "tool": {"name": "sneakernet", "version": self.tool_version},
+            "source": self.source,
+        }
+        if self.importer is not None:
+            doc["importer"] = self.importer.to_dict()
+        doc["images"] = [image.to_dict() for image in self.images]
+        doc["files"] = [f.to_dict() for f in self.files]
+        for key, value in self.extra.items():
+            doc.setdefault(key, value)
+        return doc
+
+
+def parse_schema_version(doc: Any) -> Tuple[int, int]:
+    value = doc.get("schemaVersion") if isinstance(doc, dict) else None
+    if not isinstance(value, str) or _VERSION_RE.fullmatch(value) is None:
+        raise ManifestError(
+            f"reading bundle.json: expected schemaVersion 'MAJOR.MINOR', found {value!r}",
+            hint="this is not a sneakernet bundle, or its bundle.json was damaged",
+        )
+    major, minor = value.split(".")
+    return int(major), int(minor)
+
+
+def safe_relpath(path: Any) -> bool:
+    """True for a normalized relative POSIX path inside the bundle (no '..', no absolute)."""
+    if not isinstance(path, str) or not path or len(path) > 4096:
+        return False
+    if path.startswith("/") or "\\" in path or "\x00" in path or "\n" in path:
+        return False
+    if posixpath.normpath(path) != path:
+        return False
+    return not any(part in ("..", ".", "") for part in path.split("/"))
+
+
+def valid_ref(ref: Any) -> bool:
+    return isinstance(ref, str) and len(ref) <= MAX_REF and _REF_RE.fullmatch(ref) is not None
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.issues: List[str] = []
+
+    def fail(self, where: str, msg: str) -> None:
+        self.issues.append(f"{where}: {msg}")
+
+    def obj(self, value: Any, where: str) -> Dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(where, f"expected an object, found {type(value).__name__}")
+            return {}
+        return value
+
+    def lst(self, value: Any, where: str) -> List[Any]:
+        if not isinstance(value, list):
+            self.fail(where, f"expected an array, found {type(value).__name__}")
+            return []
+        return value
+
+    def string(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            self.fail(where, f"expected a string, found {type(value).__name__}")
+            return ""
+        return value
+
+    def size(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.fail(where, f"expected a non-negative integer, found {value!r}"[:200])
+            return 0
+        return value
+
+    def digest(self, value: Any, where: str) -> Optional[Digest]:
+        if not is_digest(value):
+            self.fail(where, f"expected 'sha256:' + 64 lowercase hex, found {value!r}"[:200])
+            return None
+        return Digest.parse(value)
+
+    def blobref(self, value: Any, where: str) -> Optional[BlobRef]:
+        d = self.obj(value, where)
+        mt = self.string(d.get("mediaType"), f"{where}.mediaType")
+        dg = self.digest(d.get("digest"), f"{where}.digest")
+        sz = self.size(d.get("size"), f"{where}.size")
+        return BlobRef(mt, dg, sz) if dg is not None else None
+
+    def filerecord(self, value: Any, where: str) -> Optional[FileRecord]:
+        d = self.obj(value, where)
+        path = d.get("path")
+        if not safe_relpath(path):
+            self.fail(f"{where}.path", f"expected a relative path inside the bundle, found {path!r}"[:300])
+            path = None
+        dg = self.digest(d.get("digest"), f"{where}.digest")
+        sz = self.size(d.get("size"), f"{where}.size")
+        if path is None or dg is None:
+            return None
+        return FileRecord(path, dg, sz)
+
+
+def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
+    """Check a schema-3 bundle.json document; returns (model or None, every issue found)."""
+    c = _Checker()
+    top = c.obj(doc, "bundle.json")
+    version = c.string(top.get("schemaVersion"), "schemaVersion")
+    if top.get("mediaType") != BUNDLE_MEDIA_TYPE:
+        c.fail("mediaType", f"expected {BUNDLE_MEDIA_TYPE!r}, found {top.get('mediaType')!r}"[:200])
+    created = c.string(top.get("created"), "created")
+    tool = c.obj(top.get("tool"), "tool")
+    c.string(tool.get("name"), "tool.name")
+    tool_version = c.string(tool.get("version"), "tool.version")
+    source = c.obj(top.get("source"), "source")
+    importer_rec = None
+    if "importer" in top:
+        importer_rec = c.filerecord(top.get("importer"), "importer")
+    images: List[ImageRecord] = []
+    all_refs: set = set()  # type: ignore[type-arg]
+    raw_images = c.lst(top.get("images"), "images")
+    if "images" in top and not raw_images:
+        c.fail("images", "expected at least one image, found none")
+    for i, raw in enumerate(raw_images):
+        where = f"images[{i}]"
+        img = c.obj(raw, where)
+        refs = c.lst(img.get("refs"), f"{where}.refs")
+        for j, ref in enumerate(refs):
+            if not valid_ref(ref):
+                c.fail(f"{where}.refs[{j}]", f"expected an image reference, found {ref!r}"[:300])
+        platform_raw = c.obj(img.get("platform", {}), f"{where}.platform")
+        for key, value in platform_raw.items():
+            if not isinstance(value, str):
+                c.fail(f"{where}.platform.{key}", f"expected a string, found {type(value).__name__}")
+        platform = {str(k): v for k, v in platform_raw.items() if isinstance(v, str)}
+        manifest = c.blobref(img.get("manifest"), f"{where}.manifest")
+        config = c.blobref(img.get("config"), f"{where}.config")
+        layers: List[LayerRecord] = []
+        for k, raw_layer in enumerate(c.lst(img.get("layers"), f"{where}.layers")):
+            lw = f"{where}.layers[{k}]"
+            ld = c.obj(raw_layer, lw)
+            mt = c.string(ld.get("mediaType"), f"{lw}.mediaType")
+            if mt not in LAYER_TYPES:
+                c.fail(f"{lw}.mediaType", f"expected one of {', '.join(LAYER_TYPES)}, found {mt!r}"[:300])
+            dg = c.digest(ld.get("digest"), f"{lw}.digest")
+            sz = c.size(ld.get("size"), f"{lw}.size")
+            did = c.digest(ld.get("diffId"), f"{lw}.diffId")
+            usz = c.size(ld.get("uncompressedSize"), f"{lw}.uncompressedSize")
+            external = ld.get("external", False)
+            if not isinstance(external, bool):
+                c.fail(f"{lw}.external", f"expected true or false, found {external!r}"[:200])
+                external = False
+            if external and mt == OCI_LAYER_TAR and (dg != did or sz != usz):
+                c.fail(lw, "an external layer described uncompressed (mediaType tar) has digest = diffId "
+                       "and size = uncompressedSize")
+            if dg is not None and did is not None:
+                layers.append(LayerRecord(mt, dg, sz, did, usz, bool(external)))
+        for j, ref in enumerate(refs):
+            if not isinstance(ref, str):
+                continue
+            if ref in all_refs:
+                c.fail(f"{where}.refs[{j}]", f"expected each ref once in the bundle, found {ref!r} again")
+            all_refs.add(ref)
+        if manifest is not None and config is not None:
+            images.append(ImageRecord(tuple(refs), manifest, config, tuple(layers), platform))
+    files: List[FileRecord] = []
+    seen_paths = set()
+    for i, raw in enumerate(c.lst(top.get("files"), "files")):
+        rec = c.filerecord(raw, f"files[{i}]")
+        if rec is None:
+            continue
+        if rec.path.startswith("blobs/sha256/") and rec.path != rec.digest.blob_path:
+            c.fail(f"files[{i}]", f"expected {rec.path!r} to hold the blob of its name, found digest {rec.digest}")
+        if rec.path in seen_paths:
+            c.fail(f"files[{i}].path", f"expected each path once, found {rec.path!r} again")
+        seen_paths.add(rec.path)
+        files.append(rec)
+    by_path = {f.path: f for f in files}
+    for i, img_rec in enumerate(images):
+        blobs = [("manifest", img_rec.manifest), ("config", img_rec.config)]
+        blobs += [(f"layers[{k}]", BlobRef(lr.media_type, lr.digest, lr.size))
+                  for k, lr in enumerate(img_rec.layers) if not lr.external]
+        for what, ref in blobs:
+            listed = by_path.get(ref.digest.blob_path)
+            if listed is None:
+                c.fail(f"images[{i}].{what}", f"blob {ref.digest} is not listed in files")
+            elif listed.size != ref.size:
+                c.fail(f"images[{i}].{what}", f"size {ref.size} differs from files entry ({listed.size})")
+    if importer_rec is not None and importer_rec.path not in by_path:
+        c.fail("importer.path", f"{importer_rec.path!r} is not listed in files")
+    elif importer_rec is not None and by_path[importer_rec.path] != importer_rec:
+        c.fail("importer", "digest or size differs from its files entry")
+    if c.issues:
+        return None, c.issues
+    model = BundleManifest(
+        schema_version=version,
+        created=created,
+        tool_version=tool_version,
+        source=dict(source),
+        importer=importer_rec,
+        images=tuple(images),
+        files=tuple(files),
+        extra={k: v for k, v in top.items() if k not in _KNOWN_KEYS},
+    )
+    return model, []
+
+
+_KNOWN_KEYS = {"schemaVersion", "mediaType", "created", "tool", "source", "importer", "images", "files"}
+
+
+def load_bundle_manifest(raw: bytes, *, where: str = BUNDLE_JSON) -> BundleManifest:
+    """Parse bundle.json bytes (already read with a bound) into the latest model."""
+    doc = parse_json(raw, where)
+    major, minor = parse_schema_version(doc)
+    if major > SCHEMA_MAJOR:
+        raise UnsupportedSchemaVersion(
+            f"reading {where}: expected bundle schema {SCHEMA_MAJOR}.x or older, "
+            f"found {major}.{minor}",
+            hint=f"use the importer shipped inside that bundle: python3 <bundle>/{IMPORTER_PYZ} <bundle> --verify",
+        )
+    if major < SCHEMA_MAJOR:
+        raise UnsupportedSchemaVersion(
+            f"reading {where}: schema {major}.{minor} bundles are not readable by this importer yet",
+            hint=f"use the importer shipped inside that bundle: python3 <bundle>/{IMPORTER_PYZ} <bundle>",
+        )
+    model, issues = check_structure(doc)
+    if model is None:
+        raise ManifestError(
+            f"reading {where}: expected a valid schema-{major} bundle manifest, found {len(issues)} problem(s)",
+            context="\n".join(issues[:50]),
+            hint="the bundle was modified or damaged; re-copy it or re-export it",
+        )
+    return model

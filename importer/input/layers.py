@@ -1,0 +1,153 @@
+"""Reading layer blobs: one pass that checks the compressed digest, decompresses within the
+recorded bound and checks the diff_id."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import zlib
+from typing import Any, BinaryIO, Iterator, List, Tuple, Type
+
+from importer.errors import (
+    BundleError,
+    DecompressFailed,
+    DiffIDMismatch,
+    DigestMismatch,
+    SizeMismatch,
+)
+from importer.format.digest import CHUNK, Digest
+from importer.format.manifest import LayerRecord
+from importer.format.mediatypes import compression_of
+from importer.input.opened import BundleRoot, open_bundle_file
+from importer.streams.compression import _zstd_module, open_decompressed
+
+
+class HashingReader:
+    """Pass reads through while hashing and counting them."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self.hasher = hashlib.sha256()
+        self.count = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        if data:
+            self.hasher.update(data)
+            self.count += len(data)
+        return bytes(data)
+
+    def readinto(self, b: Any) -> int:
+        n: int = self._raw.readinto(b)
+        if n:
+            self.hasher.update(memoryview(b)[:n])
+            self.count += n
+        return n
+
+    def digest(self) -> Digest:
+        return Digest("sha256", self.hasher.hexdigest())
+
+
+def decompress_errors() -> Tuple[Type[BaseException], ...]:
+    """Exception types that decompressors raise on damaged input."""
+    errors: List[Type[BaseException]] = [OSError, EOFError, zlib.error, ValueError]
+    mod = _zstd_module()
+    err = getattr(mod, "ZstdError", None) if mod is not None else None
+    if isinstance(err, type) and issubclass(err, BaseException):
+        errors.append(err)
+    return tuple(errors)
+
+
+_DECOMPRESS_ERRORS = decompress_errors()
+
+
+class LayerReader:
+    """Decompressed bytes of one layer blob. Call :meth:`finish` after the last read: it
+    drains the rest, then raises if the blob's digest/size or the diff_id/size differ."""
+
+    def __init__(self, raw: HashingReader, plain: Any, layer: LayerRecord, what: str) -> None:
+        self._raw = raw
+        self._plain = plain
+        self._h = hashlib.sha256()
+        self._n = 0
+        self.layer = layer
+        self.what = what
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            data: bytes = self._plain.read(n if n and n > 0 else CHUNK)
+        except BundleError:
+            raise
+        except _DECOMPRESS_ERRORS as e:
+            layer = self.layer
+            raise DecompressFailed(
+                f"decompressing {self.what} ({layer.digest}): expected a valid "
+                f"{compression_of(layer.media_type)} stream, found damaged data ({e})",
+                hint="the blob was modified or damaged in transit; re-copy the bundle",
+            ) from e
+        if data:
+            self._h.update(data)
+            self._n += len(data)
+        return data
+
+    def finish(self) -> None:
+        while self.read(CHUNK):
+            pass
+        while self._raw.read(CHUNK):
+            pass
+        layer = self.layer
+        if self._raw.count != layer.size:
+            raise SizeMismatch(
+                f"checking {self.what} ({layer.digest}): expected {layer.size} bytes, found {self._raw.count}",
+                hint="the blob was truncated or extended in transit; re-copy the bundle",
+            )
+        got = self._raw.digest()
+        if got != layer.digest:
+            raise DigestMismatch(
+                f"checking {self.what}: expected digest {layer.digest}, found {got}",
+                hint="the blob was modified or damaged in transit; re-copy the bundle",
+            )
+        if self._n != layer.uncompressed_size:
+            raise SizeMismatch(
+                f"decompressing {self.what} ({layer.digest}): expected {layer.uncompressed_size} "
+                f"uncompressed bytes, found {self._n}",
+                hint="bundle.json and the layer disagree; re-export the bundle",
+            )
+        diff_id = Digest("sha256", self._h.hexdigest())
+        if diff_id != layer.diff_id:
+            raise DiffIDMismatch(
+                f"decompressing {self.what} ({layer.digest}): expected diff_id {layer.diff_id}, found {diff_id}",
+                hint="bundle.json and the layer disagree; re-export the bundle",
+            )
+
+
+@contextlib.contextmanager
+def open_layer(root: BundleRoot, layer: LayerRecord, what: str) -> Iterator[LayerReader]:
+    """Open a layer blob of the bundle at ``root`` (a folder, or a tar / parts read in place)
+    for a verified, decompressing read."""
+    with open_bundle_file(root, layer.digest.blob_path) as f:
+        with contextlib.suppress(AttributeError, OSError):
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        raw = HashingReader(f)
+        with open_decompressed(
+            raw, compression_of(layer.media_type), bound=layer.uncompressed_size, what=what  # type: ignore[arg-type]
+        ) as plain:
+            yield LayerReader(raw, plain, layer, what)
+
+
+def check_layer(root: str, layer: LayerRecord, what: str) -> None:
+    """Read a whole layer blob once; raise the first problem found."""
+    with open_layer(root, layer, what) as reader:
+        reader.finish()
+
+
+def copy_stream(src: Any, dst: BinaryIO, size: int) -> None:
+    """Copy exactly ``size`` bytes (tarfile.copyfileobj semantics, fixed-size chunks)."""
+    left = size
+    while left > 0:
+        data = src.read(min(CHUNK, left))
+        if not data:
+            raise SizeMismatch(f"copying: expected {size} bytes, found {size - left}")
+        dst.write(data)
+        left -= len(data)

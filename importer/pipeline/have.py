@@ -1,0 +1,127 @@
+"""What the offline host already has, for delta bundles (``bundle export --have FILE``).
+
+FILE is either an inventory printed on the offline host (``bundle-import --inventory``) or an
+earlier bundle's bundle.json. What matters is the set of layer diff_ids the host holds (a layer
+with one of those diff_ids is left out of the delta bundle) and, where the file says so, the
+compressed blob the host keeps for each (an earlier bundle's layer blob, containerd's content
+store, a registry): the delta then names that blob, which is what containerd and registries
+need to complete it (docs/deltas.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Set
+
+from importer.errors import ManifestError
+from importer.format.digest import Digest, is_digest
+from importer.format.limits import MAX_ENGINE_JSON, parse_json, read_file_limited
+from importer.format.manifest import BlobRef
+from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
+from importer.pipeline.inventory import held_diff_ids, inventory_decoders, load_inventory
+from importer.streams.compression import FAST_ZSTD_DECODERS
+
+_DIFF_ID_KEYS = ("diffIds", "diff_ids", "diffId")
+
+#: diff_id -> the compressed blob the host keeps for it (None: only the diff_id is known)
+HaveLayers = Dict[Digest, Optional[BlobRef]]
+
+
+def _collect(node: Any, out: Set[Digest], depth: int = 0) -> None:
+    if depth > 32:
+        return
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _DIFF_ID_KEYS:
+                values = value if isinstance(value, list) else [value]
+                out.update(Digest.parse(v) for v in values if is_digest(v))
+            else:
+                _collect(value, out, depth + 1)
+    elif isinstance(node, list):
+        for item in node:
+            _collect(item, out, depth + 1)
+
+
+def _blob(desc: Any) -> Optional[BlobRef]:
+    """A compressed layer descriptor usable in a delta, or None."""
+    if not isinstance(desc, dict):
+        return None
+    media_type, digest, size = desc.get("mediaType"), desc.get("digest"), desc.get("size")
+    if media_type not in LAYER_TYPES or media_type == OCI_LAYER_TAR or not is_digest(digest):
+        return None
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return None
+    return BlobRef(str(media_type), Digest.parse(str(digest)), size)
+
+
+def _add(found: HaveLayers, diff_id: Digest, blob: Optional[BlobRef]) -> None:
+    if found.get(diff_id) is None:
+        found[diff_id] = blob
+
+
+def load_have_layers(path: str) -> HaveLayers:
+    """diff_id -> compressed blob (or None) for every layer the host described by ``path`` holds."""
+    raw = read_file_limited(path, MAX_ENGINE_JSON, path)
+    doc = parse_json(raw, path)
+    found: HaveLayers = {}
+    if isinstance(doc, dict) and doc.get("kind") == "inventory":
+        # checksum and version checked; images the engine reported problems with are not trusted
+        inventory = load_inventory(raw, what=path)
+        for d in held_diff_ids(inventory):
+            _add(found, Digest.parse(d), None)
+        for image in inventory.get("images") or []:
+            if not isinstance(image, dict) or image.get("problems"):
+                continue
+            diff_ids, blobs = image.get("diffIds") or [], image.get("blobs") or []
+            if isinstance(diff_ids, list) and isinstance(blobs, list) and len(diff_ids) == len(blobs):
+                for d, desc in zip(diff_ids, blobs):  # manifest layers[i] <-> config diff_ids[i]
+                    if is_digest(d):
+                        _add(found, Digest.parse(d), _blob(desc))
+    elif isinstance(doc, dict) and str(doc.get("mediaType", "")).startswith("application/vnd.sneakernet.bundle."):
+        for image in doc.get("images") or []:
+            for layer in image.get("layers") or [] if isinstance(image, dict) else []:
+                if isinstance(layer, dict) and is_digest(layer.get("diffId")) and not layer.get("external"):
+                    _add(found, Digest.parse(layer["diffId"]), _blob(layer))
+            if isinstance(image, dict):  # schema 1/2 bundle.json: diff_ids only
+                for d in image.get("diffIds") or []:
+                    if is_digest(d):
+                        _add(found, Digest.parse(d), None)
+    else:
+        ids: Set[Digest] = set()
+        _collect(doc, ids)
+        for held in ids:
+            _add(found, held, None)
+    if not found:
+        raise ManifestError(
+            f"reading {path}: expected an inventory (bundle-import --inventory) or a bundle.json listing layers, "
+            "found no layer diff_ids",
+            hint="pass the file printed by `bundle-import --inventory` on the offline host",
+        )
+    return found
+
+
+def merge_have(paths: Any) -> HaveLayers:
+    """Every ``--have`` file together; a compressed blob named by any file wins over none."""
+    merged: HaveLayers = {}
+    for path in paths:
+        for diff_id, blob in load_have_layers(path).items():
+            _add(merged, diff_id, blob)
+    return merged
+
+
+def load_have(path: str) -> Set[Digest]:
+    """The diff_ids held by the host described by ``path`` (inventory or bundle.json)."""
+    return set(load_have_layers(path))
+
+
+def zstd_is_fast_on(paths: Sequence[str]) -> Optional[bool]:
+    """Whether every host described by an inventory among ``paths`` decodes zstd fast (a zstd
+    module or the zstd command, docs/benchmarks.md); None when no file says (no inventory, a
+    bundle.json, an inventory 1.0 without ``decoders``)."""
+    said: List[bool] = []
+    for path in paths:
+        raw = read_file_limited(path, MAX_ENGINE_JSON, path)
+        doc = parse_json(raw, path)
+        if isinstance(doc, dict) and doc.get("kind") == "inventory":
+            decoders = inventory_decoders(load_inventory(raw, what=path))
+            if decoders is not None:
+                said.append(any(d in FAST_ZSTD_DECODERS for d in decoders))
+    return all(said) if said else None

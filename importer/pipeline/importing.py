@@ -1,0 +1,339 @@
+"""import_bundle(): verify every byte, then load, then prove what the engine holds, then tag.
+
+Images are loaded under a staging tag that only this run uses; the user's tags are applied
+only after post-load verification passed. On any failure what this run loaded is removed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from importer.errors import (
+    BundleError,
+    DeepMismatch,
+    PolicyRejected,
+    PostLoadMismatch,
+    UsageError,
+    VerificationFailed,
+)
+from importer.format.identity import expected_image_id, lookup_name
+from importer.format.manifest import BundleManifest, ImageRecord, load_bundle_manifest
+from importer.input.layers import check_layer
+from importer.input.opened import OpenedBundle, open_bundle
+from importer.pipeline.lock import engine_lock
+from importer.pipeline.postload import ImageCheck, check_image
+from importer.pipeline.preflight import images_to_load, run_preflight
+from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
+from importer.sinks import EngineInfo, Sink
+from importer.streams import testhooks
+from importer.verify.archive import verify_opened
+from importer.verify.bundle import VerifyReport
+from importer.verify.deep import run_deep
+from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+class TagConflict(PolicyRejected):
+    reference = "tag-conflict"
+
+
+@dataclass
+class ImportResult:
+    root: str
+    bundle_digest: str
+    report: VerifyReport
+    engine: Optional[EngineInfo] = None
+    checks: List[ImageCheck] = field(default_factory=list)
+    timings: Dict[str, float] = field(default_factory=dict)
+    leftovers: List[str] = field(default_factory=list)
+    signature: Optional[SignatureCheck] = None
+    preflight: Optional[Dict[str, Any]] = None
+    staging_refs: List[str] = field(default_factory=list)  # this run's staging tags
+    stale_removed: List[str] = field(default_factory=list)  # staging tags of killed runs, removed
+    lock_file: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and bool(self.checks) and all(c.ok for c in self.checks)
+
+
+def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory] = None,
+                    deep: bool = True) -> VerifyReport:
+    """Verify the opened bundle against the bundle.json it was opened with (the signature step
+    judged those bytes); raise VerificationFailed listing every problem."""
+    on_bytes = progress("verify", _verify_total(bundle, deep)) if progress is not None else None
+    report = verify_opened(bundle, deep=deep, on_bytes=on_bytes)
+    if not report.ok:
+        raise VerificationFailed(
+            f"verifying {bundle.path}: expected every file to match bundle.json, "
+            f"found {len(report.problems)} problem(s)",
+            report.problems,
+            context="\n".join(str(p) for p in report.problems[:50]),
+            hint="nothing was loaded; re-copy the bundle from the source medium (or re-export it) and retry",
+        )
+    return report
+
+
+def _load_total(sink: Any, manifest: Any, images: Any, external: Any) -> int:
+    """The bytes the sink's load reports: its own count where it copies stored blobs (the OCI
+    layout), else the uncompressed layers it streams into the engine."""
+    own = getattr(sink, "load_total", None)
+    if callable(own):
+        return int(own(images, external or None))
+    return sum(x.uncompressed_size for x in manifest.unique_layers())
+
+
+def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
+    """Bytes verification reads: the whole tar or parts, or every file bundle.json lists."""
+    if bundle.archive is not None:
+        return bundle.archive.size
+    try:
+        manifest = load_bundle_manifest(bundle.raw_bundle_json)
+    except BundleError:
+        return 0  # verification raises the same error, with its message
+    return sum(f.size for f in manifest.files)
+
+
+def import_bundle(
+    bundle: Union[str, OpenedBundle],
+    sink: Sink,
+    *,
+    force: bool = False,
+    progress: Optional[ProgressFactory] = None,
+    result: Optional[ImportResult] = None,
+    trust: Optional[TrustPolicy] = None,
+    lock_wait: float = 0.0,
+    on_notice: Optional[Callable[[str], None]] = None,
+    signature: Optional[SignatureCheck] = None,
+    deep: bool = False,
+) -> ImportResult:
+    """Signature and trust policy first, then the schema, the engine, its lock and the preflight
+    (free space); then verify, load, check and tag (:func:`_load_verified`); then drop staging
+    tags that runs killed earlier left. ``result`` (if given) is filled in as work proceeds, so
+    a caller can still write a receipt when this raises. ``signature``: the result of
+    :func:`check_signature` when the caller already ran it first. ``bundle``: opened once
+    (importer/input/opened.py); every step reads it through that one view. Order: docs/security.md."""
+    started = time.monotonic()
+    if isinstance(bundle, str):
+        bundle = open_bundle(bundle)
+    root = bundle.path
+    res = result or ImportResult(root=root, bundle_digest="", report=VerifyReport(root=root))
+    progress = testhooks.wrap_progress(progress)
+    # === 1. signature/trust policy, before anything else reads the bundle
+    sig = signature or check_signature(bundle, trust or TrustPolicy())
+    res.signature = sig
+    res.bundle_digest = sig.bundle_digest
+    # === 2. the schema, from exactly the bytes the signature step judged
+    manifest = load_bundle_manifest(sig.raw_bundle_json)
+    # === 3. the engine answers; 4. one import per engine at a time
+    engine = sink.probe()
+    res.engine = engine
+    with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
+        res.lock_file = lock_file
+        # === 5. preflight: free space for what the engine does not hold yet (nothing written so far)
+        preflight = run_preflight(manifest, engine, images_to_load(sink, manifest, engine),
+                                  signature_line=sig.line())
+        res.preflight = preflight.to_dict()
+        res.timings["preflightSeconds"] = time.monotonic() - started
+        preflight.raise_if_short()
+        # === 6. verify every byte, load under staging tags, check, tag
+        try:
+            _load_verified(bundle, sink, force=force, progress=progress, result=res, deep=deep)
+        except BaseException:  # e.g. SIGINT/SIGTERM after the load: drop this run's staging tags
+            _, left = remove_refs(sink, res.staging_refs)
+            res.leftovers = sorted(set(res.leftovers) | set(left))
+            raise
+        finally:
+            if res.report.manifest is not None:
+                res.report.signature = sig.to_dict()
+        # === 7. staging tags of runs killed earlier (their images may just have served as
+        # "already present", so only now); the lock guarantees no other import is running
+        res.stale_removed, left = remove_refs(sink, find_stale(sink, exclude=res.staging_refs))
+        res.leftovers += left
+    return res
+
+
+def _load_verified(
+    bundle: OpenedBundle,
+    sink: Sink,
+    *,
+    force: bool = False,
+    progress: Optional[ProgressFactory] = None,
+    result: Optional[ImportResult] = None,
+    deep: bool = False,
+) -> ImportResult:
+    """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
+    started = time.monotonic()
+    root = bundle.path  # a tar or parts: the sink reads the opened bundle's archive (bundleinput.sink_for)
+    res = result or ImportResult(root=bundle.path, bundle_digest="", report=VerifyReport(root=bundle.path))
+    res.bundle_digest = str(bundle.digest)
+
+    # === verify every byte before touching the engine. A sink whose load stream decompresses each
+    # layer once and checks its diff_id and size on the way (aborting the load before the engine
+    # can name an image) gets the compressed digests checked here, the diff_ids during the load.
+    streams = bool(getattr(sink, "checks_diff_ids_while_loading", False))
+    res.report = verify_or_raise(bundle, progress=progress, deep=not streams)
+    res.timings["verifySeconds"] = time.monotonic() - started
+    manifest = res.report.manifest
+    assert manifest is not None
+
+    # === the engine answers; what does it already hold?
+    engine = sink.probe()
+    res.engine = engine
+    to_load: List[ImageRecord] = []
+    present: List[ImageCheck] = []
+    for image in manifest.images:
+        existing = sink.lookup(str(image.config.digest)) if engine.image_store == "classic" else None
+        if existing is None and engine.image_store == "containerd" and expected_image_id("containerd", image):
+            # loaded by an earlier run that was stopped before tagging: found by its ID, like the classic store
+            existing = sink.lookup(str(expected_image_id("containerd", image)))
+        if existing is None and image.refs and engine.image_store != "classic":
+            existing = sink.lookup(image.refs[0])
+        check = check_image(image, existing, engine.image_store) if existing is not None else None
+        if check is not None and check.ok:
+            check.status = "already-present"
+            present.append(check)
+        else:
+            to_load.append(image)
+        _refuse_tag_conflicts(sink, image, engine, force)
+    if streams and bundle.archive is None:
+        # layers that will not pass through the load stream (their images are already present)
+        # still get their diff_id checked, before anything is loaded
+        _check_unstreamed_layers(root, manifest, to_load)
+
+    # === a delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise)
+    external = None
+    if manifest.is_delta and to_load:
+        prepare = getattr(sink, "prepare_delta", None)
+        if prepare is None:
+            raise UsageError(f"importing a delta bundle into {getattr(sink, 'kind', 'this engine')}: "
+                             "expected an engine that can complete it (docker, podman, containerd, an OCI "
+                             "layout, a registry), "
+                             f"found {getattr(sink, 'kind', 'another')}",
+                             hint="nothing was loaded; re-export without --have for this host")
+        external = prepare(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
+
+    # === load under staging tags, then read back and compare
+    t_load = time.monotonic()
+    run_id = new_run_id()
+    staged: Dict[int, str] = {}
+    loaded_checks: List[ImageCheck] = []
+    if to_load:
+        staged_images = []
+        for n, image in enumerate(to_load):
+            if not image.refs:  # untagged in the bundle: loaded untagged, found by config digest
+                staged_images.append(image)
+                continue
+            ref = staging_ref(run_id, n)
+            staged[n] = ref
+            staged_images.append(_with_refs(image, (ref,)))
+        res.staging_refs = list(staged.values())
+        on_bytes = progress("load", _load_total(sink, manifest, staged_images, external)) if progress else None
+        try:
+            if external:
+                sink.load(root, staged_images, on_bytes, external=external)  # type: ignore[call-arg]
+            else:
+                sink.load(root, staged_images, on_bytes)
+        except BaseException:
+            res.leftovers = _cleanup(sink, list(staged.values()), [])
+            raise
+        res.timings["loadSeconds"] = time.monotonic() - t_load
+        testhooks.reached("loaded")
+        t_check = time.monotonic()
+        for n, image in enumerate(to_load):
+            name = staged.get(n, lookup_name(engine.image_store, image))
+            loaded_checks.append(check_image(image, sink.lookup(name), engine.image_store))
+        res.timings["postLoadSeconds"] = time.monotonic() - t_check
+    res.checks = present + loaded_checks
+    bad = [c for c in loaded_checks if not c.ok]
+    if bad:
+        ids = [c.found.image_id for c in loaded_checks if c.found is not None]
+        res.leftovers = _cleanup(sink, list(staged.values()), ids)
+        raise PostLoadMismatch(
+            "checking what the engine holds after loading: expected every image to match bundle.json, "
+            f"found {len(bad)} mismatch(es)",
+            context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
+            hint="the images this run loaded were removed; report this with the receipt "
+            "(an engine that rewrites images cannot be verified this way)",
+        )
+
+    # === --deep: export every image back out of the engine and hash its layers again
+    if deep:
+        t_deep = time.monotonic()
+        failures = run_deep(sink, res.checks, bundle.path, progress)
+        res.timings["deepSeconds"] = time.monotonic() - t_deep
+        if failures:
+            ids = [c.found.image_id for c in loaded_checks if c.found is not None]
+            res.leftovers = _cleanup(sink, list(staged.values()), ids)
+            raise DeepMismatch(
+                "re-exporting the images from the engine (--deep): expected every layer to hash to its diff_id, "
+                f"found {sum(1 for c in res.checks if c.deep and not c.deep.ok)} image(s) where one differs",
+                context="\n".join(failures),
+                hint="the engine's stored copy of those layers is damaged: remove the image (and every image "
+                "sharing the layer) from the engine and import again; nothing was tagged by this run",
+            )
+
+    # === tag only now, then drop the staging tags
+    for check in res.checks:
+        target = check.found.image_id if check.found else str(check.image.config.digest)
+        for ref in check.image.refs:
+            current = sink.lookup(ref)
+            if current is not None and current.image_id == target:
+                continue
+            sink.tag(target, ref)
+            check.tags_applied.append(ref)
+            testhooks.reached("tagged")
+    res.leftovers = _cleanup(sink, list(staged.values()), [])
+    res.timings["totalSeconds"] = time.monotonic() - started
+    return res
+
+
+def _check_unstreamed_layers(root: str, manifest: BundleManifest, to_load: List[ImageRecord]) -> None:
+    streamed = {x.digest for image in to_load for x in image.layers}
+    for image in manifest.images:
+        for i, layer in enumerate(image.layers):
+            if layer.external or layer.digest in streamed:
+                continue
+            check_layer(root, layer, f"layer {i + 1}/{len(image.layers)} of {image.name}")
+            streamed.add(layer.digest)
+
+
+def _with_refs(image: ImageRecord, refs: tuple) -> ImageRecord:  # type: ignore[type-arg]
+    return ImageRecord(refs, image.manifest, image.config, image.layers, image.platform, label=image.name)
+
+
+def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, engine: EngineInfo, force: bool) -> None:
+    expected = expected_image_id(engine.image_store, image)  # classic: config digest; oci: manifest
+    if force or expected is None:
+        return
+    for ref in image.refs:
+        current = sink.lookup(ref)
+        if current is not None and current.image_id != expected:
+            raise TagConflict(
+                f"tagging {ref}: expected it free or on {expected[:19]}, "
+                f"found it on another image ({current.image_id[:19]})",
+                hint="nothing was loaded; re-run with --force to move the tag, or remove it first "
+                f"(docker image rm {ref})",
+            )
+
+
+def _cleanup(sink: Sink, staging_refs: List[str], image_ids: List[str]) -> List[str]:
+    """Remove staging tags (and images loaded by this run); return what could not be removed."""
+    left: List[str] = []
+    for ref in staging_refs:
+        if sink.lookup(ref) is None:
+            continue
+        try:
+            sink.remove(ref)
+        except BundleError:
+            left.append(ref)
+    for image_id in image_ids:
+        if sink.lookup(image_id) is None:
+            continue
+        try:
+            sink.remove(image_id)
+        except BundleError:
+            left.append(image_id)
+    return left

@@ -1,0 +1,239 @@
+"""Importing a schema 1 or 2 bundle (one docker-archive, importer/verify/legacy.py) into an engine.
+
+The same order as a schema-3 import (importer/pipeline/importing.py): the engine answers, one import per
+engine at a time (its lock), free space (preflight), every byte verified, tag conflicts refused,
+the archive's own ``manifest.json`` compared with bundle.json (configs, ``RepoTags``, layers);
+then the archive streamed into the engine's docker-archive loader (``docker load`` over the
+Engine API or the CLI, ``podman load``, ``ctr images import``) under staging tags, as schema 3
+loads (importer/pipeline/staging.py): a rewriting pass copies every member's bytes unchanged but replaces
+``RepoTags`` in manifest.json with ``sneakernet-staging/<run>:<n>`` and drops the members that
+could name images otherwise (``index.json``, ``oci-layout``, ``repositories``), checking the
+archive's digests again before the engine sees manifest.json. Then each image is read back
+under its staging tag and compared, only then tagged with the bundle's refs, and the staging
+tags are dropped; on any failure what this run loaded is removed.
+
+Identity: no manifest is pinned by a legacy bundle, so on Docker's classic store and podman the
+image ID must be the config digest; elsewhere (containerd, Docker's containerd store) the engine's
+config digest and diff_ids must be the bundle's, and where the engine lists layer blobs (an
+archive load stores them uncompressed) each blob's digest must be its diff_id. Engines without a
+docker-archive loader (an OCI layout, a registry) are refused before anything is read: schema 3
+is the format for those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
+
+from importer.errors import DeepMismatch, PostLoadMismatch, UsageError
+from importer.format.identity import CLASSIC, DOCKER_ARCHIVE
+from importer.format.manifest import ImageRecord
+from importer.format.refs import normalize
+from importer.pipeline.importing import TagConflict, _cleanup
+from importer.pipeline.lock import engine_lock
+from importer.pipeline.postload import ImageCheck, check_image
+from importer.pipeline.preflight import run_preflight
+from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
+from importer.sinks import EngineInfo, Sink
+from importer.streams import testhooks
+from importer.streams.commands import feed
+from importer.verify.deep import run_deep
+from importer.verify.legacy import (
+    LegacyManifest,
+    archive_pass,
+    load_legacy_manifest,
+    open_archive,
+    raise_if_problems,
+    verify_legacy,
+)
+
+
+def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw_bundle_json: bytes, major: int,
+                         lock_wait: float = 0.0, on_notice: Optional[Callable[[str], None]] = None,
+                         signature_line: str = "signature: none (schema 1 and 2 bundles carry none)",
+                         deep: bool = False) -> Any:
+    """Probe, lock, preflight, verify, load, check, tag (see the module doc). ``result`` (an
+    importing.ImportResult) is filled in as work proceeds, so a receipt can still be written
+    when this raises."""
+    started = time.monotonic()
+    manifest = load_legacy_manifest(raw_bundle_json, major)
+    kind = str(getattr(sink, "kind", "this engine"))
+    new_command = getattr(sink, "archive_command", None)
+    if new_command is None:
+        raise UsageError(
+            f"importing the schema {major} bundle {root} into {kind}: expected an engine that loads a "
+            f"docker-archive (docker, podman, containerd), found {kind}",
+            hint="nothing was changed; import it into docker, podman or containerd, or re-export the images "
+            "with `bundle export --schema 3` (the format for OCI layouts and registries)")
+    untagged = [image.name for image in manifest.images if not image.refs]
+    if untagged and kind == "containerd":
+        raise UsageError(
+            f"importing the schema {major} bundle {root} into containerd: expected every image named, "
+            f"found {len(untagged)} untagged ({', '.join(untagged[:3])})",
+            hint="nothing was changed; `ctr images import` drops unnamed images from a docker-archive: "
+            "re-export them with a tag, or with --schema 3")
+    engine = sink.probe()
+    result.engine = engine
+    store = CLASSIC if engine.image_store == CLASSIC else DOCKER_ARCHIVE
+    with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
+        result.lock_file = lock_file
+        present = {image.config.digest: _held(sink, image, engine, store) for image in manifest.images}
+        to_load = [image for image in manifest.images if not present[image.config.digest]]
+        preflight = run_preflight(manifest, engine, to_load, signature_line=signature_line,
+                                  data_root_bytes=2 * manifest.uncompressed_bytes() if to_load else None)
+        result.preflight = preflight.to_dict()
+        result.timings["preflightSeconds"] = time.monotonic() - started
+        preflight.raise_if_short()
+
+        testhooks.reached("verify")
+        report = verify_legacy(root, manifest, raw_bundle_json)
+        result.report = report
+        raise_if_problems(root, report)
+        result.timings["verifySeconds"] = time.monotonic() - started
+        for image in manifest.images:
+            _refuse_tag_conflicts(sink, image, force, TagConflict)
+        try:
+            _load_check_tag(sink, root, manifest, kind, engine, store, present, to_load, result, deep)
+        except BaseException:  # e.g. SIGINT/SIGTERM: drop this run's staging tags
+            _, left = remove_refs(sink, result.staging_refs)
+            result.leftovers = sorted(set(result.leftovers) | set(left))
+            raise
+        # staging tags of runs killed earlier; the lock guarantees no other import is running
+        result.stale_removed, left = remove_refs(sink, find_stale(sink, exclude=result.staging_refs))
+        result.leftovers += left
+    result.timings["totalSeconds"] = time.monotonic() - started
+    return result
+
+
+def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, engine: EngineInfo, store: str,
+                    present: Dict[Any, bool], to_load: List[ImageRecord], result: Any, deep: bool) -> None:
+    """Load under staging tags (every image with a ref; untagged ones are found by config),
+    read each image back and compare, (``deep``) re-export and re-hash, then tag and drop the
+    staging tags."""
+    t_load = time.monotonic()
+    staged: Dict[int, str] = {}
+    if to_load:
+        run_id = new_run_id()
+        staged = {n: staging_ref(run_id, n) for n, image in enumerate(manifest.images) if image.refs}
+        result.staging_refs = list(staged.values())
+        # podman names a docker-archive tag without a registry localhost/...: hand it the full form
+        spell = normalize if kind == "podman" else (lambda ref: ref)
+        names = [[spell(staged[n])] if n in staged else None for n in range(len(manifest.images))]
+        try:
+            _load(sink.archive_command, root, manifest, kind, names)  # type: ignore[attr-defined]
+        except BaseException:
+            result.leftovers = _cleanup(sink, list(staged.values()), [])
+            raise
+        testhooks.reached("loaded")
+    result.timings["loadSeconds"] = time.monotonic() - t_load
+
+    checks: List[ImageCheck] = []
+    for n, image in enumerate(manifest.images):
+        check = check_image(image, sink.lookup(staged.get(n) or _lookup_name(image, engine)), store)
+        if present[image.config.digest]:
+            check.status = "already-present"
+        checks.append(check)
+    result.checks = checks
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        result.leftovers = _remove_loaded(sink, checks, present, staged)
+        raise PostLoadMismatch(
+            "checking what the engine holds after loading: expected every image to match bundle.json, "
+            f"found {len(bad)} mismatch(es)",
+            context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
+            hint="the images this run loaded were removed; nothing was tagged",
+        )
+    if deep:
+        t_deep = time.monotonic()
+        _deep_check(sink, root, manifest, checks, present, staged, result)
+        result.timings["deepSeconds"] = time.monotonic() - t_deep
+    _apply_tags(sink, checks)
+    result.leftovers = _cleanup(sink, list(staged.values()), [])
+
+
+def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[ImageCheck],
+                present: Dict[Any, bool], staged: Dict[int, str], result: Any) -> None:
+    """``--deep``: export every image back out of the engine and hash each layer again (as for
+    schema 3, importer/verify/deep.py); on a mismatch remove what this run loaded. A legacy bundle
+    records no per-layer sizes: the uncompressed archive bounds every layer."""
+    bound = manifest.uncompressed_bytes()
+    originals = [c.image for c in checks]
+    for check in checks:
+        layers = tuple(dataclasses.replace(x, uncompressed_size=bound) for x in check.image.layers)
+        check.image = dataclasses.replace(check.image, layers=layers)
+    try:
+        failures = run_deep(sink, checks, root)
+    finally:
+        for check, image in zip(checks, originals):
+            check.image = image
+    if failures:
+        result.leftovers = _remove_loaded(sink, checks, present, staged)
+        raise DeepMismatch(
+            "re-exporting the images from the engine (--deep): expected every layer to hash to its diff_id, "
+            f"found {sum(1 for c in checks if c.deep and not c.deep.ok)} image(s) where one differs",
+            context="\n".join(failures),
+            hint="the engine's stored copy of those layers is damaged: remove the image (and every image sharing "
+            "the layer) from the engine and import again; the images this run loaded were removed, nothing was tagged",
+        )
+
+
+def _remove_loaded(sink: Sink, checks: List[ImageCheck], present: Dict[Any, bool],
+                   staged: Dict[int, str]) -> List[str]:
+    """Drop this run's staging tags, then remove the images this run loaded (not those already
+    present); what could not be removed."""
+    loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
+    return _cleanup(sink, list(staged.values()), loaded)
+
+
+def _lookup_name(image: ImageRecord, engine: EngineInfo) -> str:
+    return str(image.config.digest) if engine.image_store == CLASSIC or not image.refs else image.refs[0]
+
+
+def _held(sink: Sink, image: ImageRecord, engine: EngineInfo, store: str) -> bool:
+    """The engine already holds ``image`` in verified form."""
+    found = sink.lookup(_lookup_name(image, engine))
+    return found is not None and check_image(image, found, store).ok
+
+
+def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, force: bool, conflict: Any) -> None:
+    """A tag of the bundle on another image (another config) is not moved without --force."""
+    if force:
+        return
+    for ref in image.refs:
+        current = sink.lookup(ref)
+        if current is None:
+            continue
+        config = current.config_digest or current.image_id
+        if config != str(image.config.digest):
+            raise conflict(
+                f"tagging {ref}: expected it free or on config {image.config.digest.short}, "
+                f"found it on another image ({current.image_id[:19]})",
+                hint=f"nothing was loaded; re-run with --force to move the tag, or remove it first ({ref})",
+            )
+
+
+def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest, kind: str,
+          names: List[Optional[List[str]]]) -> None:
+    """Stream the archive (decompressed, hashed as it passes) into the engine's loader through
+    the rewriting pass (importer/verify/legacy.py ``archive_pass``): every member's bytes unchanged,
+    manifest.json last with the staging tags as ``RepoTags``, and only after the archive's
+    digests matched; a mismatch aborts the loader before it sees a manifest.json."""
+    def write(out: BinaryIO) -> None:
+        with open_archive(root, manifest) as reader:
+            archive_pass(reader, manifest, out=out, staged=names)
+
+    feed(new_command(f"loading {manifest.archive.path} into {kind}"), write)
+
+
+def _apply_tags(sink: Sink, checks: List[ImageCheck]) -> None:
+    """Every ref of the bundle names its image, now that it matched bundle.json (it may also have
+    been present untagged); podman gets the full form the schema-3 import uses."""
+    for check in checks:
+        assert check.found is not None
+        for ref in check.image.refs:
+            current = sink.lookup(ref)
+            if current is None or current.image_id != check.found.image_id:
+                sink.tag(check.found.image_id, ref)
+                check.tags_applied.append(ref)
+                testhooks.reached("tagged")

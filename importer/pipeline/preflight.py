@@ -1,0 +1,213 @@
+"""Import preflight: everything that can be checked before the first byte is written.
+
+Checked, in order, before the bundle's bytes are verified and before the engine is changed:
+the signature/trust policy (importer/verify/signature.py, the very first step), the schema version
+(bundle.json is read from the bytes whose signature was checked), the engine answering, and the
+free space the import needs. A failed preflight raises and changes nothing.
+
+Space rule (docs/security.md, "Preflight"): for the images not already in the engine, with U
+the sum of the uncompressed sizes of their distinct layers plus their configs,
+
+* engine data root: ``docker load`` first unpacks the whole archive into a temp dir inside
+  the data root (``<data-root>/tmp``), then stores each layer: ``2 * U``. The ``vfs`` driver
+  stores every layer as a full copy of all layers below it, so there it is ``U`` plus, for
+  each distinct layer chain, the cumulative size of the chain. Plus :data:`DATA_ROOT_MARGIN`
+  for the engine's own metadata.
+* temp dir of the importer: command output it captures, :data:`TEMP_NEED` (margin included).
+* when the data root and the temp dir share a file system, their needs add up. Layers the
+  engine already holds are counted too (``docker load`` unpacks them before it skips them).
+
+The data root is checked only when the engine is local (a ``unix://`` address) and its data
+root exists on this host; otherwise the check says it was skipped and why.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from importer.errors import SinkError
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.pipeline.postload import check_image
+from importer.sinks import EngineInfo, Sink
+from importer.streams.progress import human_bytes
+
+DATA_ROOT_MARGIN = 16 * 1024 * 1024
+TEMP_NEED = 4 * 1024 * 1024
+
+
+class InsufficientSpace(SinkError):
+    """Preflight: a file system the import writes to has less free space than it needs."""
+
+    reference = "insufficient-space"
+
+
+@dataclass
+class SpaceNeed:
+    path: str
+    purpose: str
+    need: int
+
+
+@dataclass
+class SpaceCheck:
+    paths: List[str]
+    purposes: List[str]
+    need: int
+    available: int
+
+    @property
+    def ok(self) -> bool:
+        return self.available >= self.need
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": "space", "ok": self.ok, "paths": self.paths, "purposes": self.purposes,
+                "needBytes": self.need, "availableBytes": self.available}
+
+    def text(self) -> str:
+        return (f"{' and '.join(self.paths)} ({'; '.join(self.purposes)}): need {human_bytes(self.need)} "
+                f"({self.need} bytes), available {human_bytes(self.available)} ({self.available} bytes)")
+
+
+@dataclass
+class PreflightReport:
+    checks: List[Dict[str, Any]] = field(default_factory=list)
+    space: List[SpaceCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.get("ok", False) for c in self.checks) and all(s.ok for s in self.space)
+
+    def add(self, name: str, ok: bool, detail: str) -> None:
+        self.checks.append({"name": name, "ok": ok, "detail": detail})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ok": self.ok, "checks": self.checks + [s.to_dict() for s in self.space]}
+
+    def raise_if_short(self) -> None:
+        short = [s for s in self.space if not s.ok]
+        if short:
+            raise InsufficientSpace(
+                "checking free space before importing: expected enough room, found too little on "
+                + "; ".join(s.text() for s in short),
+                context="\n".join(s.text() for s in self.space),
+                hint="nothing was changed; free space there (or point TMPDIR elsewhere for the temp dir) "
+                "and retry",
+            )
+
+
+def layer_bytes(images: Sequence[ImageRecord]) -> int:
+    """Uncompressed bytes of the distinct layers of ``images`` plus their configs: what
+    ``docker load`` receives (the archive importer/sinks/dockerarchive.py writes)."""
+    layers = {layer.diff_id: layer.uncompressed_size for image in images for layer in image.layers}
+    configs = {image.config.digest: image.config.size for image in images}
+    return sum(layers.values()) + sum(configs.values())
+
+
+def vfs_bytes(images: Sequence[ImageRecord]) -> int:
+    """What the vfs driver stores: every distinct layer chain as a full copy of itself."""
+    chains: Dict[Tuple[str, ...], int] = {}
+    for image in images:
+        total = 0
+        for i, layer in enumerate(image.layers):
+            total += layer.uncompressed_size
+            chains[tuple(str(x.diff_id) for x in image.layers[: i + 1])] = total
+    return sum(chains.values())
+
+
+def data_root_need(images: Sequence[ImageRecord], storage_driver: str) -> int:
+    """Bytes the engine's data root needs for loading ``images`` (the rule above, no margin)."""
+    archive = layer_bytes(images)
+    stored = vfs_bytes(images) if storage_driver == "vfs" else archive
+    return archive + stored
+
+
+def _existing_ancestor(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def free_bytes(path: str) -> Tuple[int, int]:
+    """(device id, bytes available to unprivileged writers) of the file system holding path."""
+    where = _existing_ancestor(path)
+    st = os.statvfs(where)
+    return os.stat(where).st_dev, st.f_bavail * st.f_frsize
+
+
+def check_space(needs: Sequence[SpaceNeed]) -> List[SpaceCheck]:
+    """Group needs by file system (needs on one file system add up), compare."""
+    by_dev: Dict[int, SpaceCheck] = {}
+    for n in needs:
+        dev, avail = free_bytes(n.path)
+        check = by_dev.get(dev)
+        if check is None:
+            check = by_dev[dev] = SpaceCheck([], [], 0, avail)
+        if n.path not in check.paths:
+            check.paths.append(n.path)
+        check.purposes.append(f"{n.purpose}: {human_bytes(n.need)}")
+        check.need += n.need
+    return list(by_dev.values())
+
+
+def images_to_load(sink: Sink, manifest: BundleManifest, engine: EngineInfo) -> List[ImageRecord]:
+    """The images the engine does not hold yet in verified form (the rule import_bundle uses)."""
+    todo: List[ImageRecord] = []
+    for image in manifest.images:
+        existing = sink.lookup(str(image.config.digest)) if engine.image_store == "classic" else None
+        if existing is None and image.refs and engine.image_store != "classic":
+            existing = sink.lookup(image.refs[0])
+        if existing is None or not check_image(image, existing, engine.image_store).ok:
+            todo.append(image)
+    return todo
+
+
+def data_root_visible(engine: EngineInfo) -> Optional[str]:
+    """Why the data root cannot be checked from here, or None when it can."""
+    if not engine.data_root:
+        return "the engine does not report its data root"
+    if not engine.address.startswith("unix://"):
+        return f"the engine at {engine.address} is not local"
+    if not os.path.isdir(engine.data_root):
+        return f"its data root {engine.data_root} is not visible on this host"
+    return None
+
+
+def run_preflight(
+    manifest: Any,
+    engine: EngineInfo,
+    to_load: Sequence[ImageRecord],
+    *,
+    signature_line: str,
+    tmpdir: Optional[str] = None,
+    data_root_bytes: Optional[int] = None,
+) -> PreflightReport:
+    """Record what was already established and check free space (call :meth:`raise_if_short`).
+    ``manifest``: a BundleManifest or a LegacyManifest (importer/verify/legacy.py), whose images carry
+    no layer sizes; then ``data_root_bytes`` (``2 x`` the uncompressed archive) replaces the rule."""
+    report = PreflightReport()
+    report.add("signature", True, signature_line)
+    report.add("schema", True, f"bundle schema {manifest.schema_version} is supported")
+    report.add("engine", True, f"{engine.kind} {engine.version} at {engine.address} answers "
+               f"(storage {engine.storage_driver}, image store {engine.image_store})")
+    needs = [SpaceNeed(tmpdir or tempfile.gettempdir(), "importer temp files", TEMP_NEED)]
+    skipped = data_root_visible(engine)
+    if skipped is None and to_load:
+        assert engine.data_root is not None
+        if data_root_bytes is not None:
+            rule, need = "2 x the uncompressed archive", data_root_bytes
+        else:
+            rule = "vfs: archive + full copy per layer chain" if engine.storage_driver == "vfs" else "2 x layers"
+            need = data_root_need(to_load, engine.storage_driver)
+        needs.append(SpaceNeed(engine.data_root, f"engine data root, {len(to_load)} image(s), {rule} + margin",
+                               need + DATA_ROOT_MARGIN))
+        report.add("data-root", True, f"checking {engine.data_root}")
+    elif skipped is None:
+        report.add("data-root", True, "nothing to load: every image is already present")
+    else:
+        report.add("data-root", True, f"not checked: {skipped}")
+    report.space = check_space(needs)
+    return report

@@ -1,0 +1,95 @@
+"""Importing into a registry (``bundle-import BUNDLE --engine registry --registry HOST:PORT``).
+
+The multi-node path: the offline host's registry receives the verified bundle and every node
+pulls from it. The sink is importer/registry/sink.py, the push the same code as ``bundle push``
+(importer/registry/push.py). The check after "loading" is the read-back: the registry keeps the
+bundle's own manifests, so the image ID is the bundle's manifest digest (identity rule
+``manifest-digest``) and the config and diff_ids must be the bundle's. Tags already naming
+another manifest are refused without ``--force``. A delta bundle completes from the registry:
+its left-out layers must be there or be mounted from another repository
+(importer/registry/delta.py), else exit 9 with nothing pushed."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, List, Optional
+
+from importer.errors import PostLoadMismatch
+from importer.format.identity import OCI
+from importer.input.opened import OpenedBundle
+from importer.pipeline.importing import ImportResult, verify_or_raise
+from importer.pipeline.postload import ImageCheck, check_image
+from importer.registry.push import PushedRef, PushReport, push_bundle
+from importer.registry.sink import RegistrySink
+from importer.sinks import EngineImage
+from importer.verify.bundle import VerifyReport
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def checks_from_push(report: PushReport) -> List[ImageCheck]:
+    """One ImageCheck per bundle image, from what the registry gave back for its tags."""
+    by_image: Dict[str, List[PushedRef]] = {}
+    for r in report.refs:
+        by_image.setdefault(str(r.image.manifest.digest), []).append(r)
+    checks: List[ImageCheck] = []
+    for refs in by_image.values():
+        image = refs[0].image
+        problems = [p for r in refs for p in r.readback.problems]
+        first = next((r.readback for r in refs if r.readback.manifest_digest), refs[0].readback)
+        found = EngineImage(image_id=first.manifest_digest, diff_ids=list(first.diff_ids),
+                            tags=[r.pullable for r in refs], config_digest=first.config_digest or None,
+                            manifest_digest=first.manifest_digest or None, problems=problems)
+        check = check_image(image, found if first.manifest_digest else None, OCI)
+        check.status = "already-present" if all(r.status == "already-present" for r in refs) else "loaded"
+        check.tags_applied = [r.pullable for r in refs if r.status != "already-present"]
+        checks.append(check)
+    return checks
+
+
+def import_to_registry(
+    bundle: OpenedBundle,
+    sink: RegistrySink,
+    *,
+    force: bool = False,
+    progress: Optional[ProgressFactory] = None,
+    result: Optional[ImportResult] = None,
+) -> ImportResult:
+    """Verify every byte of the opened bundle (against the bundle.json the signature step
+    judged), push, read back and compare; ``result`` is filled in as work proceeds."""
+    started = time.monotonic()
+    res = result or ImportResult(root=bundle.path, bundle_digest="", report=VerifyReport(root=bundle.path))
+    root = bundle.root
+    res.bundle_digest = str(bundle.digest)
+    res.report = verify_or_raise(bundle, progress=progress)
+    res.timings["verifySeconds"] = time.monotonic() - started
+    manifest = res.report.manifest
+    assert manifest is not None
+    res.engine = sink.probe()
+    t_push = time.monotonic()
+    try:
+        report = push_bundle(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,
+                             progress=progress)
+    finally:
+        sink.close()
+    sink.last_push = report
+    setattr(res, "registry_push", report.to_dict())  # noqa: B010 - the receipt's "push" section (importer/cli/main.py)
+    res.timings["loadSeconds"] = time.monotonic() - t_push
+    res.checks = checks_from_push(report)
+    bad = [c for c in res.checks if not c.ok]
+    if report.untagged:
+        bad_names = ", ".join(d[:19] for d in report.untagged)
+        raise PostLoadMismatch(
+            f"pushing to {sink.target}: expected every image to have a name, found {len(report.untagged)} "
+            f"untagged ({bad_names})",
+            hint="a registry names images by repository:tag; the tagged images were pushed and checked",
+        )
+    if bad:
+        raise PostLoadMismatch(
+            "reading back what the registry holds: expected every image to match bundle.json, "
+            f"found {len(bad)} mismatch(es)",
+            context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
+            hint="push again (blobs already there are skipped); report this with the receipt if it persists",
+        )
+    res.timings["totalSeconds"] = time.monotonic() - started
+    return res

@@ -1,0 +1,307 @@
+"""push_bundle(): the images of a verified bundle into a registry, then proof by reading back.
+
+A delta bundle first has every layer it leaves out found in the registry (importer/registry/delta.py:
+HEAD, else a repository to mount it from; none anywhere: exit 9, nothing pushed), then mounted.
+Order: every blob the registry lacks (HEAD each; a blob shared by several repositories is
+uploaded once and mounted into the others), then each manifest by its digest with its exact
+bytes and media type, then the tags (last: a tag never names an incomplete image), then read
+back every tag: the manifest's bytes must hash to the bundle's manifest digest, the config must
+be the bundle's config (its diff_ids too), and every layer must be there with its size."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from importer.errors import DigestMismatch, PolicyRejected, UsageError
+from importer.format.digest import Digest
+from importer.format.limits import MAX_CONFIG, MAX_MANIFEST
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.input.opened import BundleRoot, open_bundle_file, read_bundle_file
+from importer.registry.client import Destination, RegistryClient, map_ref
+from importer.registry.delta import DeltaPlan, external_blobs, mount_external, plan_external
+from importer.streams.threads import each as _each
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+class RegistryTagConflict(PolicyRejected):
+    reference = "tag-conflict"
+
+
+@dataclass
+class ReadBack:
+    """What the registry holds under one tag, as read back after the push."""
+
+    manifest_digest: str = ""
+    config_digest: str = ""
+    diff_ids: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"manifestDigest": self.manifest_digest, "configDigest": self.config_digest,
+                "diffIds": list(self.diff_ids), "problems": list(self.problems), "ok": self.ok}
+
+
+@dataclass
+class PushedRef:
+    image: ImageRecord
+    source_ref: str
+    destination: Destination
+    pullable: str  # REGISTRY/NAMESPACE/repo:tag as the registry's own host names it
+    tag_was: Optional[str] = None  # manifest digest the tag named before the push
+    status: str = "pushed"  # "pushed", "already-present", "tag-moved"
+    readback: ReadBack = field(default_factory=ReadBack)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "ref": self.source_ref,
+            "pushedTo": self.pullable,
+            "repository": self.destination.repository,
+            "tag": self.destination.tag,
+            "manifestDigest": str(self.image.manifest.digest),
+            "configDigest": str(self.image.config.digest),
+            "status": self.status,
+            "tagWas": self.tag_was,
+            "readBack": self.readback.to_dict(),
+        }
+
+
+@dataclass
+class PushReport:
+    target: str
+    refs: List[PushedRef] = field(default_factory=list)
+    untagged: List[str] = field(default_factory=list)
+    blobs_uploaded: int = 0
+    blobs_mounted: int = 0
+    blobs_present: int = 0
+    bytes_uploaded: int = 0
+    seconds: float = 0.0
+    stats: Dict[str, int] = field(default_factory=dict)
+    delta: Optional[DeltaPlan] = None  # a delta bundle: where its external layers were found
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.refs) and all(r.readback.ok for r in self.refs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "target": self.target,
+            "images": [r.to_dict() for r in self.refs],
+            "untagged": list(self.untagged),
+            "blobs": {"uploaded": self.blobs_uploaded, "mounted": self.blobs_mounted, "present": self.blobs_present,
+                      "bytesUploaded": self.bytes_uploaded},
+            "requests": dict(self.stats),
+            "seconds": round(self.seconds, 3),
+            "delta": self.delta.to_dict() if self.delta is not None else None,
+        }
+
+
+def plan_refs(manifest: BundleManifest, client: RegistryClient) -> Tuple[List[PushedRef], List[str]]:
+    """Where every ref of every image goes; images without a ref cannot be named in a registry."""
+    refs: List[PushedRef] = []
+    untagged: List[str] = []
+    for image in manifest.images:
+        if not image.refs:
+            untagged.append(str(image.config.digest))
+            continue
+        for ref in image.refs:
+            dest = map_ref(ref, client.target)
+            refs.append(PushedRef(image, ref, dest, dest.ref(client.target)))
+    return refs, untagged
+
+
+def _manifest_bytes(root: BundleRoot, image: ImageRecord) -> Tuple[bytes, str]:
+    raw = read_bundle_file(root, image.manifest.digest.blob_path, MAX_MANIFEST, f"the manifest of {image.name}")
+    got = Digest.of_bytes(raw)
+    if got != image.manifest.digest:
+        raise DigestMismatch(f"reading the manifest of {image.name}: expected {image.manifest.digest}, found {got}",
+                             hint="the bundle changed after it was verified; re-copy it")
+    media_type = image.manifest.media_type
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+        if isinstance(doc, dict) and isinstance(doc.get("mediaType"), str):
+            media_type = doc["mediaType"]
+    except ValueError:
+        pass
+    return raw, media_type
+
+
+def push_bundle(
+    root: BundleRoot,
+    manifest: BundleManifest,
+    client: RegistryClient,
+    *,
+    concurrency: int = 4,
+    move_tags: bool = True,
+    progress: Optional[ProgressFactory] = None,
+) -> PushReport:
+    """Push every tagged image of ``manifest`` (already verified) from ``root`` to the client's
+    registry. ``move_tags=False`` refuses to move a tag that names another manifest."""
+    started = time.monotonic()
+    report = PushReport(target=str(client.target))
+    refs, report.untagged = plan_refs(manifest, client)
+    if not refs:
+        raise UsageError("pushing: expected at least one image with a name, found only untagged images",
+                         hint="a registry names images by repository:tag; re-export them tagged")
+    raw_manifests = {r.image.manifest.digest: _manifest_bytes(root, r.image) for r in refs}
+    workers = max(1, concurrency)
+
+    # === where tags point now; refuse to move one unless allowed
+    def tag_now(r: PushedRef) -> Optional[str]:
+        return client.manifest_digest(r.destination.repository, r.destination.tag) if r.destination.tag else None
+
+    for r, digest in zip(refs, _each(workers, tag_now, refs, client.cancel)):
+        r.tag_was = digest
+    conflicts = [r for r in refs if r.tag_was and r.tag_was != str(r.image.manifest.digest)]
+    if conflicts and not move_tags:
+        first = conflicts[0]
+        raise RegistryTagConflict(
+            f"tagging {first.pullable}: expected it free or on {first.image.manifest.digest.short}, "
+            f"found it on another manifest ({first.tag_was})",
+            context="\n".join(f"{r.pullable}: {r.tag_was}" for r in conflicts),
+            hint="nothing was pushed; re-run with --force to move the tag",
+        )
+
+    # === a delta: every layer the bundle leaves out is in place or can be mounted, before any upload
+    outside = external_blobs([(r.destination, r.image.name, r.image.layers) for r in refs])
+    if outside:
+        report.delta = plan_external(client, outside, workers=workers)
+        mount_external(client, report.delta, workers=workers)
+    elsewhere = {(b.repository, b.layer.digest) for b in outside}
+
+    # === blobs: which (repository, blob) pairs are missing
+    sizes: Dict[Digest, int] = {}
+    needed: Dict[Tuple[str, Digest], None] = {}
+    for r in refs:
+        blobs = [(r.image.config.digest, r.image.config.size)] + [(x.digest, x.size) for x in r.image.layers]
+        for blob_digest, blob_size in blobs:
+            sizes[blob_digest] = blob_size
+            if (r.destination.repository, blob_digest) not in elsewhere:  # never upload an external blob
+                needed.setdefault((r.destination.repository, blob_digest), None)
+    pairs = list(needed)
+
+    def present(pair: Tuple[str, Digest]) -> bool:
+        found = client.blob_size(*pair)
+        return found is not None and (found < 0 or found == sizes[pair[1]])
+
+    missing = [pair for pair, here in zip(pairs, _each(workers, present, pairs, client.cancel)) if not here]
+    report.blobs_present = len(pairs) - len(missing)
+    first_repo: Dict[Digest, str] = {}
+    for repo, blob_digest in missing:
+        first_repo.setdefault(blob_digest, repo)
+    uploads = list(first_repo.items())
+    on_bytes = progress("push", sum(sizes[d] for d, _ in uploads)) if progress is not None else None
+
+    def upload(item: Tuple[Digest, str]) -> None:
+        digest, repo = item
+        client.upload_blob(repo, digest, sizes[digest], lambda: open_bundle_file(root, digest.blob_path), on_bytes)
+
+    _each(workers, upload, uploads, client.cancel)
+    report.blobs_uploaded = len(uploads)
+    report.bytes_uploaded = sum(sizes[d] for d, _ in uploads)
+
+    # === the same blobs into the other repositories: mount, else upload
+    others = [(repo, digest) for repo, digest in missing if first_repo[digest] != repo]
+
+    def mount(pair: Tuple[str, Digest]) -> bool:
+        repo, digest = pair
+        if client.mount_blob(repo, digest, first_repo[digest]):
+            return True
+        client.upload_blob(repo, digest, sizes[digest], lambda: open_bundle_file(root, digest.blob_path), on_bytes)
+        return False
+
+    mounted = _each(workers, mount, others, client.cancel)
+    report.blobs_mounted = sum(1 for m in mounted if m)
+    report.blobs_uploaded += sum(1 for m in mounted if not m)
+    report.bytes_uploaded += sum(sizes[d] for (_, d), m in zip(others, mounted) if not m)
+    if report.delta is not None:
+        report.blobs_present += report.delta.count("present")
+        report.blobs_mounted += report.delta.count("mounted")
+        missing += report.delta.pairs("mounted")
+
+    # === manifests by digest, then the tags
+    sent_manifests = set()
+    for r in refs:
+        key = (r.destination.repository, r.image.manifest.digest)
+        if key in sent_manifests:
+            continue
+        sent_manifests.add(key)
+        if client.manifest_digest(r.destination.repository, str(r.image.manifest.digest)) is None:
+            raw, media_type = raw_manifests[r.image.manifest.digest]
+            client.put_manifest(r.destination.repository, str(r.image.manifest.digest), raw, media_type)
+    for r in refs:
+        want = str(r.image.manifest.digest)
+        if r.tag_was == want:
+            r.status = "already-present"
+            continue
+        if r.destination.tag:
+            raw, media_type = raw_manifests[r.image.manifest.digest]
+            client.put_manifest(r.destination.repository, r.destination.tag, raw, media_type)
+        r.status = "tag-moved" if r.tag_was else "pushed"
+    if report.blobs_uploaded or report.blobs_mounted:
+        for r in refs:
+            if r.status == "already-present" and _uses_any(r, missing):
+                r.status = "pushed"
+
+    # === read back
+    for r, rb in zip(refs, _each(workers, lambda r: read_back(client, r, sizes), refs, client.cancel)):
+        r.readback = rb
+    report.refs = refs
+    report.stats = client.stats.to_dict()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _uses_any(r: PushedRef, pairs: List[Tuple[str, Digest]]) -> bool:
+    mine = {r.image.config.digest} | {x.digest for x in r.image.layers}
+    return any(repo == r.destination.repository and d in mine for repo, d in pairs)
+
+
+def read_back(client: RegistryClient, r: PushedRef, sizes: Dict[Digest, int]) -> ReadBack:
+    """Read the tag back: exact manifest bytes, config and diff_ids, every layer present."""
+    rb = ReadBack()
+    repo = r.destination.repository
+    reference = r.destination.tag or str(r.image.manifest.digest)
+    got = client.get_manifest(repo, reference, MAX_MANIFEST)
+    if got is None:
+        rb.problems.append(f"{r.pullable}: the registry does not have it")
+        return rb
+    raw, _media_type, header_digest = got
+    rb.manifest_digest = str(Digest.of_bytes(raw))
+    want = str(r.image.manifest.digest)
+    if rb.manifest_digest != want:
+        rb.problems.append(f"manifest: expected {want}, found {rb.manifest_digest}")
+    if header_digest and header_digest != rb.manifest_digest:
+        rb.problems.append(f"manifest: the registry names it {header_digest}, its bytes hash to {rb.manifest_digest}")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        rb.problems.append("manifest: not JSON")
+        return rb
+    config: Dict[str, Any] = doc["config"] if isinstance(doc, dict) and isinstance(doc.get("config"), dict) else {}
+    rb.config_digest = str(config.get("digest", ""))
+    try:
+        cfg_raw = client.get_blob(repo, r.image.config.digest, MAX_CONFIG)
+        if Digest.of_bytes(cfg_raw) != r.image.config.digest:
+            rb.problems.append(f"config: expected {r.image.config.digest}, found {Digest.of_bytes(cfg_raw)}")
+        cfg = json.loads(cfg_raw.decode("utf-8"))
+        rootfs: Dict[str, Any] = cfg["rootfs"] if isinstance(cfg, dict) and isinstance(cfg.get("rootfs"), dict) else {}
+        ids: List[Any] = rootfs["diff_ids"] if isinstance(rootfs.get("diff_ids"), list) else []
+        rb.diff_ids = [str(x) for x in ids]
+    except ValueError:
+        rb.problems.append("config: not JSON")
+    for layer in r.image.layers:
+        size = client.blob_size(repo, layer.digest)
+        if size is None:
+            rb.problems.append(f"layer {layer.digest.short}: missing from {repo}")
+        elif size >= 0 and size != sizes.get(layer.digest, layer.size):
+            rb.problems.append(f"layer {layer.digest.short}: expected {layer.size} bytes, found {size}")
+    return rb

@@ -1,0 +1,57 @@
+"""Test-only hold points: with ``SNEAKERNET_TEST_HOLD_AT=<point>`` the importer writes its pid
+to ``$SNEAKERNET_TEST_HOLD_FILE`` when it reaches that point and sleeps there (at most
+``$SNEAKERNET_TEST_HOLD_SECONDS``, default 120), so a test can kill it at an exact step
+(tests/test_interrupt.py). Without the variable every call is a no-op.
+
+Points: ``verify`` (bytes are being verified), ``load`` (``docker load`` is receiving layer
+bytes), ``loaded`` (the engine holds the staged images; nothing checked or tagged yet),
+``tagged`` (the first user tag is applied; staging tags not yet dropped)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable, Optional, Set
+
+from importer.streams.signals import stop_requested
+
+HOLD_ENV = "SNEAKERNET_TEST_HOLD_AT"
+_done: Set[str] = set()
+_lock = threading.Lock()
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def reached(point: str) -> None:
+    if os.environ.get(HOLD_ENV) != point:
+        return
+    with _lock:
+        if point in _done:
+            return
+        _done.add(point)
+    marker = os.environ.get("SNEAKERNET_TEST_HOLD_FILE")
+    if marker:
+        with open(marker, "w") as f:
+            f.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + float(os.environ.get("SNEAKERNET_TEST_HOLD_SECONDS", "120"))
+    while time.monotonic() < deadline and not stop_requested():
+        time.sleep(0.05)
+
+
+def wrap_progress(progress: Optional[ProgressFactory]) -> Optional[ProgressFactory]:
+    """Progress callbacks that also pass the ``verify``/``load`` hold points (by label)."""
+    if not os.environ.get(HOLD_ENV):
+        return progress
+
+    def factory(label: str, total: int) -> Callable[[int], None]:
+        inner = progress(label, total) if progress is not None else None
+
+        def on_bytes(n: int) -> None:
+            if inner is not None:
+                inner(n)
+            reached(label)
+
+        return on_bytes
+
+    return factory

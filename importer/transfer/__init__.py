@@ -1,0 +1,1 @@
+"""Moving a bundle between disks: the resumable, verified copy."""

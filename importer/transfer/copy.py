@@ -1,0 +1,394 @@
+"""copy_bundle(): copy a bundle (folder, tar or parts) to a destination folder, resumably.
+
+Stdlib only: it runs as ``bundle copy`` on the online side and as ``bundle-import copy`` (the
+zipapp) on the offline side, e.g. from a USB stick to local disk.
+
+Files already at the destination with the right digest are skipped; a file cut short by an
+interruption (``NAME.partial``) is resumed from its length, and its digest is checked over the
+whole file (prefix included) before it is renamed into place; everything is fsynced. The copy
+ends with a full verification of the destination. Interrupting it at any point (even SIGKILL)
+and re-running finishes the job.
+
+Nothing below SRC is trusted: every source file is opened with ``fsutil.open_regular`` (a
+regular file of the recorded size, no link followed on the way, no FIFO or device) and read no
+further than its recorded size + 1 byte; all of them are checked before anything is written.
+At DST no link is followed either (a link or FIFO under a name the copy writes is replaced).
+
+- folder SRC: DST becomes the bundle folder (blobs first, bundle.json and SHA256SUMS last).
+- tar SRC: DST/FILE.tar (+ DST/bundle-import.pyz when SRC has one beside it).
+- parts SRC: DST/FILE.tar.partNNN, DST/bundle-import.pyz, then DST/FILE.tar.parts.json last."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
+
+from importer.errors import (
+    DestinationInUse,
+    DigestMismatch,
+    ManifestError,
+    MissingBlob,
+    UnwritableDestination,
+    UsageError,
+    VerificationFailed,
+)
+from importer.format.digest import CHUNK, Digest
+from importer.format.limits import MAX_BUNDLE_JSON, read_limited
+from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, SUMS_FILE, load_bundle_manifest
+from importer.input.archive import ArchiveReader, locate
+from importer.input.opened import open_bundle
+from importer.streams.fsutil import describe_mode, fsync_dir, open_regular, read_exactly
+from importer.verify.archive import verify_opened
+from importer.verify.bundle import VerifyReport
+
+ProgressFn = Callable[[int], None]
+PARTIAL = ".partial"
+_METADATA_MAX = 16 * 1024 * 1024  # bundle.json, index.json, SHA256SUMS, a parts index: compared before copying
+
+
+@dataclass
+class CopyItem:
+    src: str
+    rel: str  # path under DST
+    size: int
+    digest: Optional[Digest]  # pinned; None: compare with the source's own digest when needed
+    root: str = ""  # src is read below this folder without following a link ("": its own folder)
+
+    def open(self) -> BinaryIO:
+        """The source, only if it is still a regular file of ``size`` bytes reached without a link."""
+        return open_regular(self.src, f"copying {self.rel}", self.size, root=self.root or os.path.dirname(self.src))
+
+
+@dataclass
+class CopyResult:
+    src: str
+    dst: str
+    kind: str
+    copied: List[str] = field(default_factory=list)
+    resumed: List[str] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)
+    bytes_copied: int = 0
+    seconds: float = 0.0
+    verification: Optional[VerifyReport] = None
+    target: str = ""  # what to import on the far side (DST, DST/FILE.tar or the parts index)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "kind": self.kind,
+            "bundle": self.target,
+            "copied": self.copied,
+            "resumed": self.resumed,
+            "skipped": self.skipped,
+            "bytesCopied": self.bytes_copied,
+            "seconds": round(self.seconds, 3),
+            "verification": self.verification.to_dict() if self.verification else None,
+        }
+
+
+class _Throttle:
+    """At most ``rate`` bytes per second (``--bwlimit``), averaged since the start."""
+
+    def __init__(self, rate: Optional[int]) -> None:
+        self.rate = rate
+        self.start = time.monotonic()
+        self.done = 0
+
+    def __call__(self, n: int) -> None:
+        if not self.rate:
+            return
+        self.done += n
+        ahead = self.done / self.rate - (time.monotonic() - self.start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def _probe(path: str, root: str, what: str, size: Optional[int] = None) -> int:
+    """Check that ``path`` is a regular file (of ``size`` bytes) below ``root``; its size."""
+    with open_regular(path, what, size, root=root) as f:
+        return os.fstat(f.fileno()).st_size
+
+
+def _read_small(path: str, root: str, limit: int, what: str) -> bytes:
+    with open_regular(path, f"copying {what}", root=root) as f:
+        return read_limited(f, limit, what)
+
+
+def _optional(root: str, name: str, size: Optional[int] = None) -> Optional[CopyItem]:
+    """A CopyItem for root/name if anything is there (a link or special file is refused), else None."""
+    full = os.path.join(root, name)
+    if not os.path.lexists(full):
+        return None
+    return CopyItem(full, name, _probe(full, root, f"copying {name}", size), None, root)
+
+
+def plan_copy(src: str) -> Tuple[str, List[CopyItem], str]:
+    """(kind, files in copy order, what to import at DST relative to it).
+
+    SRC itself may be reached through a link (the user named it); nothing below it is: every
+    file to copy is checked here, before anything is written, to be a regular file of the
+    recorded size reached without following a link (importer.streams.fsutil.open_regular)."""
+    loc = locate(os.path.realpath(src))
+    items: List[CopyItem] = []
+    if loc.kind == "folder":
+        root = loc.path
+        try:
+            raw_bj = _read_small(os.path.join(root, BUNDLE_JSON), root, MAX_BUNDLE_JSON, BUNDLE_JSON)
+        except MissingBlob:
+            raise ManifestError(f"copying the bundle {src}: expected its manifest {BUNDLE_JSON} in it, found none",
+                                hint="pass the folder holding bundle.json, FILE.tar, or FILE.tar.parts.json") from None
+        manifest = load_bundle_manifest(raw_bj, where=os.path.join(root, BUNDLE_JSON))
+        files = sorted(manifest.files, key=lambda f: (not f.path.startswith("blobs/"), -f.size, f.path))
+        for f in files:
+            full = os.path.join(root, *f.path.split("/"))
+            _probe(full, root, f"copying {f.path}", f.size)
+            items.append(CopyItem(full, f.path, f.size, f.digest, root))
+        for extra in (SIGNATURE_FILE, SUMS_FILE):
+            item = _optional(root, extra)
+            if item is not None:
+                items.append(item)
+        items.append(CopyItem(os.path.join(root, BUNDLE_JSON), BUNDLE_JSON, len(raw_bj), Digest.of_bytes(raw_bj), root))
+        return "folder", items, ""
+    directory = os.path.dirname(os.path.abspath(loc.path))
+    name = os.path.basename(loc.path)
+    _probe(os.path.join(directory, name), directory, f"copying {name}")
+    reader = ArchiveReader(loc.path)
+    if reader.index is None:
+        beside = _optional(directory, IMPORTER_PYZ)
+        if beside is not None:
+            items.append(beside)
+        items.append(CopyItem(reader.path, name, _probe(reader.path, directory, f"copying {name}"), None, directory))
+        return "tar", items, name
+    for rec in reader.index.parts:  # a link or special file is refused before part_issues() looks at it
+        if os.path.lexists(os.path.join(directory, rec.name)):
+            _probe(os.path.join(directory, rec.name), directory, f"copying {rec.name}")
+    bad = reader.part_issues()
+    if bad:
+        raise VerificationFailed(
+            f"copying {reader.path}: expected every part the index lists, found {len(bad)} problem(s)",
+            bad, context="\n".join(f"[{i.id}] {i.path}: {i.message}" for i in bad),
+            hint="copy the missing or short parts from the source medium first",
+        )
+    for rec in reader.index.parts:
+        items.append(CopyItem(os.path.join(directory, rec.name), rec.name, rec.size, rec.digest, directory))
+    imp = reader.index.importer
+    if imp is not None:
+        beside = _optional(directory, IMPORTER_PYZ, imp.size)
+        if beside is not None:
+            beside.digest = imp.digest
+            items.append(beside)
+    raw_index = _read_small(reader.path, directory, 16 * 1024 * 1024, name)
+    items.append(CopyItem(reader.path, name, len(raw_index), Digest.of_bytes(raw_index), directory))
+    return "parts", items, name
+
+
+def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], ProgressFn]] = None,
+                bwlimit: Optional[int] = None) -> CopyResult:
+    """Copy, resume, verify. Raises VerificationFailed if the copy does not verify, and only
+    BundleError subclasses otherwise (an OSError at DST is UnwritableDestination)."""
+    started = time.monotonic()
+    kind, items, target = plan_copy(src)
+    dst = os.path.abspath(dst)
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise UsageError(f"copying to {dst}: expected a folder, found a file")
+    real_src, real_dst = os.path.realpath(src), os.path.realpath(dst)
+    if real_src == real_dst or os.path.dirname(real_src) == real_dst:
+        raise UsageError(f"copying {src} to {dst}: expected another place, found the source itself")
+    check_destination(dst, items)
+    result = CopyResult(src=os.path.abspath(src), dst=dst, kind=kind,
+                        target=os.path.join(dst, target) if target else dst)
+    on_bytes = progress("copy", sum(i.size for i in items)) if progress is not None else None
+    throttle = _Throttle(bwlimit)
+    try:
+        os.makedirs(dst, exist_ok=True)
+        for item in items:
+            outcome, n = copy_file(item, dst, on_bytes=on_bytes, throttle=throttle)
+            result.bytes_copied += n
+            {"copied": result.copied, "resumed": result.resumed, "skipped": result.skipped}[outcome].append(item.rel)
+    except OSError as e:  # the source side raises typed errors (open_regular): this is DST
+        where = f" {e.filename}" if e.filename else ""
+        raise UnwritableDestination(f"copying to {dst}: expected to write{where}, found an error ({e.strerror})",
+                                    hint="check DST's permissions and free space, then run the copy again: "
+                                    "it resumes") from None
+    report = verify_opened(open_bundle(result.target))
+    result.verification = report
+    result.seconds = time.monotonic() - started
+    if not report.ok:
+        raise VerificationFailed(
+            f"verifying the copy {result.target}: expected every file to match, found {len(report.problems)} "
+            "problem(s)", report.problems, context="\n".join(str(p) for p in report.problems[:50]),
+            hint="the source itself may be damaged: verify it with bundle-import SRC --verify-only",
+        )
+    return result
+
+
+def check_destination(dst: str, items: List[CopyItem]) -> None:
+    """DST must be new, empty, or a copy of this same bundle, whole or partial: nothing in it but
+    the files this copy writes (or their ``.partial`` files) and their folders, and its metadata
+    files (bundle.json, index.json, oci-layout, SHA256SUMS, the parts index: all but blobs and
+    parts), where present under their final name, the same bytes as the source's. Anything else
+    (an unrelated folder, another bundle, an OCI layout) is refused before a byte is written."""
+    if not os.path.isdir(dst):
+        return
+    files = {i.rel for i in items} | {i.rel + PARTIAL for i in items}
+    folders = {"/".join(i.rel.split("/")[:n]) for i in items for n in range(1, i.rel.count("/") + 1)}
+    foreign: List[str] = []
+    for here, dirnames, filenames in os.walk(dst):  # links are listed, never followed
+        prefix = os.path.relpath(here, dst).replace(os.sep, "/")
+        prefix = "" if prefix == "." else prefix + "/"
+        keep = []
+        for name in sorted(dirnames):
+            rel = prefix + name
+            if rel not in folders:
+                foreign.append(rel + "/")
+            elif not os.path.islink(os.path.join(here, name)):  # a link there: refused by copy_file, unfollowed
+                keep.append(name)
+        dirnames[:] = keep
+        foreign.extend(prefix + name for name in sorted(filenames) if prefix + name not in files)
+        if len(foreign) > 3:
+            break
+    found = ""
+    if foreign:
+        found = f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, which this bundle does not hold"
+    else:  # the metadata under its final name (an interrupted copy writes NAME.partial first) must be ours
+        for item in items:
+            at = os.path.join(dst, *item.rel.split("/"))
+            small = item.size <= _METADATA_MAX and not item.rel.startswith("blobs/")
+            if small and os.path.lexists(at) and not _same_or_not_a_file(at, item):
+                found = f"another bundle or layout ({item.rel} differs from the source's)"
+                break
+    if found:
+        raise DestinationInUse(
+            f"copying to {dst}: expected a new or empty folder, or a copy of this same bundle to resume, found {found}",
+            hint="copy into a new folder (e.g. DST/NAME); a copy never merges into other files")
+
+
+def _same_or_not_a_file(path: str, item: CopyItem) -> bool:
+    """Whether ``path`` holds ``item``'s bytes; a link or special file there counts as the same
+    (copy_file replaces it without following it)."""
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        return True
+    return _same(path, item)
+
+
+def _digest_of(f: BinaryIO, size: int, path: str, what: str) -> Digest:
+    h = hashlib.sha256()
+    for data in read_exactly(f, size, path, what, chunk=CHUNK):
+        h.update(data)
+    return Digest("sha256", h.hexdigest())
+
+
+def _source_digest(item: CopyItem) -> Digest:
+    with item.open() as f:
+        return _digest_of(f, item.size, item.src, f"copying {item.rel}")
+
+
+def _same(path: str, item: CopyItem) -> bool:
+    """Whether DST already holds the file: a regular file (not a link) of the right size and digest."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != item.size:
+        return False
+    with open_regular(path, f"checking the copy of {item.rel}", item.size) as f:
+        got = _digest_of(f, item.size, path, f"checking the copy of {item.rel}")
+    return got == (item.digest if item.digest is not None else _source_digest(item))
+
+
+def _dst_folders(dst_dir: str, rel: str) -> str:
+    """Create the folders of DST/rel without following a link: a link or file in their place is refused."""
+    here = dst_dir
+    for name in rel.split("/")[:-1]:
+        here = os.path.join(here, name)
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            os.mkdir(here)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnwritableDestination(f"copying {rel} to {dst_dir}: expected a folder at {here}, found "
+                                        f"{describe_mode(st.st_mode)}", hint="remove it, or copy to an empty DST")
+    return os.path.join(here, rel.split("/")[-1])
+
+
+def _clear(path: str, rel: str) -> int:
+    """The size of the regular file at ``path`` (0 if none); a link or special file there is removed."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size
+    if stat.S_ISDIR(st.st_mode):
+        raise UnwritableDestination(f"copying {rel}: expected a file or nothing at {path}, found a folder",
+                                    hint="remove it, or copy to an empty DST")
+    os.unlink(path)  # a link or special file: removes the name only, never what it points at
+    return 0
+
+
+def _open_partial(path: str, append: bool) -> BinaryIO:
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_APPEND if append else os.O_TRUNC
+    return os.fdopen(os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644), "ab" if append else "wb")
+
+
+def copy_file(item: CopyItem, dst_dir: str, *, on_bytes: Optional[ProgressFn] = None,
+              throttle: Optional[Callable[[int], None]] = None) -> Tuple[str, int]:
+    """("skipped"|"copied"|"resumed", bytes written) for one file.
+
+    The source is opened with open_regular (a regular file of item.size bytes, no link followed)
+    and never read past item.size + 1 bytes; the file appears under its final name only once
+    its digest matched."""
+    final = _dst_folders(dst_dir, item.rel)
+    if _clear(final, item.rel) and _same(final, item):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(final + PARTIAL)  # left by a run killed after the rename's fsync
+        if on_bytes is not None:
+            on_bytes(item.size)
+        return "skipped", 0
+    partial = final + PARTIAL
+    what = f"copying {item.rel}"
+    for attempt in (1, 2):
+        start = _clear(partial, item.rel)
+        if start > item.size:
+            os.unlink(partial)
+            start = 0
+        h = hashlib.sha256()
+        written = 0
+        with item.open() as f, _open_partial(partial, append=bool(start)) as out:
+            if start:
+                with open_regular(partial, f"resuming {item.rel}", start) as prefix:  # what an earlier run wrote
+                    for data in read_exactly(prefix, start, partial, f"resuming {item.rel}", chunk=CHUNK):
+                        h.update(data)
+                if on_bytes is not None:
+                    on_bytes(start)
+            f.seek(start)
+            for data in read_exactly(f, item.size - start, item.src, what, chunk=CHUNK):
+                out.write(data)
+                h.update(data)
+                written += len(data)
+                if on_bytes is not None:
+                    on_bytes(len(data))
+                if throttle is not None:
+                    throttle(len(data))
+            out.flush()
+            os.fsync(out.fileno())
+        got = Digest("sha256", h.hexdigest())
+        want = item.digest if item.digest is not None else (_source_digest(item) if start else got)
+        if got == want:
+            os.replace(partial, final)
+            fsync_dir(os.path.dirname(final))
+            return ("resumed" if start else "copied"), written
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        if attempt == 2 or not start:
+            raise DigestMismatch(
+                f"copying {item.rel}: expected {want}, found {got}",
+                hint="the source is damaged (or changed during the copy): "
+                "verify it with bundle-import SRC --verify-only",
+            )
+    raise AssertionError("unreachable")  # pragma: no cover

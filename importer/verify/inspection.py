@@ -1,0 +1,91 @@
+"""inspect_bundle(): what a bundle holds, from bundle.json alone (reads no blob)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List
+
+from importer.format.digest import Digest
+from importer.format.manifest import load_bundle_manifest
+from importer.input.opened import open_bundle
+from importer.verify.legacy import load_legacy_manifest
+
+
+def inspect_bundle(root: str) -> Dict[str, Any]:
+    """``root`` is a bundle folder, a bundle tar or its parts index (bundle.json read in place)."""
+    bundle = open_bundle(root)
+    raw = bundle.raw_bundle_json
+    signed = bundle.raw_signature is not None
+    major = bundle.schema_major()
+    if major in (1, 2):
+        return _inspect_legacy(root, raw, major)
+    manifest = load_bundle_manifest(raw)
+    users: Dict[Digest, List[str]] = {}
+    for image in manifest.images:
+        for layer in image.layers:
+            names = users.setdefault(layer.digest, [])
+            if image.name not in names:
+                names.append(image.name)
+    images: List[Dict[str, Any]] = []
+    for image in manifest.images:
+        images.append({
+            "refs": list(image.refs),
+            "platform": image.platform,
+            "manifestDigest": str(image.manifest.digest),
+            "configDigest": str(image.config.digest),
+            "compressedSize": sum(x.size for x in image.layers),
+            "uncompressedSize": sum(x.uncompressed_size for x in image.layers),
+            "layers": [
+                {**layer.to_dict(), "sharedWith": [n for n in users[layer.digest] if n != image.name]}
+                for layer in image.layers
+            ],
+        })
+    shared = [
+        {"digest": str(d), "images": names} for d, names in users.items() if len(names) > 1
+    ]
+    return {
+        "bundle": bundle.path,
+        "bundleDigest": str(bundle.digest),
+        "schemaVersion": manifest.schema_version,
+        "created": manifest.created,
+        "toolVersion": manifest.tool_version,
+        "source": manifest.source,
+        "signed": signed,
+        "images": images,
+        "sharedLayers": shared,
+        "delta": None if not manifest.is_delta else {
+            "requires": [
+                {"diffId": str(x.diff_id), "uncompressedSize": x.uncompressed_size,
+                 "usedBy": [i.name for i in manifest.images if x in i.layers]}
+                for x in manifest.external_layers()
+            ],
+        },
+        "totals": {
+            "files": len(manifest.files),
+            "bytes": manifest.compressed_bytes(),
+            "uniqueLayers": len(manifest.unique_layers()),
+            "uncompressedBytes": manifest.uncompressed_bytes(),
+        },
+    }
+
+
+def _inspect_legacy(root: str, raw: bytes, major: int) -> Dict[str, Any]:
+    m = load_legacy_manifest(raw, major)
+    return {
+        "bundle": os.path.abspath(root),
+        "bundleDigest": str(Digest.of_bytes(raw)),
+        "schemaVersion": m.schema_version,
+        "created": m.created,
+        "toolVersion": m.tool_version,
+        "source": m.source,
+        "signed": False,
+        "archive": m.archive.to_dict(),
+        "images": [
+            {"refs": list(i.refs), "configDigest": str(i.config.digest), "compressedSize": 0,
+             "uncompressedSize": 0, "layers": [{"diffId": str(x.diff_id), "sharedWith": []} for x in i.layers]}
+            for i in m.images
+        ],
+        "sharedLayers": [],
+        "totals": {"files": len(m.files), "bytes": m.compressed_bytes(), "uniqueLayers": None,
+                   "uncompressedBytes": m.uncompressed_size},
+    }
