@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -214,9 +213,4 @@ def engine_image_from_inspect(doc: Any, image_store: str = "classic") -> EngineI
     )
 
 
-_LOADED_RE = re.compile(r"Loaded image(?: ID)?: (\S+)")
 
-
-def loaded_names(output: str) -> List[str]:
-    """Image IDs or names from `docker load` output."""
-    return _LOADED_RE.findall(output)
