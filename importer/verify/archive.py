@@ -33,10 +33,11 @@ from importer.format.mediatypes import compression_of
 from importer.format.problems import Problem
 from importer.format.sums import parse_sums
 from importer.input.archive import ArchiveReader, ConcatFile, PartIssue
-from importer.input.layers import HashingReader, LayerReader
+from importer.input.layers import LayerReader
 from importer.input.opened import OpenedBundle
 from importer.input.safetar import BUNDLE_POLICY, DIR, SafeTarReader, UnsafeArchive
 from importer.streams.compression import open_decompressed
+from importer.streams.readers import HashingReader
 from importer.verify.bundle import (
     VerifyReport,
     _check_layout,

@@ -342,7 +342,7 @@ class _ArchiveReader:
 def _archive_reader(f: BinaryIO, manifest: LegacyManifest) -> Iterator[_ArchiveReader]:
     """An ``_ArchiveReader`` over the open archive ``f``: at most its pinned size is read, and
     at most the pinned uncompressed size comes out."""
-    from importer.input.layers import HashingReader
+    from importer.streams.readers import HashingReader
 
     f.seek(0)
     raw = HashingReader(_Pinned(f, manifest.archive.size))
