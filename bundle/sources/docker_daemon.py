@@ -292,9 +292,9 @@ def _read_docker_save(
                     layers[name] = store.write_layer(PrefixedReader(head, f), compression=compression,
                                                      level=level, on_bytes=on_bytes)
                 else:
-                    docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)  # type: ignore[arg-type]
+                    docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)
             elif top_json:
-                docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)  # type: ignore[arg-type]
+                docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)
     if "manifest.json" not in docs:
         raise SourceError("reading the `docker save` stream: expected manifest.json, found none",
                           hint="the engine returned an incomplete archive; retry, or check `docker save` by hand")

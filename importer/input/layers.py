@@ -106,7 +106,7 @@ def open_layer(root: BundleRoot, layer: LayerRecord, what: str) -> Iterator[Laye
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
         raw = HashingReader(f)
         with open_decompressed(
-            raw, compression_of(layer.media_type), bound=layer.uncompressed_size, what=what  # type: ignore[arg-type]
+            raw, compression_of(layer.media_type), bound=layer.uncompressed_size, what=what
         ) as plain:
             yield LayerReader(raw, plain, layer, what)
 

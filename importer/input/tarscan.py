@@ -159,7 +159,7 @@ def hash_member(raw: Any, path: str, *, bound: int, on_bytes: Optional[ProgressF
     else:
         plain = None
         try:
-            with open_decompressed(hashing, compression, bound=bound, what=path) as reader:  # type: ignore[arg-type]
+            with open_decompressed(hashing, compression, bound=bound, what=path) as reader:
                 while True:
                     data = reader.read(CHUNK)
                     if not data:

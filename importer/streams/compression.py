@@ -14,7 +14,7 @@ import gzip
 import importlib
 import shutil
 import sys
-from typing import Any, BinaryIO, ContextManager, Iterator, List, Optional
+from typing import Any, BinaryIO, ContextManager, Iterator, List, Optional, cast
 
 from importer.errors import BundleError, DecompressFailed, LimitExceeded
 from importer.format.digest import CHUNK
@@ -113,13 +113,13 @@ class BoundedReader:
 
 @contextlib.contextmanager
 def open_decompressed(
-    raw: BinaryIO, compression: str, *, bound: int, what: str
+    raw: Readable, compression: str, *, bound: int, what: str
 ) -> Iterator[BoundedReader]:
     """Yield a reader of the decompressed bytes of ``raw``. The caller closes ``raw``."""
     if compression == "none":
         yield BoundedReader(raw, bound, what)
     elif compression == "gzip":
-        with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+        with gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") as gz:  # reading forward only calls read()
             yield BoundedReader(gz, bound, what)
     elif compression == "zstd":
         mod = _zstd_module()

@@ -8,15 +8,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable, Optional, Protocol, cast
 
-from importer.format.digest import CHUNK, Digest
+from importer.format.digest import CHUNK, Digest, Readable
+
+__all__ = ["HashingReader", "HashingWriter", "PrefixedReader", "Readable", "Writable"]
 
 ProgressFn = Callable[[int], None]
-
-
-class Readable(Protocol):
-    """Anything with ``read(n) -> bytes``: a file, a decompressor, one of the readers below."""
-
-    def read(self, __n: int = -1) -> bytes: ...
 
 
 class Writable(Protocol):

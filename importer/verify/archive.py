@@ -154,7 +154,7 @@ def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
             hint="write the archive with `bundle pack DIR FILE.tar` (bundle.json must come first), "
             "or unpack it and import the folder",
         )
-    raw_bj = read_limited(data(), limits.MAX_BUNDLE_JSON, BUNDLE_JSON)  # type: ignore[arg-type]
+    raw_bj = read_limited(data(), limits.MAX_BUNDLE_JSON, BUNDLE_JSON)
     if opened_with is not None and raw_bj != opened_with:
         add(Problem("digest-mismatch", BUNDLE_JSON,
                     f"expected the bundle.json the bundle was opened with ({Digest.of_bytes(opened_with)}), "
@@ -184,7 +184,7 @@ def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
                 continue
             if name == SUMS_FILE:
                 sums_seen = True
-                sums, sum_problems = parse_sums(read_limited(data(), limits.MAX_SUMS, SUMS_FILE))  # type: ignore[arg-type]
+                sums, sum_problems = parse_sums(read_limited(data(), limits.MAX_SUMS, SUMS_FILE))
                 for text in sum_problems:
                     add(Problem("sums-invalid", SUMS_FILE, text))
                 continue
@@ -297,7 +297,7 @@ def _check_member(name: str, raw: HashingReader, want: Digest, layer: Optional[L
     """Check one member as it streams past; return its problem, if any."""
     if layer is not None:
         try:
-            with open_decompressed(raw, compression_of(layer.media_type),  # type: ignore[arg-type]
+            with open_decompressed(raw, compression_of(layer.media_type),
                                    bound=layer.uncompressed_size, what=what) as plain:
                 LayerReader(raw, plain, layer, what).finish()
         except IntegrityError as e:
