@@ -19,7 +19,7 @@ import io
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from importer.errors import (
     BundleError,
@@ -265,7 +265,7 @@ class ConcatFile(io.RawIOBase):
         self.size = total
         self._pos = 0
         self._open_index = -1
-        self._fh: Optional[BinaryIO] = None
+        self._fh: Optional[io.BufferedReader] = None
         self._expect = list(expect) if expect is not None else None
         self._by_digest = {p.digest: p.name for p in self._expect} if self._expect else {}
         self._hashed = 0  # bytes hashed, in order from the start
@@ -349,7 +349,7 @@ class ConcatFile(io.RawIOBase):
         self._pos += len(data)
         return bytes(data)
 
-    def _at(self, size: int) -> Tuple[Optional[BinaryIO], int]:
+    def _at(self, size: int) -> Tuple[Optional[io.BufferedReader], int]:
         """The open part at the current position, and how much may be read from it."""
         if self._pos >= self.size or not self._files:
             return None, 0
@@ -371,7 +371,7 @@ class ConcatFile(io.RawIOBase):
         fh, want = self._at(len(b))
         if fh is None or want <= 0:
             return 0
-        n = fh.readinto(memoryview(b)[:want])  # type: ignore[attr-defined]
+        n = fh.readinto(memoryview(b)[:want])
         if not n:
             raise SizeMismatch(f"reading {self._files[self._open_index][0]}: expected more bytes, found the end",
                                hint="the part was truncated after it was checked; copy it again")

@@ -131,7 +131,7 @@ class StdinCommand:
             self._err.close()
             raise EngineUnavailable(f"{what}: expected `{argv[0]}` on PATH, found none", hint=hint) from e
         assert self.proc.stdin is not None
-        self.stdin: BinaryIO = self.proc.stdin  # type: ignore[assignment]
+        self.stdin = cast(BinaryIO, self.proc.stdin)  # Popen types its pipes IO[bytes]
 
     def abort(self) -> None:
         """Kill the command before it sees the end of its input (nothing is committed)."""

@@ -21,7 +21,7 @@ input or produces bounded output.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Generator, Iterator, List, Optional, Tuple
 
 MAGIC = 0xFD2FB528
 MAX_WINDOW = 1 << 27
@@ -347,7 +347,7 @@ class _FrameState:
         self.reps = [1, 4, 8]
 
 
-def iter_decompress(raw: Any) -> Iterator[bytes]:
+def iter_decompress(raw: Any) -> Generator[bytes, None, None]:
     """Yield the decompressed bytes of every frame read from ``raw`` (a file-like object)."""
     inp = _Input(raw)
     while True:
@@ -671,7 +671,7 @@ class PureZstdReader:
         return b"".join(parts)
 
     def close(self) -> None:
-        self._blocks.close()  # type: ignore[attr-defined]
+        self._blocks.close()
 
 
 def decompress(data: bytes) -> bytes:
