@@ -237,9 +237,11 @@ def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Tu
 def _platform_entry(doc: Any, platform: Tuple[str, str], what: str) -> Dict[str, Any]:
     want_os, want_arch = platform
     for sub in doc.get("manifests") or []:
-        plat = sub.get("platform") if isinstance(sub, dict) else None
+        if not isinstance(sub, dict):
+            continue
+        plat = sub.get("platform")
         if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
-            return sub  # type: ignore[no-any-return]
+            return sub
     found = [f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}"
              for m in doc.get("manifests") or [] if isinstance(m, dict)]
     raise SourceError(f"{what}: expected a manifest for {want_os}/{want_arch} in the index, "
