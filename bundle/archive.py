@@ -43,6 +43,7 @@ from importer.input.archive import (
     part_name,
 )
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir
+from importer.streams.readers import HashingReader
 
 ProgressFn = Callable[[int], None]
 MIN_PART = 64 * 1024
@@ -152,22 +153,6 @@ class PartWriter:
         return Digest("sha256", self._whole.hexdigest())
 
 
-class _Hashing:
-    def __init__(self, raw: BinaryIO, on_bytes: Optional[ProgressFn]) -> None:
-        self._raw = raw
-        self.hasher = hashlib.sha256()
-        self.count = 0
-        self._on = on_bytes
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        self.hasher.update(data)
-        self.count += len(data)
-        if self._on is not None and data:
-            self._on(len(data))
-        return data
-
-
 def member_order(manifest: BundleManifest, src: str) -> List[str]:
     """bundle.json, SHA256SUMS, the importer first; then the small documents; then the layers."""
     first = [BUNDLE_JSON, SUMS_FILE]
@@ -237,7 +222,7 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 with open(full, "rb") as f:
-                    hashing = _Hashing(f, on_bytes)
+                    hashing = HashingReader(f, on_bytes)
                     tar.addfile(info, hashing)
                 _check_pin(rel, pins.get(rel), hashing, raw_bj if rel == BUNDLE_JSON else None)
                 if consume and rel.startswith("blobs/"):
@@ -271,8 +256,8 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
                       time.monotonic() - started, members=len(order))
 
 
-def _check_pin(rel: str, pin: Optional[FileRecord], hashing: _Hashing, raw_bj: Optional[bytes]) -> None:
-    got = Digest("sha256", hashing.hasher.hexdigest())
+def _check_pin(rel: str, pin: Optional[FileRecord], hashing: HashingReader, raw_bj: Optional[bytes]) -> None:
+    got = hashing.digest()
     if raw_bj is not None and got != Digest.of_bytes(raw_bj):
         raise DigestMismatch(f"packing {BUNDLE_JSON}: it changed while it was being packed")
     if pin is None:

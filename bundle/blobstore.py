@@ -12,33 +12,19 @@ import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, Callable, Optional
 
 import zstandard
 
 from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
+from importer.streams.readers import HashingWriter
 
 ProgressFn = Callable[[int], None]
 
 MEDIA_TYPES = {"zstd": OCI_LAYER_ZSTD, "gzip": OCI_LAYER_GZIP, "none": OCI_LAYER_TAR}
 DEFAULT_LEVELS = {"zstd": 3, "gzip": 6, "none": 0}
-
-
-class _HashingWriter:
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self.hasher = hashlib.sha256()
-        self.count = 0
-
-    def write(self, data: Any) -> int:
-        self.hasher.update(data)
-        self.count += len(data)
-        return self._raw.write(data)
-
-    def flush(self) -> None:
-        self._raw.flush()
 
 
 @dataclass(frozen=True)
@@ -114,7 +100,7 @@ class BlobStore:
         raw_hash = hashlib.sha256()
         usize = 0
         with self.temp() as (f, tmp):
-            out = _HashingWriter(f)
+            out = HashingWriter(f)
             sink: Any
             if compression == "zstd":
                 cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -67,23 +67,7 @@ def export_images(
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
-    if schema not in (1, 2, 3):
-        raise UsageError(f"exporting: expected --schema 1, 2 or 3, found {schema}")
-    if schema < 3 and sign_key is not None:
-        raise UsageError(f"exporting with --schema {schema}: signatures (--sign-key) need schema 3",
-                         hint="drop --schema or use --schema 3")
-    if schema < 3 and have:
-        raise UsageError(f"exporting with --schema {schema}: delta bundles (--have) need schema 3",
-                         hint="drop --schema or use --schema 3")
-    asked = compression != "auto"
-    if compression == "auto":
-        compression = choose_compression(have if schema == 3 else ())
-    if schema < 3 and compression != "zstd":
-        raise UsageError(f"exporting with --schema {schema}: --compression is fixed by the schema "
-                         f"({'none' if schema == 1 else 'zstd'} for the whole archive)",
-                         hint="use --schema 3 for per-layer zstd or gzip")
-    if compression not in ("zstd", "gzip"):
-        raise UsageError(f"exporting: expected --compression auto, zstd or gzip, found {compression!r}")
+    compression, asked = _check_options(schema, compression, sign_key, have)
     if not refs:
         raise UsageError("exporting: expected at least one image, found none")
     _check_tags(refs, tags, schema)
@@ -117,11 +101,7 @@ def export_images(
             store.recompress_to = compression if asked else None
             images = source.export(names, store, compression=compression, level=level, on_bytes=on_bytes,
                                    have=have_layers)
-            # keep the user's order (docker save lists images in its own order)
-            images.sort(key=lambda im: min((names.index(r) for r in im.refs if r in names), default=len(names)))
-            if tags:
-                images = _renamed(images, tags)
-            manifest = write_bundle(staging, store, images, source_doc)
+            manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
@@ -135,6 +115,35 @@ def export_images(
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
                         len(store.recompressed) if schema == 3 else 0)
+
+
+def _check_options(schema: int, compression: str, sign_key: Optional[Ed25519PrivateKey],
+                   have: Sequence[str]) -> Tuple[str, bool]:
+    """The options agree with the schema: (the compression, chosen when "auto"; asked explicitly)."""
+    if schema not in (1, 2, 3):
+        raise UsageError(f"exporting: expected --schema 1, 2 or 3, found {schema}")
+    if schema < 3 and sign_key is not None:
+        raise UsageError(f"exporting with --schema {schema}: signatures (--sign-key) need schema 3",
+                         hint="drop --schema or use --schema 3")
+    if schema < 3 and have:
+        raise UsageError(f"exporting with --schema {schema}: delta bundles (--have) need schema 3",
+                         hint="drop --schema or use --schema 3")
+    asked = compression != "auto"
+    if compression == "auto":
+        compression = choose_compression(have if schema == 3 else ())
+    if schema < 3 and compression != "zstd":
+        raise UsageError(f"exporting with --schema {schema}: --compression is fixed by the schema "
+                         f"({'none' if schema == 1 else 'zstd'} for the whole archive)",
+                         hint="use --schema 3 for per-layer zstd or gzip")
+    if compression not in ("zstd", "gzip"):
+        raise UsageError(f"exporting: expected --compression auto, zstd or gzip, found {compression!r}")
+    return compression, asked
+
+
+def _ordered(images: List[SourceImage], names: Sequence[str], tags: Sequence[str]) -> List[SourceImage]:
+    """The user's order (docker save lists images in its own order), renamed by ``tags``."""
+    images.sort(key=lambda im: min((names.index(r) for r in im.refs if r in names), default=len(names)))
+    return _renamed(images, tags) if tags else images
 
 
 def _empty_folder(path: str) -> bool:

@@ -4,7 +4,6 @@ zstd-compressed (schema 2), hashed as it passes, with bundle.json read from the 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import tarfile
@@ -21,41 +20,10 @@ from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SUMS_FILE
 from importer.format.sums import format_sums
 from importer.streams.commands import command_stdout
 from importer.streams.fsutil import atomic_write_bytes
+from importer.streams.readers import HashingReader, HashingWriter
 from importer.verify.legacy import ARCHIVES, MEDIA_TYPES
 
 ProgressFn = Callable[[int], None]
-
-
-class _Tee:
-    """Read from ``src``; every byte read also goes to ``sink`` and the hash."""
-
-    def __init__(self, src: Any, sink: Any, on_bytes: Optional[ProgressFn]) -> None:
-        self.src, self.sink, self.on_bytes = src, sink, on_bytes
-        self.h = hashlib.sha256()
-        self.n = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data: bytes = self.src.read(CHUNK if n is None or n < 0 else n)
-        if data:
-            self.h.update(data)
-            self.n += len(data)
-            self.sink.write(data)
-            if self.on_bytes is not None:
-                self.on_bytes(len(data))
-        return data
-
-
-class _Hashing:
-    def __init__(self, raw: Any) -> None:
-        self.raw, self.h, self.n = raw, hashlib.sha256(), 0
-
-    def write(self, data: Any) -> int:
-        self.h.update(data)
-        self.n += len(data)
-        return int(self.raw.write(data))
-
-    def flush(self) -> None:
-        self.raw.flush()
 
 
 def write_legacy_bundle(root: str, save_argv: Sequence[str], refs: Sequence[str], schema: int,
@@ -70,13 +38,13 @@ def write_legacy_bundle(root: str, save_argv: Sequence[str], refs: Sequence[str]
     try:
         with command_stdout(argv, what=f"streaming `docker save` of {', '.join(refs)}") as stream, \
                 open(path, "wb") as f:
-            out = _Hashing(f)
+            out = HashingWriter(f)
             if schema == 2:
                 cctx = zstandard.ZstdCompressor(level=3 if level is None else level, threads=-1, write_checksum=True)
                 sink: Any = cctx.stream_writer(out, closefd=False, write_size=CHUNK)  # type: ignore[arg-type]
             else:
                 sink = out
-            tee = _Tee(stream, sink, on_bytes)
+            tee = HashingReader(stream, on_bytes, tee=sink)
             with tarfile.open(fileobj=tee, mode="r|") as tar:  # type: ignore[call-overload]
                 for member in tar:
                     name = member.name.lstrip("./")
@@ -110,7 +78,7 @@ def write_legacy_bundle(root: str, save_argv: Sequence[str], refs: Sequence[str]
             "configDigest": str(Digest.of_bytes(raw_config)),
             "diffIds": list((config.get("rootfs") or {}).get("diff_ids") or []),
         })
-    files = [{"path": archive, "digest": f"sha256:{out.h.hexdigest()}", "size": out.n}]
+    files = [{"path": archive, "digest": f"sha256:{out.hasher.hexdigest()}", "size": out.count}]
     if schema == 2:
         pyz = build_pyz()
         atomic_write_bytes(os.path.join(root, IMPORTER_PYZ), pyz, mode=0o755)
@@ -123,8 +91,8 @@ def write_legacy_bundle(root: str, save_argv: Sequence[str], refs: Sequence[str]
         "source": source,
         "images": images,
         "archive": files[0],
-        "uncompressedDigest": f"sha256:{tee.h.hexdigest()}",
-        "uncompressedSize": tee.n,
+        "uncompressedDigest": f"sha256:{tee.hasher.hexdigest()}",
+        "uncompressedSize": tee.count,
         "files": files,
     }
     raw_bj = (json.dumps(doc, indent=2) + "\n").encode()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 
 class BundleError(Exception):
@@ -26,7 +26,7 @@ class BundleError(Exception):
         self.context = context
         self.hint = hint
 
-    def to_dict(self) -> dict:  # type: ignore[type-arg]
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "id": self.reference,
             "exitCode": self.exit_code,

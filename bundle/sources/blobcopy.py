@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import json
 import os
 import threading
@@ -36,6 +35,7 @@ from importer.format.mediatypes import (
     compression_of,
 )
 from importer.pipeline.have import HaveLayers
+from importer.streams.readers import HashingReader, Readable
 from importer.streams.signals import stop_requested
 from importer.streams.threads import each
 
@@ -65,33 +65,7 @@ class BlobProvider(Protocol):
     def open_blob(self, digest: str, what: str) -> ContextManager[BinaryIO]: ...
 
 
-class _Tee:
-    """Reads ``src``; every byte read is also written to ``out`` and hashed."""
-
-    def __init__(self, src: BinaryIO, out: BinaryIO, on_bytes: Optional[ProgressFn]) -> None:
-        self.src, self.out, self.on_bytes = src, out, on_bytes
-        self.hasher = hashlib.sha256()
-        self.count = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.src.read(n)
-        if data:
-            self.hasher.update(data)
-            self.count += len(data)
-            self.out.write(data)
-            if self.on_bytes is not None:
-                self.on_bytes(len(data))
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def drain(self) -> None:
-        while self.read(CHUNK):
-            pass
-
-
-def _decompressed(tee: _Tee, compression: str) -> ContextManager[Any]:
+def _decompressed(tee: HashingReader, compression: str) -> ContextManager[Any]:
     src: Any = tee
     if compression == "gzip":
         return gzip.GzipFile(fileobj=src, mode="rb")
@@ -104,11 +78,11 @@ class _NullWriter:
         return len(data)
 
 
-def _read_compressed(src: BinaryIO, out: Any, compression: str, what: str,
+def _read_compressed(src: Readable, out: Any, compression: str, what: str,
                      on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int, Digest]:
     """Read one compressed layer to its end, every byte also written to ``out``:
     (diff_id, uncompressed size, compressed size, compressed digest)."""
-    tee = _Tee(src, out, on_bytes)
+    tee = HashingReader(src, on_bytes, tee=out)
     try:
         with _decompressed(tee, compression) as reader:
             diff_id, usize = hash_stream(reader)
@@ -119,7 +93,7 @@ def _read_compressed(src: BinaryIO, out: Any, compression: str, what: str,
     return diff_id, usize, tee.count, Digest("sha256", tee.hasher.hexdigest())
 
 
-def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
+def _read_layer(src: Readable, out: Any, desc: Dict[str, Any], what: str,
                 on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int]:
     """Read one compressed layer to its end: (diff_id, uncompressed size, compressed size),
     every byte also written to ``out``; the blob must hash to the descriptor's digest and size."""
@@ -133,14 +107,14 @@ def _read_layer(src: BinaryIO, out: Any, desc: Dict[str, Any], what: str,
     return diff_id, usize, count
 
 
-def _recompress(store: BlobStore, src: BinaryIO, compression: str, what: str,
+def _recompress(store: BlobStore, src: Readable, compression: str, what: str,
                 on_bytes: Optional[ProgressFn], expected: Optional[str] = None) -> Optional[LayerRecord]:
     """``--compression`` asked explicitly and this layer is kept compressed otherwise: decompress
     it (streamed) into a layer compressed as asked; None when it stays as stored."""
     target = store.recompress_to
     if target is None or target == compression:
         return None
-    tee = _Tee(src, _NullWriter(), None)  # type: ignore[arg-type]
+    tee = HashingReader(src)
     try:
         with _decompressed(tee, compression) as plain:
             record = store.write_layer(plain, compression=target, on_bytes=on_bytes)
@@ -159,7 +133,7 @@ def _recompress(store: BlobStore, src: BinaryIO, compression: str, what: str,
     return record
 
 
-def copy_layer(store: BlobStore, src: BinaryIO, desc: Dict[str, Any], what: str, *,
+def copy_layer(store: BlobStore, src: Readable, desc: Dict[str, Any], what: str, *,
                on_bytes: Optional[ProgressFn] = None) -> LayerRecord:
     """Copy one compressed layer blob verbatim; its diff_id is computed on the way."""
     again = _recompress(store, src, LAYER_COMPRESSION[str(desc["mediaType"])][0], what, on_bytes,
@@ -186,7 +160,7 @@ def sniff_compression(head: bytes) -> Optional[str]:
     return None
 
 
-def copy_stored_layer(store: BlobStore, src: BinaryIO, compression: str, what: str, *,
+def copy_stored_layer(store: BlobStore, src: Readable, compression: str, what: str, *,
                       on_bytes: Optional[ProgressFn] = None) -> LayerRecord:
     """Copy a compressed layer whose descriptor is not known yet (a ``docker save`` stream of
     Docker's containerd store, where blobs arrive before the manifest naming them): stored as it
@@ -263,9 +237,11 @@ def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Tu
 def _platform_entry(doc: Any, platform: Tuple[str, str], what: str) -> Dict[str, Any]:
     want_os, want_arch = platform
     for sub in doc.get("manifests") or []:
-        plat = sub.get("platform") if isinstance(sub, dict) else None
+        if not isinstance(sub, dict):
+            continue
+        plat = sub.get("platform")
         if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
-            return sub  # type: ignore[no-any-return]
+            return sub
     found = [f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}"
              for m in doc.get("manifests") or [] if isinstance(m, dict)]
     raise SourceError(f"{what}: expected a manifest for {want_os}/{want_arch} in the index, "
@@ -357,7 +333,7 @@ class _Stopped(Exception):
 class _Stoppable:
     """``src`` that gives up at the next read once ``stop`` is set."""
 
-    def __init__(self, src: BinaryIO, stop: threading.Event) -> None:
+    def __init__(self, src: Readable, stop: threading.Event) -> None:
         self.src, self.stop = src, stop
 
     def read(self, n: int = -1) -> bytes:
@@ -369,7 +345,7 @@ class _Stoppable:
         return True
 
 
-def read_layers(jobs: List[Any], fn: Callable[[Any, Callable[[BinaryIO], BinaryIO]], Any]) -> List[Any]:
+def read_layers(jobs: List[Any], fn: Callable[[Any, Callable[[Readable], Readable]], Any]) -> List[Any]:
     """``fn(job, guard)`` for every job on a small pool (``guard`` wraps the blob ``fn`` reads so it
     stops early once another job failed or a stop signal arrived), results in the jobs' order.
     The first real failure is raised, never a job that merely stopped because of it."""
@@ -381,7 +357,7 @@ def read_layers(jobs: List[Any], fn: Callable[[Any, Callable[[BinaryIO], BinaryI
 
     def one(job: Any) -> Any:
         try:
-            return fn(job, lambda f: _Stoppable(f, stop))  # type: ignore[arg-type,return-value]
+            return fn(job, lambda f: _Stoppable(f, stop))
         except _Stopped:
             raise
         except BaseException as e:
@@ -398,7 +374,7 @@ def read_layers(jobs: List[Any], fn: Callable[[Any, Callable[[BinaryIO], BinaryI
 
 
 def _read_one(provider: BlobProvider, store: BlobStore, job: Tuple[str, Tuple[str, Dict[str, Any], bool]],
-              guard: Callable[[BinaryIO], BinaryIO], *, compression: str, level: Optional[int],
+              guard: Callable[[Readable], Readable], *, compression: str, level: Optional[int],
               on_bytes: Optional[ProgressFn]) -> Any:
     """One layer blob, streamed: left out (``external``: (diff_id, size) measured, nothing written)
     or copied into ``store`` (its LayerRecord)."""
@@ -408,7 +384,9 @@ def _read_one(provider: BlobProvider, store: BlobStore, job: Tuple[str, Tuple[st
         f = guard(raw)
         if external:
             if plain:
-                return hash_stream(f)
+                counted = HashingReader(f)
+                counted.drain()
+                return counted.digest(), counted.count
             got, usize, _ = _read_layer(f, _NullWriter(), desc, label, on_bytes)
             return got, usize
         if plain:

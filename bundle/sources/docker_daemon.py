@@ -49,6 +49,7 @@ from importer.pipeline.have import HaveLayers
 from importer.sinks.docker import DockerSink
 from importer.sinks.dockerapi import api_save, socket_path
 from importer.streams.commands import command_stdout, run
+from importer.streams.readers import PrefixedReader
 
 CONTENT_STORE_ENV = "SNEAKERNET_DOCKER_CONTENT_STORE"
 #: where dockerd's managed containerd keeps its content store, under DockerRootDir
@@ -56,24 +57,6 @@ CONTENT_STORE_DIR = ("containerd", "daemon", "io.containerd.content.v1.content")
 _ID_RE = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
 
 ProgressFn = Callable[[int], None]
-
-
-class _Prefixed:
-    """A reader that first returns ``prefix``, then the rest of ``raw``."""
-
-    def __init__(self, prefix: bytes, raw: Any) -> None:
-        self._prefix = prefix
-        self._raw = raw
-
-    def read(self, n: int = -1) -> bytes:
-        if self._prefix:
-            if n is None or n < 0 or n >= len(self._prefix):
-                out, self._prefix = self._prefix, b""
-                more: bytes = self._raw.read(-1 if n is None or n < 0 else n - len(out))
-                return out + more
-            out, self._prefix = self._prefix[:n], self._prefix[n:]
-            return out
-        return bytes(self._raw.read(n))
 
 
 def _looks_like_tar(head: bytes) -> bool:
@@ -303,15 +286,15 @@ def _read_docker_save(
                 head = f.read(512)
                 packed = sniff_compression(head)
                 if packed is not None:  # Docker's containerd store: the layer as the engine keeps it
-                    layers[name] = copy_stored_layer(store, _Prefixed(head, f), packed,  # type: ignore[arg-type]
+                    layers[name] = copy_stored_layer(store, PrefixedReader(head, f), packed,
                                                      f"reading the `docker save` stream: {name}", on_bytes=on_bytes)
                 elif _looks_like_tar(head) or not head.lstrip().startswith(b"{"):
-                    layers[name] = store.write_layer(_Prefixed(head, f), compression=compression,
+                    layers[name] = store.write_layer(PrefixedReader(head, f), compression=compression,
                                                      level=level, on_bytes=on_bytes)
                 else:
-                    docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)  # type: ignore[arg-type]
+                    docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)
             elif top_json:
-                docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)  # type: ignore[arg-type]
+                docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)
     if "manifest.json" not in docs:
         raise SourceError("reading the `docker save` stream: expected manifest.json, found none",
                           hint="the engine returned an incomplete archive; retry, or check `docker save` by hand")

@@ -5,12 +5,21 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import BinaryIO, Tuple
+from typing import Protocol, Tuple
 
 from importer.errors import InvalidDigest
 
 #: Read and hash in chunks of this size (large chunks release the GIL inside hashlib).
 CHUNK = 1024 * 1024
+
+
+class Readable(Protocol):
+    """Anything with ``read(n) -> bytes``: a file, a decompressor, a reader of
+    importer/streams/readers.py. The one type for a stream passed around (defined on the lowest
+    floor so that every floor may name it; importer.streams.readers re-exports it)."""
+
+    def read(self, __n: int = -1) -> bytes: ...
+
 
 _SHA256_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _HEX_RE = re.compile(r"[0-9a-f]{64}")
@@ -61,7 +70,7 @@ def is_digest(value: object) -> bool:
     return isinstance(value, str) and _SHA256_RE.fullmatch(value) is not None
 
 
-def hash_stream(stream: BinaryIO) -> Tuple[Digest, int]:
+def hash_stream(stream: Readable) -> Tuple[Digest, int]:
     """Hash a stream to its end; returns (digest, size). The caller closes the stream."""
     h = hashlib.sha256()
     size = 0

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, BinaryIO
+from typing import Any
 
 from importer.errors import LimitExceeded, ManifestError
+from importer.format.digest import Readable
 
 MAX_BUNDLE_JSON = 64 * 1024 * 1024
 MAX_INDEX = 4 * 1024 * 1024
@@ -24,9 +25,9 @@ MAX_REGISTRY_IMAGES = 20_000  # tags described, all repositories together
 REGISTRY_PAGE = 1_000  # `n` asked for per page of /v2/_catalog and /v2/<repo>/tags/list
 
 
-def read_limited(stream: BinaryIO, limit: int, what: str) -> bytes:
+def read_limited(stream: Readable, limit: int, what: str) -> bytes:
     """Read a whole stream, refusing more than ``limit`` bytes (reads at most limit+1)."""
-    data = stream.read(limit + 1)
+    data = bytes(stream.read(limit + 1))
     if len(data) > limit:
         raise LimitExceeded(
             f"reading {what}: expected at most {limit} bytes, found more",

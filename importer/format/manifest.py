@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from importer import SCHEMA_MAJOR
 from importer.errors import ManifestError, UnsupportedSchemaVersion
@@ -270,55 +270,87 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
     if "importer" in top:
         importer_rec = c.filerecord(top.get("importer"), "importer")
     images: List[ImageRecord] = []
-    all_refs: set = set()  # type: ignore[type-arg]
+    all_refs: Set[str] = set()
     raw_images = c.lst(top.get("images"), "images")
     if "images" in top and not raw_images:
         c.fail("images", "expected at least one image, found none")
     for i, raw in enumerate(raw_images):
-        where = f"images[{i}]"
-        img = c.obj(raw, where)
-        refs = c.lst(img.get("refs"), f"{where}.refs")
-        for j, ref in enumerate(refs):
-            if not valid_ref(ref):
-                c.fail(f"{where}.refs[{j}]", f"expected an image reference, found {ref!r}"[:300])
-        platform_raw = c.obj(img.get("platform", {}), f"{where}.platform")
-        for key, value in platform_raw.items():
-            if not isinstance(value, str):
-                c.fail(f"{where}.platform.{key}", f"expected a string, found {type(value).__name__}")
-        platform = {str(k): v for k, v in platform_raw.items() if isinstance(v, str)}
-        manifest = c.blobref(img.get("manifest"), f"{where}.manifest")
-        config = c.blobref(img.get("config"), f"{where}.config")
-        layers: List[LayerRecord] = []
-        for k, raw_layer in enumerate(c.lst(img.get("layers"), f"{where}.layers")):
-            lw = f"{where}.layers[{k}]"
-            ld = c.obj(raw_layer, lw)
-            mt = c.string(ld.get("mediaType"), f"{lw}.mediaType")
-            if mt not in LAYER_TYPES:
-                c.fail(f"{lw}.mediaType", f"expected one of {', '.join(LAYER_TYPES)}, found {mt!r}"[:300])
-            dg = c.digest(ld.get("digest"), f"{lw}.digest")
-            sz = c.size(ld.get("size"), f"{lw}.size")
-            did = c.digest(ld.get("diffId"), f"{lw}.diffId")
-            usz = c.size(ld.get("uncompressedSize"), f"{lw}.uncompressedSize")
-            external = ld.get("external", False)
-            if not isinstance(external, bool):
-                c.fail(f"{lw}.external", f"expected true or false, found {external!r}"[:200])
-                external = False
-            if external and mt == OCI_LAYER_TAR and (dg != did or sz != usz):
-                c.fail(lw, "an external layer described uncompressed (mediaType tar) has digest = diffId "
-                       "and size = uncompressedSize")
-            if dg is not None and did is not None:
-                layers.append(LayerRecord(mt, dg, sz, did, usz, bool(external)))
-        for j, ref in enumerate(refs):
-            if not isinstance(ref, str):
-                continue
-            if ref in all_refs:
-                c.fail(f"{where}.refs[{j}]", f"expected each ref once in the bundle, found {ref!r} again")
-            all_refs.add(ref)
-        if manifest is not None and config is not None:
-            images.append(ImageRecord(tuple(refs), manifest, config, tuple(layers), platform))
+        image = _check_image(c, raw, f"images[{i}]", all_refs)
+        if image is not None:
+            images.append(image)
+    files = _check_files(c, c.lst(top.get("files"), "files"))
+    _check_listed(c, images, files, importer_rec)
+    if c.issues:
+        return None, c.issues
+    model = BundleManifest(
+        schema_version=version,
+        created=created,
+        tool_version=tool_version,
+        source=dict(source),
+        importer=importer_rec,
+        images=tuple(images),
+        files=tuple(files),
+        extra={k: v for k, v in top.items() if k not in _KNOWN_KEYS},
+    )
+    return model, []
+
+
+def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optional[ImageRecord]:
+    """One entry of ``images``; ``all_refs`` collects the refs so far (each ref once per bundle)."""
+    img = c.obj(raw, where)
+    refs = c.lst(img.get("refs"), f"{where}.refs")
+    for j, ref in enumerate(refs):
+        if not valid_ref(ref):
+            c.fail(f"{where}.refs[{j}]", f"expected an image reference, found {ref!r}"[:300])
+    platform_raw = c.obj(img.get("platform", {}), f"{where}.platform")
+    for key, value in platform_raw.items():
+        if not isinstance(value, str):
+            c.fail(f"{where}.platform.{key}", f"expected a string, found {type(value).__name__}")
+    platform = {str(k): v for k, v in platform_raw.items() if isinstance(v, str)}
+    manifest = c.blobref(img.get("manifest"), f"{where}.manifest")
+    config = c.blobref(img.get("config"), f"{where}.config")
+    layers: List[LayerRecord] = []
+    for k, raw_layer in enumerate(c.lst(img.get("layers"), f"{where}.layers")):
+        layer = _check_layer(c, raw_layer, f"{where}.layers[{k}]")
+        if layer is not None:
+            layers.append(layer)
+    for j, ref in enumerate(refs):
+        if not isinstance(ref, str):
+            continue
+        if ref in all_refs:
+            c.fail(f"{where}.refs[{j}]", f"expected each ref once in the bundle, found {ref!r} again")
+        all_refs.add(ref)
+    if manifest is None or config is None:
+        return None
+    return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform)
+
+
+def _check_layer(c: _Checker, raw_layer: Any, lw: str) -> Optional[LayerRecord]:
+    ld = c.obj(raw_layer, lw)
+    mt = c.string(ld.get("mediaType"), f"{lw}.mediaType")
+    if mt not in LAYER_TYPES:
+        c.fail(f"{lw}.mediaType", f"expected one of {', '.join(LAYER_TYPES)}, found {mt!r}"[:300])
+    dg = c.digest(ld.get("digest"), f"{lw}.digest")
+    sz = c.size(ld.get("size"), f"{lw}.size")
+    did = c.digest(ld.get("diffId"), f"{lw}.diffId")
+    usz = c.size(ld.get("uncompressedSize"), f"{lw}.uncompressedSize")
+    external = ld.get("external", False)
+    if not isinstance(external, bool):
+        c.fail(f"{lw}.external", f"expected true or false, found {external!r}"[:200])
+        external = False
+    if external and mt == OCI_LAYER_TAR and (dg != did or sz != usz):
+        c.fail(lw, "an external layer described uncompressed (mediaType tar) has digest = diffId "
+               "and size = uncompressedSize")
+    if dg is None or did is None:
+        return None
+    return LayerRecord(mt, dg, sz, did, usz, bool(external))
+
+
+def _check_files(c: _Checker, raw_files: List[Any]) -> List[FileRecord]:
+    """``files``: each path once; a blob path holds the blob of its name."""
     files: List[FileRecord] = []
     seen_paths = set()
-    for i, raw in enumerate(c.lst(top.get("files"), "files")):
+    for i, raw in enumerate(raw_files):
         rec = c.filerecord(raw, f"files[{i}]")
         if rec is None:
             continue
@@ -328,6 +360,13 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
             c.fail(f"files[{i}].path", f"expected each path once, found {rec.path!r} again")
         seen_paths.add(rec.path)
         files.append(rec)
+    return files
+
+
+def _check_listed(c: _Checker, images: List[ImageRecord], files: List[FileRecord],
+                  importer_rec: Optional[FileRecord]) -> None:
+    """Every blob an image names (but external layers) and the importer are listed in ``files``,
+    with the same size."""
     by_path = {f.path: f for f in files}
     for i, img_rec in enumerate(images):
         blobs = [("manifest", img_rec.manifest), ("config", img_rec.config)]
@@ -343,19 +382,6 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
         c.fail("importer.path", f"{importer_rec.path!r} is not listed in files")
     elif importer_rec is not None and by_path[importer_rec.path] != importer_rec:
         c.fail("importer", "digest or size differs from its files entry")
-    if c.issues:
-        return None, c.issues
-    model = BundleManifest(
-        schema_version=version,
-        created=created,
-        tool_version=tool_version,
-        source=dict(source),
-        importer=importer_rec,
-        images=tuple(images),
-        files=tuple(files),
-        extra={k: v for k, v in top.items() if k not in _KNOWN_KEYS},
-    )
-    return model, []
 
 
 _KNOWN_KEYS = {"schemaVersion", "mediaType", "created", "tool", "source", "importer", "images", "files"}

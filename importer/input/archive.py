@@ -19,7 +19,7 @@ import io
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from importer.errors import (
     BundleError,
@@ -101,86 +101,67 @@ def _plain_name(value: Any) -> bool:
     return safe_relpath(value) and "/" not in value
 
 
+class _IndexIssues:
+    """The issues found in a parts index, and checkers of its fields that note one when a value
+    is wrong."""
+
+    def __init__(self) -> None:
+        self.issues: List[str] = []
+
+    def add(self, text: str) -> None:
+        self.issues.append(text[:200])
+
+    def size(self, value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.add(f"{what}: expected a non-negative integer, found {value!r}")
+            return 0
+        return value
+
+    def digest(self, value: Any, what: str) -> Optional[Digest]:
+        if not is_digest(value):
+            self.add(f"{what}: expected 'sha256:' + 64 lowercase hex, found {value!r}")
+            return None
+        return Digest.parse(value)
+
+
 def parse_parts_index(raw: bytes, where: str) -> PartsIndex:
     """Parse and check a parts index; every structural issue is listed in the error."""
     doc = parse_json(raw, where)
-    issues: List[str] = []
+    c = _IndexIssues()
     if not isinstance(doc, dict):
         raise InvalidPartsIndex(f"reading {where}: expected a JSON object, found {type(doc).__name__}")
     version = doc.get("schemaVersion")
     m = _VERSION_RE.fullmatch(version) if isinstance(version, str) else None
     if m is None:
-        issues.append(f"schemaVersion: expected 'MAJOR.MINOR', found {version!r}"[:200])
+        c.add(f"schemaVersion: expected 'MAJOR.MINOR', found {version!r}")
     elif int(m.group(1)) != PARTS_SCHEMA_MAJOR:
         raise InvalidPartsIndex(
             f"reading {where}: expected parts index version {PARTS_SCHEMA_MAJOR}.x, found {version}",
             hint="use the bundle-import.pyz written beside the parts",
         )
     if doc.get("mediaType") != PARTS_MEDIA_TYPE:
-        issues.append(f"mediaType: expected {PARTS_MEDIA_TYPE!r}, found {doc.get('mediaType')!r}"[:200])
-
-    def size(value: Any, what: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            issues.append(f"{what}: expected a non-negative integer, found {value!r}"[:200])
-            return 0
-        return value
-
-    def digest(value: Any, what: str) -> Optional[Digest]:
-        if not is_digest(value):
-            issues.append(f"{what}: expected 'sha256:' + 64 lowercase hex, found {value!r}"[:200])
-            return None
-        return Digest.parse(value)
-
+        c.add(f"mediaType: expected {PARTS_MEDIA_TYPE!r}, found {doc.get('mediaType')!r}")
     archive: Dict[str, Any] = doc["archive"] if isinstance(doc.get("archive"), dict) else {}
     if not archive:
-        issues.append("archive: expected an object with name, size and digest")
+        c.issues.append("archive: expected an object with name, size and digest")
     name = archive.get("name")
     if not _plain_name(name):
-        issues.append(f"archive.name: expected a plain file name, found {name!r}"[:200])
-    total = size(archive.get("size"), "archive.size")
-    whole = digest(archive.get("digest"), "archive.digest")
-    part_size = size(doc.get("partSize"), "partSize")
-    parts: List[PartRecord] = []
-    raw_parts = doc.get("parts")
-    if not isinstance(raw_parts, list) or not raw_parts:
-        issues.append("parts: expected a non-empty array")
-        raw_parts = []
-    seen = set()
-    for i, raw_part in enumerate(raw_parts):
-        if not isinstance(raw_part, dict):
-            issues.append(f"parts[{i}]: expected an object")
-            continue
-        pname = raw_part.get("name")
-        if not _plain_name(pname):
-            issues.append(f"parts[{i}].name: expected a plain file name, found {pname!r}"[:200])
-            continue
-        if pname in seen:
-            issues.append(f"parts[{i}].name: {pname!r} is listed twice")
-        seen.add(pname)
-        psize = size(raw_part.get("size"), f"parts[{i}].size")
-        pdigest = digest(raw_part.get("digest"), f"parts[{i}].digest")
-        if part_size and psize > part_size:
-            issues.append(f"parts[{i}].size: {psize} is over partSize {part_size}")
-        if pdigest is not None:
-            parts.append(PartRecord(str(pname), psize, pdigest))
+        c.add(f"archive.name: expected a plain file name, found {name!r}")
+    total = c.size(archive.get("size"), "archive.size")
+    whole = c.digest(archive.get("digest"), "archive.digest")
+    part_size = c.size(doc.get("partSize"), "partSize")
+    parts = _parse_parts(c, doc.get("parts"), part_size)
     if parts and sum(p.size for p in parts) != total:
-        issues.append(f"archive.size: {total} differs from the sum of the parts ({sum(p.size for p in parts)})")
+        c.issues.append(f"archive.size: {total} differs from the sum of the parts ({sum(p.size for p in parts)})")
     bundle_digest = None
     bundle_doc: Dict[str, Any] = doc["bundle"] if isinstance(doc.get("bundle"), dict) else {}
     if bundle_doc:
-        bundle_digest = digest(bundle_doc.get("digest"), "bundle.digest")
-    importer = None
-    imp: Dict[str, Any] = doc["importer"] if isinstance(doc.get("importer"), dict) else {}
-    if imp:
-        idigest = digest(imp.get("digest"), "importer.format.digest")
-        if _plain_name(imp.get("path")) and idigest is not None:
-            importer = FileRecord(imp["path"], idigest, size(imp.get("size"), "importer.size"))
-        else:
-            issues.append(f"importer.path: expected a plain file name, found {imp.get('path')!r}"[:200])
-    if issues or whole is None:
+        bundle_digest = c.digest(bundle_doc.get("digest"), "bundle.digest")
+    importer = _parse_importer(c, doc.get("importer"))
+    if c.issues or whole is None:
         raise InvalidPartsIndex(
-            f"reading {where}: expected a valid parts index, found {len(issues)} problem(s)",
-            context="\n".join(issues[:50]),
+            f"reading {where}: expected a valid parts index, found {len(c.issues)} problem(s)",
+            context="\n".join(c.issues[:50]),
             hint="the parts index was modified or damaged; copy it again from the source medium",
         )
     tool: Dict[str, Any] = doc["tool"] if isinstance(doc.get("tool"), dict) else {}
@@ -190,6 +171,45 @@ def parse_parts_index(raw: bytes, where: str) -> PartsIndex:
         parts=tuple(parts), created=str(doc.get("created", "")), tool_version=str(tool.get("version", "")),
         bundle_digest=bundle_digest, importer=importer, extra={k: v for k, v in doc.items() if k not in known},
     )
+
+
+def _parse_parts(c: _IndexIssues, raw_parts: Any, part_size: int) -> List[PartRecord]:
+    """``parts``: a non-empty array of plain, distinct names, each at most ``partSize`` bytes."""
+    parts: List[PartRecord] = []
+    if not isinstance(raw_parts, list) or not raw_parts:
+        c.issues.append("parts: expected a non-empty array")
+        return parts
+    seen = set()
+    for i, raw_part in enumerate(raw_parts):
+        if not isinstance(raw_part, dict):
+            c.issues.append(f"parts[{i}]: expected an object")
+            continue
+        pname = raw_part.get("name")
+        if not _plain_name(pname):
+            c.add(f"parts[{i}].name: expected a plain file name, found {pname!r}")
+            continue
+        if pname in seen:
+            c.issues.append(f"parts[{i}].name: {pname!r} is listed twice")
+        seen.add(pname)
+        psize = c.size(raw_part.get("size"), f"parts[{i}].size")
+        pdigest = c.digest(raw_part.get("digest"), f"parts[{i}].digest")
+        if part_size and psize > part_size:
+            c.issues.append(f"parts[{i}].size: {psize} is over partSize {part_size}")
+        if pdigest is not None:
+            parts.append(PartRecord(str(pname), psize, pdigest))
+    return parts
+
+
+def _parse_importer(c: _IndexIssues, value: Any) -> Optional[FileRecord]:
+    """The optional ``importer`` record: the pyz written beside the parts."""
+    imp: Dict[str, Any] = value if isinstance(value, dict) else {}
+    if not imp:
+        return None
+    idigest = c.digest(imp.get("digest"), "importer.digest")
+    if _plain_name(imp.get("path")) and idigest is not None:
+        return FileRecord(imp["path"], idigest, c.size(imp.get("size"), "importer.size"))
+    c.add(f"importer.path: expected a plain file name, found {imp.get('path')!r}")
+    return None
 
 
 class Location(NamedTuple):
@@ -245,7 +265,7 @@ class ConcatFile(io.RawIOBase):
         self.size = total
         self._pos = 0
         self._open_index = -1
-        self._fh: Optional[BinaryIO] = None
+        self._fh: Optional[io.BufferedReader] = None
         self._expect = list(expect) if expect is not None else None
         self._by_digest = {p.digest: p.name for p in self._expect} if self._expect else {}
         self._hashed = 0  # bytes hashed, in order from the start
@@ -329,7 +349,7 @@ class ConcatFile(io.RawIOBase):
         self._pos += len(data)
         return bytes(data)
 
-    def _at(self, size: int) -> Tuple[Optional[BinaryIO], int]:
+    def _at(self, size: int) -> Tuple[Optional[io.BufferedReader], int]:
         """The open part at the current position, and how much may be read from it."""
         if self._pos >= self.size or not self._files:
             return None, 0
@@ -351,7 +371,7 @@ class ConcatFile(io.RawIOBase):
         fh, want = self._at(len(b))
         if fh is None or want <= 0:
             return 0
-        n = fh.readinto(memoryview(b)[:want])  # type: ignore[attr-defined]
+        n = fh.readinto(memoryview(b)[:want])
         if not n:
             raise SizeMismatch(f"reading {self._files[self._open_index][0]}: expected more bytes, found the end",
                                hint="the part was truncated after it was checked; copy it again")

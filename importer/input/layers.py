@@ -21,32 +21,7 @@ from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import compression_of
 from importer.input.opened import BundleRoot, open_bundle_file
 from importer.streams.compression import _zstd_module, open_decompressed
-
-
-class HashingReader:
-    """Pass reads through while hashing and counting them."""
-
-    def __init__(self, raw: Any) -> None:
-        self._raw = raw
-        self.hasher = hashlib.sha256()
-        self.count = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        if data:
-            self.hasher.update(data)
-            self.count += len(data)
-        return bytes(data)
-
-    def readinto(self, b: Any) -> int:
-        n: int = self._raw.readinto(b)
-        if n:
-            self.hasher.update(memoryview(b)[:n])
-            self.count += n
-        return n
-
-    def digest(self) -> Digest:
-        return Digest("sha256", self.hasher.hexdigest())
+from importer.streams.readers import HashingReader
 
 
 def decompress_errors() -> Tuple[Type[BaseException], ...]:
@@ -131,7 +106,7 @@ def open_layer(root: BundleRoot, layer: LayerRecord, what: str) -> Iterator[Laye
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
         raw = HashingReader(f)
         with open_decompressed(
-            raw, compression_of(layer.media_type), bound=layer.uncompressed_size, what=what  # type: ignore[arg-type]
+            raw, compression_of(layer.media_type), bound=layer.uncompressed_size, what=what
         ) as plain:
             yield LayerReader(raw, plain, layer, what)
 

@@ -97,7 +97,7 @@ def open_bundle(path: str) -> OpenedBundle:
 
 def reader_read(reader: ArchiveReader, rel: str, limit: int) -> bytes:
     with reader.open(rel) as f:
-        return read_limited(f, limit, rel)  # type: ignore[arg-type]
+        return read_limited(f, limit, rel)
 
 
 def _read_folder_file(root: str, rel: str, limit: int, refused: Type[BundleError]) -> Optional[bytes]:

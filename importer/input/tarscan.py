@@ -22,6 +22,7 @@ from importer.errors import BundleError, LimitExceeded
 from importer.format.digest import CHUNK, Digest, is_digest
 from importer.input.layers import decompress_errors
 from importer.streams.compression import open_decompressed
+from importer.streams.readers import HashingReader, PrefixedReader
 
 ProgressFn = Callable[[int], None]
 MAX_JSON_MEMBER = 4 * 1024 * 1024
@@ -118,41 +119,6 @@ class ArchiveScan:
         return found
 
 
-class _Prefixed:
-    """A reader that first returns ``head``, then the rest of ``raw``."""
-
-    def __init__(self, head: bytes, raw: Any) -> None:
-        self._head = head
-        self._raw = raw
-
-    def read(self, n: int = -1) -> bytes:
-        if self._head:
-            if n is None or n < 0 or n >= len(self._head):
-                data, self._head = self._head, b""
-                return data
-            data, self._head = self._head[:n], self._head[n:]
-            return data
-        out: bytes = self._raw.read(n)
-        return out
-
-
-class _Hashing:
-    def __init__(self, raw: Any, on_bytes: Optional[ProgressFn]) -> None:
-        self._raw = raw
-        self._on = on_bytes
-        self.h = hashlib.sha256()
-        self.n = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data: bytes = self._raw.read(n)
-        if data:
-            self.h.update(data)
-            self.n += len(data)
-            if self._on is not None:
-                self._on(len(data))
-        return data
-
-
 def layer_bound(image: Any) -> int:
     """How far to decompress a re-exported member: past the image's largest layer means the
     engine holds other bytes (and protects against a decompression bomb in a damaged store)."""
@@ -173,7 +139,7 @@ def hash_member(raw: Any, path: str, *, bound: int, on_bytes: Optional[ProgressF
     """Hash one member (a file object), decompressing it when it is gzip/zstd."""
     head = raw.read(4)
     compression = sniff(head)
-    hashing = _Hashing(_Prefixed(head, raw), on_bytes)
+    hashing = HashingReader(PrefixedReader(head, raw), on_bytes)
     kept: Optional[bytearray] = bytearray() if keep_json and head[:1] in (b"{", b"[") else None
     plain_h = hashlib.sha256()
     plain_n = 0
@@ -193,7 +159,7 @@ def hash_member(raw: Any, path: str, *, bound: int, on_bytes: Optional[ProgressF
     else:
         plain = None
         try:
-            with open_decompressed(hashing, compression, bound=bound, what=path) as reader:  # type: ignore[arg-type]
+            with open_decompressed(hashing, compression, bound=bound, what=path) as reader:
                 while True:
                     data = reader.read(CHUNK)
                     if not data:
@@ -210,7 +176,7 @@ def hash_member(raw: Any, path: str, *, bound: int, on_bytes: Optional[ProgressF
         while hashing.read(CHUNK):  # the rest of the stored bytes, for the blob digest
             pass
         kept = None
-    facts = MemberFacts(path, hashing.n, Digest("sha256", hashing.h.hexdigest()), compression, plain,
+    facts = MemberFacts(path, hashing.count, hashing.digest(), compression, plain,
                         plain_n, note)
     return facts, (bytes(kept) if kept is not None else None)
 

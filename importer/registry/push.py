@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from importer.errors import DigestMismatch, PolicyRejected, UsageError
 from importer.format.digest import Digest
@@ -153,8 +153,34 @@ def push_bundle(
                          hint="a registry names images by repository:tag; re-export them tagged")
     raw_manifests = {r.image.manifest.digest: _manifest_bytes(root, r.image) for r in refs}
     workers = max(1, concurrency)
+    _check_tags(client, refs, workers, move_tags)
 
-    # === where tags point now; refuse to move one unless allowed
+    # a delta: every layer the bundle leaves out is in place or can be mounted, before any upload
+    outside = external_blobs([(r.destination, r.image.name, r.image.layers) for r in refs])
+    if outside:
+        report.delta = plan_external(client, outside, workers=workers)
+        mount_external(client, report.delta, workers=workers)
+    elsewhere = {(b.repository, b.layer.digest) for b in outside}
+
+    sizes, missing = _missing_blobs(client, refs, elsewhere, workers, report)
+    _send_blobs(root, client, missing, sizes, workers, progress, report)
+    if report.delta is not None:
+        report.blobs_present += report.delta.count("present")
+        report.blobs_mounted += report.delta.count("mounted")
+        missing += report.delta.pairs("mounted")
+    _put_manifests(client, refs, raw_manifests, missing, report)
+
+    # read back
+    for r, rb in zip(refs, _each(workers, lambda r: read_back(client, r, sizes), refs, client.cancel)):
+        r.readback = rb
+    report.refs = refs
+    report.stats = client.stats.to_dict()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _check_tags(client: RegistryClient, refs: List[PushedRef], workers: int, move_tags: bool) -> None:
+    """Where the tags point now (``tag_was``); refuse to move one unless allowed."""
     def tag_now(r: PushedRef) -> Optional[str]:
         return client.manifest_digest(r.destination.repository, r.destination.tag) if r.destination.tag else None
 
@@ -170,14 +196,11 @@ def push_bundle(
             hint="nothing was pushed; re-run with --force to move the tag",
         )
 
-    # === a delta: every layer the bundle leaves out is in place or can be mounted, before any upload
-    outside = external_blobs([(r.destination, r.image.name, r.image.layers) for r in refs])
-    if outside:
-        report.delta = plan_external(client, outside, workers=workers)
-        mount_external(client, report.delta, workers=workers)
-    elsewhere = {(b.repository, b.layer.digest) for b in outside}
 
-    # === blobs: which (repository, blob) pairs are missing
+def _missing_blobs(client: RegistryClient, refs: List[PushedRef], elsewhere: Set[Tuple[str, Digest]],
+                   workers: int, report: PushReport) -> Tuple[Dict[Digest, int], List[Tuple[str, Digest]]]:
+    """Every blob's size, and the (repository, blob) pairs the registry lacks (never an external
+    blob: it is mounted or in place already)."""
     sizes: Dict[Digest, int] = {}
     needed: Dict[Tuple[str, Digest], None] = {}
     for r in refs:
@@ -194,6 +217,13 @@ def push_bundle(
 
     missing = [pair for pair, here in zip(pairs, _each(workers, present, pairs, client.cancel)) if not here]
     report.blobs_present = len(pairs) - len(missing)
+    return sizes, missing
+
+
+def _send_blobs(root: BundleRoot, client: RegistryClient, missing: List[Tuple[str, Digest]],
+                sizes: Dict[Digest, int], workers: int, progress: Optional[ProgressFactory],
+                report: PushReport) -> None:
+    """Upload each missing blob once, then into the other repositories: mount, else upload."""
     first_repo: Dict[Digest, str] = {}
     for repo, blob_digest in missing:
         first_repo.setdefault(blob_digest, repo)
@@ -207,8 +237,6 @@ def push_bundle(
     _each(workers, upload, uploads, client.cancel)
     report.blobs_uploaded = len(uploads)
     report.bytes_uploaded = sum(sizes[d] for d, _ in uploads)
-
-    # === the same blobs into the other repositories: mount, else upload
     others = [(repo, digest) for repo, digest in missing if first_repo[digest] != repo]
 
     def mount(pair: Tuple[str, Digest]) -> bool:
@@ -222,12 +250,11 @@ def push_bundle(
     report.blobs_mounted = sum(1 for m in mounted if m)
     report.blobs_uploaded += sum(1 for m in mounted if not m)
     report.bytes_uploaded += sum(sizes[d] for (_, d), m in zip(others, mounted) if not m)
-    if report.delta is not None:
-        report.blobs_present += report.delta.count("present")
-        report.blobs_mounted += report.delta.count("mounted")
-        missing += report.delta.pairs("mounted")
 
-    # === manifests by digest, then the tags
+
+def _put_manifests(client: RegistryClient, refs: List[PushedRef], raw_manifests: Dict[Digest, Tuple[bytes, str]],
+                   missing: List[Tuple[str, Digest]], report: PushReport) -> None:
+    """Manifests by digest, then the tags; each ref's status."""
     sent_manifests = set()
     for r in refs:
         key = (r.destination.repository, r.image.manifest.digest)
@@ -250,14 +277,6 @@ def push_bundle(
         for r in refs:
             if r.status == "already-present" and _uses_any(r, missing):
                 r.status = "pushed"
-
-    # === read back
-    for r, rb in zip(refs, _each(workers, lambda r: read_back(client, r, sizes), refs, client.cancel)):
-        r.readback = rb
-    report.refs = refs
-    report.stats = client.stats.to_dict()
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def _uses_any(r: PushedRef, pairs: List[Tuple[str, Digest]]) -> bool:

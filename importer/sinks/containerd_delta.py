@@ -77,7 +77,7 @@ def plan_delta(manifest: BundleManifest, content: Dict[str, Optional[str]], wher
 @contextlib.contextmanager
 def _uncompressed(stream: BinaryIO, layer: LayerRecord, what: str) -> Iterator[Any]:
     head = stream.read(4)
-    with open_decompressed(_Prefixed(head, stream), sniff_compression(head),  # type: ignore[arg-type]
+    with open_decompressed(_Prefixed(head, stream), sniff_compression(head),
                            bound=layer.uncompressed_size, what=what) as plain:
         yield plain
 

@@ -8,10 +8,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Iterator, Optional, Sequence
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator, Optional, Sequence, cast
 
 from importer.errors import CommandFailed, EngineUnavailable
+from importer.format.digest import CHUNK
+from importer.streams.readers import Readable
 
 STDERR_TAIL = 4096
 
@@ -59,25 +62,57 @@ def run(argv: Sequence[str], *, what: str, check: bool = True, timeout: Optional
 
 
 @contextlib.contextmanager
-def command_stdout(argv: Sequence[str], *, what: str, hint: Optional[str] = None) -> Iterator[BinaryIO]:
-    """Yield the stdout of ``argv`` as a stream (read fixed-size chunks, never lines)."""
+def child_stdout(argv: Sequence[str], *, what: str, on_failure: Callable[[int, str], BaseException],
+                 hint: Optional[str] = None, stdin_from: Optional[Readable] = None) -> Iterator[BinaryIO]:
+    """The one way a child process is run with a pipe: yield its stdout as a stream (read in
+    fixed-size chunks, never lines); its stdin is fed from ``stdin_from`` by a thread (so that
+    reader may hash what passes), else empty; stderr goes to a temp file. The child is killed
+    when the caller stops early; after a normal end a non-zero status raises
+    ``on_failure(status, stderr tail)``."""
     with tempfile.TemporaryFile() as err:
         try:
-            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL if stdin_from is None else subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=err)
         except FileNotFoundError as e:
             raise EngineUnavailable(f"{what}: expected `{argv[0]}` on PATH, found none", hint=hint) from e
         assert proc.stdout is not None
+        feeder: Optional[threading.Thread] = None
+        if stdin_from is not None:
+            feeder = threading.Thread(target=_feed, args=(stdin_from, proc.stdin), daemon=True)
+            feeder.start()
         ok = False
         try:
-            yield proc.stdout  # type: ignore[misc]
+            yield cast(BinaryIO, proc.stdout)
             ok = True
         finally:
             if not ok:
                 proc.kill()
             proc.stdout.close()
             rc = proc.wait()
+            if feeder is not None:
+                feeder.join()
         if rc != 0:
-            raise CommandFailed(argv, rc, _tail(err), what=what, hint=hint)
+            raise on_failure(rc, _tail(err))
+
+
+def _feed(raw: Readable, stdin: Any) -> None:
+    try:
+        while True:
+            chunk = raw.read(CHUNK)
+            if not chunk:
+                break
+            stdin.write(chunk)
+    except (BrokenPipeError, ValueError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            stdin.close()
+
+
+def command_stdout(argv: Sequence[str], *, what: str, hint: Optional[str] = None) -> ContextManager[BinaryIO]:
+    """Yield the stdout of ``argv`` as a stream; a non-zero status raises CommandFailed."""
+    return child_stdout(argv, what=what, hint=hint,
+                        on_failure=lambda rc, tail: CommandFailed(argv, rc, tail, what=what, hint=hint))
 
 
 class StdinCommand:
@@ -96,7 +131,7 @@ class StdinCommand:
             self._err.close()
             raise EngineUnavailable(f"{what}: expected `{argv[0]}` on PATH, found none", hint=hint) from e
         assert self.proc.stdin is not None
-        self.stdin: BinaryIO = self.proc.stdin  # type: ignore[assignment]
+        self.stdin = cast(BinaryIO, self.proc.stdin)  # Popen types its pipes IO[bytes]
 
     def abort(self) -> None:
         """Kill the command before it sees the end of its input (nothing is committed)."""

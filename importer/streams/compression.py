@@ -13,15 +13,14 @@ import contextlib
 import gzip
 import importlib
 import shutil
-import subprocess
 import sys
-import tempfile
-import threading
-from typing import Any, BinaryIO, Iterator, List, Optional
+from typing import Any, BinaryIO, ContextManager, Iterator, List, Optional, cast
 
 from importer.errors import BundleError, DecompressFailed, LimitExceeded
 from importer.format.digest import CHUNK
+from importer.streams.commands import child_stdout
 from importer.streams.progress import human_bytes
+from importer.streams.readers import Readable
 from importer.streams.zstdpure import PureZstdReader
 
 # Output rate of the pure-Python decoder measured on the benchmark machine (docs/benchmarks.md),
@@ -114,13 +113,13 @@ class BoundedReader:
 
 @contextlib.contextmanager
 def open_decompressed(
-    raw: BinaryIO, compression: str, *, bound: int, what: str
+    raw: Readable, compression: str, *, bound: int, what: str
 ) -> Iterator[BoundedReader]:
     """Yield a reader of the decompressed bytes of ``raw``. The caller closes ``raw``."""
     if compression == "none":
         yield BoundedReader(raw, bound, what)
     elif compression == "gzip":
-        with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+        with gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") as gz:  # reading forward only calls read()
             yield BoundedReader(gz, bound, what)
     elif compression == "zstd":
         mod = _zstd_module()
@@ -145,43 +144,9 @@ def open_decompressed(
         raise BundleError(f"decompressing {what}: unknown compression {compression!r}")
 
 
-@contextlib.contextmanager
-def _zstd_cli(raw: Any, what: str) -> Iterator[BinaryIO]:
-    """Run ``zstd -dc``, fed from ``raw`` by a thread (so ``raw`` may hash what passes);
-    stderr goes to a temp file."""
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(["zstd", "-dcq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
-        assert proc.stdin is not None and proc.stdout is not None
-        feeder = threading.Thread(target=_feed, args=(raw, proc.stdin), daemon=True)
-        feeder.start()
-        done = False
-        try:
-            yield proc.stdout  # type: ignore[misc]
-            done = True
-        finally:
-            if not done:
-                proc.kill()
-            proc.stdout.close()
-            rc = proc.wait()
-            feeder.join()
-        if rc != 0 and done:
-            err.seek(0)
-            raise DecompressFailed(
-                f"decompressing {what}: zstd exited with status {rc}",
-                context=err.read()[-2000:].decode("utf-8", "replace"),
-                hint="the layer blob is damaged; re-copy the bundle",
-            )
-
-
-def _feed(raw: Any, stdin: BinaryIO) -> None:
-    try:
-        while True:
-            chunk = raw.read(CHUNK)
-            if not chunk:
-                break
-            stdin.write(chunk)
-    except (BrokenPipeError, ValueError, OSError):
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            stdin.close()
+def _zstd_cli(raw: Readable, what: str) -> ContextManager[BinaryIO]:
+    """Run ``zstd -dc``, fed from ``raw`` by a thread (so ``raw`` may hash what passes)."""
+    return child_stdout(["zstd", "-dcq"], what=f"decompressing {what}", stdin_from=raw,
+                        on_failure=lambda rc, tail: DecompressFailed(
+                            f"decompressing {what}: zstd exited with status {rc}", context=tail[-2000:],
+                            hint="the layer blob is damaged; re-copy the bundle"))

@@ -25,6 +25,7 @@ def each(workers: int, fn: Callable[[Any], Any], items: List[Any],
         for f in futures:
             f.cancel()
         for f in futures:
-            if f.done() and not f.cancelled() and f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
+            failure = f.exception() if f.done() and not f.cancelled() else None
+            if failure is not None:
+                raise failure
         return [f.result() for f in futures]

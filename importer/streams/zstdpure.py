@@ -21,7 +21,7 @@ input or produces bounded output.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Generator, Iterator, List, Optional, Tuple
 
 MAGIC = 0xFD2FB528
 MAX_WINDOW = 1 << 27
@@ -347,7 +347,7 @@ class _FrameState:
         self.reps = [1, 4, 8]
 
 
-def iter_decompress(raw: Any) -> Iterator[bytes]:
+def iter_decompress(raw: Any) -> Generator[bytes, None, None]:
     """Yield the decompressed bytes of every frame read from ``raw`` (a file-like object)."""
     inp = _Input(raw)
     while True:
@@ -523,26 +523,25 @@ def _table(data: bytes, pos: int, mode: int, kind: int, state: _FrameState) -> T
     return prev, pos
 
 
-def _block(data: bytes, state: _FrameState, hist: bytearray, block_max: int) -> None:
-    if not data:
-        raise _fail("empty compressed block")
-    lits, pos = _literals(data, state, block_max)
+def _sequence_count(data: bytes, pos: int) -> Tuple[int, int]:
+    """The sequences section header's count (RFC 8878 3.1.1.3.2.1); returns (count, position after it)."""
     if pos >= len(data):
         raise _fail("sequences section missing")
     b0 = data[pos]
     if b0 < 128:
-        nseq, pos = b0, pos + 1
-    elif b0 < 255:
+        return b0, pos + 1
+    if b0 < 255:
         if pos + 1 >= len(data):
             raise _fail("sequences header truncated")
-        nseq, pos = ((b0 - 128) << 8) + data[pos + 1], pos + 2
-    else:
-        if pos + 2 >= len(data):
-            raise _fail("sequences header truncated")
-        nseq, pos = data[pos + 1] + (data[pos + 2] << 8) + 0x7F00, pos + 3
-    if nseq == 0:
-        hist += lits
-        return
+        return ((b0 - 128) << 8) + data[pos + 1], pos + 2
+    if pos + 2 >= len(data):
+        raise _fail("sequences header truncated")
+    return data[pos + 1] + (data[pos + 2] << 8) + 0x7F00, pos + 3
+
+
+def _sequence_tables(data: bytes, pos: int, state: _FrameState) -> Tuple[SeqTable, SeqTable, SeqTable, int]:
+    """The literal-length, offset and match-length decoding tables named by the compression
+    modes byte (kept in ``state`` for a later "repeat"); returns them and the position after."""
     if pos >= len(data):
         raise _fail("sequences header truncated")
     modes = data[pos]
@@ -553,17 +552,36 @@ def _block(data: bytes, state: _FrameState, hist: bytearray, block_max: int) -> 
     oft, pos = _table(data, pos, (modes >> 4) & 3, 1, state)
     mlt, pos = _table(data, pos, (modes >> 2) & 3, 2, state)
     state.tables = [llt, oft, mlt]
-    s = _backward_bits(data[pos:])
-    total = len(s)
+    return llt, oft, mlt, pos
+
+
+def _initial_states(s: str, llt: SeqTable, oft: SeqTable, mlt: SeqTable) -> Tuple[int, int, int, int]:
+    """The three decoders' initial states from the start of the (reversed) bitstream ``s``, and
+    the bit position after them."""
     ll_log = (len(llt) - 1).bit_length()
     of_log = (len(oft) - 1).bit_length()
     ml_log = (len(mlt) - 1).bit_length()
     p = ll_log + of_log + ml_log
-    if p > total:
+    if p > len(s):
         raise _fail("sequences bitstream too short")
     lls = int(s[0:ll_log], 2) if ll_log else 0
     ofs = int(s[ll_log:ll_log + of_log], 2) if of_log else 0
     mls = int(s[ll_log + of_log:p], 2) if ml_log else 0
+    return lls, ofs, mls, p
+
+
+def _block(data: bytes, state: _FrameState, hist: bytearray, block_max: int) -> None:
+    if not data:
+        raise _fail("empty compressed block")
+    lits, pos = _literals(data, state, block_max)
+    nseq, pos = _sequence_count(data, pos)
+    if nseq == 0:
+        hist += lits
+        return
+    llt, oft, mlt, pos = _sequence_tables(data, pos, state)
+    s = _backward_bits(data[pos:])
+    total = len(s)
+    lls, ofs, mls, p = _initial_states(s, llt, oft, mlt)
     rep1, rep2, rep3 = state.reps
     limit = len(hist) + block_max
     lp = 0
@@ -653,7 +671,7 @@ class PureZstdReader:
         return b"".join(parts)
 
     def close(self) -> None:
-        self._blocks.close()  # type: ignore[attr-defined]
+        self._blocks.close()
 
 
 def decompress(data: bytes) -> bytes:

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from importer.errors import BundleError, IntegrityError, LimitExceeded, ManifestError
 from importer.format import limits
@@ -33,10 +33,11 @@ from importer.format.mediatypes import compression_of
 from importer.format.problems import Problem
 from importer.format.sums import parse_sums
 from importer.input.archive import ArchiveReader, ConcatFile, PartIssue
-from importer.input.layers import HashingReader, LayerReader
+from importer.input.layers import LayerReader
 from importer.input.opened import OpenedBundle
-from importer.input.safetar import BUNDLE_POLICY, DIR, SafeTarReader, UnsafeArchive
+from importer.input.safetar import BUNDLE_POLICY, DIR, SafeTarReader, TarMember, UnsafeArchive
 from importer.streams.compression import open_decompressed
+from importer.streams.readers import HashingReader
 from importer.verify.bundle import (
     VerifyReport,
     _check_layout,
@@ -136,15 +137,32 @@ def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
     """Check every member in archive order, through the safe tar reader (importer/input/safetar.py);
     return how many non-zero bytes follow the end of the tar (a damaged header ends it early),
     and the bundle.json bytes."""
-    add = report.problems.append
     label = os.path.basename(reader.path)
     tar = SafeTarReader(_Counted(cf, on_bytes), BUNDLE_POLICY, what=label)
     members = iter(tar)
+    raw_bj = _first_bundle_json(tar, members, label, opened_with, report.problems.append)
+    manifest = load_bundle_manifest(raw_bj, where=f"{label}:{BUNDLE_JSON}")
+    report.manifest = manifest
+    scan = _MemberScan(tar, manifest, report)
+    try:
+        for member in members:
+            scan.check(member)
+    except UnsafeArchive as e:  # the safe tar reader refused a member: the rest cannot be trusted
+        report.problems.append(Problem(e.reference, label, e.message))
+    except LimitExceeded as e:
+        report.problems.append(Problem(e.reference, label, e.message))
+    except OSError as e:
+        report.problems.append(Problem("unreadable-file", label, f"expected a readable archive, found {e}"))
+    leftover = _nonzero_after(cf, tar.position)
+    scan.check_complete(raw_bj)
+    _check_kept_layout(scan.kept, manifest, report)
+    return leftover, raw_bj
 
-    def data() -> HashingReader:
-        return HashingReader(_Current(tar))
 
-    # === bundle.json first
+def _first_bundle_json(tar: SafeTarReader, members: Iterator[TarMember], label: str, opened_with: Optional[bytes],
+                       add: Callable[[Problem], None]) -> bytes:
+    """bundle.json, which must be the first member; when it differs from the bytes the bundle was
+    opened with, the difference is reported and the opened bytes are judged."""
     first = next(members, None)
     if first is None or first.name != BUNDLE_JSON or not first.isfile():
         shown = first.name if first is not None else "an empty archive"
@@ -153,81 +171,92 @@ def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
             hint="write the archive with `bundle pack DIR FILE.tar` (bundle.json must come first), "
             "or unpack it and import the folder",
         )
-    raw_bj = read_limited(data(), limits.MAX_BUNDLE_JSON, BUNDLE_JSON)  # type: ignore[arg-type]
+    raw_bj = read_limited(HashingReader(_Current(tar)), limits.MAX_BUNDLE_JSON, BUNDLE_JSON)
     if opened_with is not None and raw_bj != opened_with:
         add(Problem("digest-mismatch", BUNDLE_JSON,
                     f"expected the bundle.json the bundle was opened with ({Digest.of_bytes(opened_with)}), "
                     f"found {Digest.of_bytes(raw_bj)}: the archive changed while it was read"))
         raw_bj = opened_with  # judge the rest against what the signature step judged
-    manifest = load_bundle_manifest(raw_bj, where=f"{label}:{BUNDLE_JSON}")
-    report.manifest = manifest
+    return raw_bj
 
-    expected: Dict[str, Digest] = {f.path: f.digest for f in manifest.files}
-    sizes: Dict[str, int] = {f.path: f.size for f in manifest.files}
-    layers: Dict[str, LayerRecord] = {x.digest.blob_path: x for x in manifest.stored_layers()}
-    names = _layer_names(manifest)
-    small = _small_documents(manifest)
-    kept: Dict[str, bytes] = {}
-    seen: Set[str] = {BUNDLE_JSON}
-    sums: Dict[str, Digest] = {}
-    sums_seen = False
-    sig_seen = False
-    try:
-        for member in members:
-            name = member.name
-            if member.type == DIR:
-                continue
-            seen.add(name)
-            if not member.isfile():
-                add(Problem("not-a-regular-file", name, "expected a regular file, found a link or special member"))
-                continue
-            if name == SUMS_FILE:
-                sums_seen = True
-                sums, sum_problems = parse_sums(read_limited(data(), limits.MAX_SUMS, SUMS_FILE))  # type: ignore[arg-type]
-                for text in sum_problems:
-                    add(Problem("sums-invalid", SUMS_FILE, text))
-                continue
-            if name == SIGNATURE_FILE:
-                sig_seen = True
-                continue
-            if name not in expected:
-                add(Problem("unlisted-file", name, "present in the archive but not listed in bundle.json"))
-                continue
-            if member.size != sizes[name]:
-                add(Problem("size-mismatch", name, f"expected {sizes[name]} bytes, found {member.size}"))
-                continue
-            problem = _check_member(name, data(), expected[name], layers.get(name),
-                                    names.get(layers[name].digest, name) if name in layers else name,
-                                    small.get(name), kept)
-            report.files_checked += 1
-            report.bytes_checked += member.size
-            if name in layers:
-                report.layers_checked += 1
-            if problem is not None:
-                add(problem)
-    except UnsafeArchive as e:  # the safe tar reader refused a member: the rest cannot be trusted
-        add(Problem(e.reference, label, e.message))
-    except LimitExceeded as e:
-        add(Problem(e.reference, label, e.message))
-    except OSError as e:
-        add(Problem("unreadable-file", label, f"expected a readable archive, found {e}"))
-    leftover = _nonzero_after(cf, tar.position)
 
-    # === everything listed arrived; SHA256SUMS lists exactly what bundle.json lists; the records agree
-    for path in sorted(set(expected) - seen):
-        add(Problem("missing-file", path, f"expected a member of {sizes[path]} bytes, found none"))
-    listed = set(expected) | {BUNDLE_JSON} | ({SIGNATURE_FILE} if sig_seen else set())
-    if not sums_seen:
-        add(Problem("missing-file", SUMS_FILE, "expected the checksum list, found no member"))
-    else:
-        bj_digest = Digest.of_bytes(raw_bj)
-        if BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
-            add(Problem("digest-mismatch", BUNDLE_JSON,
-                        f"SHA256SUMS says {sums[BUNDLE_JSON]}, the member hashes to {bj_digest}"))
-        check_sums_listing(sums, expected, listed, add)
-    check_records(manifest, seen, add)
+class _MemberScan:
+    """The members after bundle.json, checked one by one against bundle.json as they pass."""
 
-    # === the OCI layout agrees with bundle.json: the folder verifier's checks on the kept JSON
+    def __init__(self, tar: SafeTarReader, manifest: BundleManifest, report: VerifyReport) -> None:
+        self.tar = tar
+        self.manifest = manifest
+        self.report = report
+        self.add = report.problems.append
+        self.expected: Dict[str, Digest] = {f.path: f.digest for f in manifest.files}
+        self.sizes: Dict[str, int] = {f.path: f.size for f in manifest.files}
+        self.layers: Dict[str, LayerRecord] = {x.digest.blob_path: x for x in manifest.stored_layers()}
+        self.names = _layer_names(manifest)
+        self.small = _small_documents(manifest)
+        self.kept: Dict[str, bytes] = {}
+        self.seen: Set[str] = {BUNDLE_JSON}
+        self.sums: Dict[str, Digest] = {}
+        self.sums_seen = False
+        self.sig_seen = False
+
+    def _data(self) -> HashingReader:
+        return HashingReader(_Current(self.tar))
+
+    def check(self, member: TarMember) -> None:
+        name = member.name
+        if member.type == DIR:
+            return
+        self.seen.add(name)
+        add = self.add
+        if not member.isfile():
+            add(Problem("not-a-regular-file", name, "expected a regular file, found a link or special member"))
+            return
+        if name == SUMS_FILE:
+            self.sums_seen = True
+            self.sums, sum_problems = parse_sums(read_limited(self._data(), limits.MAX_SUMS, SUMS_FILE))
+            for text in sum_problems:
+                add(Problem("sums-invalid", SUMS_FILE, text))
+            return
+        if name == SIGNATURE_FILE:
+            self.sig_seen = True
+            return
+        if name not in self.expected:
+            add(Problem("unlisted-file", name, "present in the archive but not listed in bundle.json"))
+            return
+        if member.size != self.sizes[name]:
+            add(Problem("size-mismatch", name, f"expected {self.sizes[name]} bytes, found {member.size}"))
+            return
+        layers = self.layers
+        problem = _check_member(name, self._data(), self.expected[name], layers.get(name),
+                                self.names.get(layers[name].digest, name) if name in layers else name,
+                                self.small.get(name), self.kept)
+        self.report.files_checked += 1
+        self.report.bytes_checked += member.size
+        if name in layers:
+            self.report.layers_checked += 1
+        if problem is not None:
+            add(problem)
+
+    def check_complete(self, raw_bj: bytes) -> None:
+        """Everything listed arrived; SHA256SUMS lists exactly what bundle.json lists; the records agree."""
+        add, expected = self.add, self.expected
+        for path in sorted(set(expected) - self.seen):
+            add(Problem("missing-file", path, f"expected a member of {self.sizes[path]} bytes, found none"))
+        listed = set(expected) | {BUNDLE_JSON} | ({SIGNATURE_FILE} if self.sig_seen else set())
+        if not self.sums_seen:
+            add(Problem("missing-file", SUMS_FILE, "expected the checksum list, found no member"))
+        else:
+            sums = self.sums
+            bj_digest = Digest.of_bytes(raw_bj)
+            if BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
+                add(Problem("digest-mismatch", BUNDLE_JSON,
+                            f"SHA256SUMS says {sums[BUNDLE_JSON]}, the member hashes to {bj_digest}"))
+            check_sums_listing(sums, expected, listed, add)
+        check_records(self.manifest, self.seen, add)
+
+
+def _check_kept_layout(kept: Dict[str, bytes], manifest: BundleManifest, report: VerifyReport) -> None:
+    """The OCI layout agrees with bundle.json: the folder verifier's checks on the kept JSON."""
     bad = {p.path for p in report.problems}
     tmp = tempfile.mkdtemp(prefix="sneakernet-layout-")
     try:
@@ -236,10 +265,9 @@ def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
             os.makedirs(os.path.dirname(full), exist_ok=True)
             with open(full, "wb") as f:
                 f.write(raw)
-        _check_layout(tmp, manifest, bad, add)
+        _check_layout(tmp, manifest, bad, report.problems.append)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return leftover, raw_bj
 
 
 class _Current:
@@ -296,7 +324,7 @@ def _check_member(name: str, raw: HashingReader, want: Digest, layer: Optional[L
     """Check one member as it streams past; return its problem, if any."""
     if layer is not None:
         try:
-            with open_decompressed(raw, compression_of(layer.media_type),  # type: ignore[arg-type]
+            with open_decompressed(raw, compression_of(layer.media_type),
                                    bound=layer.uncompressed_size, what=what) as plain:
                 LayerReader(raw, plain, layer, what).finish()
         except IntegrityError as e:

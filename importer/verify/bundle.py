@@ -125,30 +125,56 @@ def verify_bundle(
     started = time.monotonic()
     report = VerifyReport(root=root)
     add = report.problems.append
+    sums = _read_sums(root, add)
+    if raw_bundle_json is None:
+        raw_bundle_json = open_bundle(root).raw_bundle_json
+    manifest = _load_manifest(raw_bundle_json, sums, report)
+    expected: Dict[str, Digest] = {f.path: f.digest for f in manifest.files}
+    sizes: Dict[str, int] = {f.path: f.size for f in manifest.files}
+    unreadable: Dict[str, OSError] = {}
+    on_disk = _walk_files(root, unreadable)
+    _check_listing(manifest, sums, on_disk, unreadable, add)
+    to_hash = _files_of_right_size(expected, sizes, on_disk, unreadable, add)
+    layers_by_path: Dict[str, LayerRecord] = {}
+    if deep:
+        for layer in manifest.stored_layers():
+            layers_by_path[layer.digest.blob_path] = layer
+    _hash_files(root, manifest, to_hash, expected, sizes, layers_by_path, add, workers=workers, on_bytes=on_bytes)
+    report.files_checked = len(to_hash)
+    report.bytes_checked = sum(sizes[p] for p in to_hash)
+    report.layers_checked = sum(1 for p in to_hash if p in layers_by_path)
 
-    # === SHA256SUMS
-    sums: Optional[Dict[str, Digest]] = None
+    # the OCI layout agrees with bundle.json (only JSON whose digest matched is parsed)
+    bad_paths = {p.path for p in report.problems}
+    _check_layout(root, manifest, bad_paths, add)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _read_sums(root: str, add: Callable[[Problem], None]) -> Optional[Dict[str, Digest]]:
+    """SHA256SUMS parsed, or None when it is missing or unreadable (reported)."""
     sums_path = os.path.join(root, SUMS_FILE)
     if not os.path.isfile(sums_path):
         add(Problem("missing-file", SUMS_FILE, "expected the checksum list, found no file"))
-    else:
-        try:
-            raw_sums = read_file_limited(sums_path, limits.MAX_SUMS, SUMS_FILE)
-        except OSError as e:
-            add(Problem("unreadable-file", SUMS_FILE, f"expected a readable file, found {os_error_text(e)}"))
-        else:
-            sums, sum_problems = parse_sums(raw_sums)
-            for text in sum_problems:
-                add(Problem("sums-invalid", SUMS_FILE, text))
+        return None
+    try:
+        raw_sums = read_file_limited(sums_path, limits.MAX_SUMS, SUMS_FILE)
+    except OSError as e:
+        add(Problem("unreadable-file", SUMS_FILE, f"expected a readable file, found {os_error_text(e)}"))
+        return None
+    sums, sum_problems = parse_sums(raw_sums)
+    for text in sum_problems:
+        add(Problem("sums-invalid", SUMS_FILE, text))
+    return sums
 
-    # === bundle.json (bounded read, then schema rules)
-    if raw_bundle_json is None:
-        raw_bundle_json = open_bundle(root).raw_bundle_json
-    raw_bj = raw_bundle_json
+
+def _load_manifest(raw_bj: bytes, sums: Optional[Dict[str, Digest]], report: VerifyReport) -> BundleManifest:
+    """bundle.json checked against SHA256SUMS, then by its schema rules (raises ManifestError,
+    carrying the problems found so far, when it cannot be used at all)."""
     bj_digest = Digest.of_bytes(raw_bj)
     if sums is not None and BUNDLE_JSON in sums and sums[BUNDLE_JSON] != bj_digest:
-        add(Problem("digest-mismatch", BUNDLE_JSON,
-                    f"SHA256SUMS says {sums[BUNDLE_JSON]}, the file hashes to {bj_digest}"))
+        report.problems.append(Problem("digest-mismatch", BUNDLE_JSON,
+                                       f"SHA256SUMS says {sums[BUNDLE_JSON]}, the file hashes to {bj_digest}"))
     try:
         manifest = load_bundle_manifest(raw_bj)
     except ManifestError as e:
@@ -156,12 +182,13 @@ def verify_bundle(
             e.context = "\n".join(filter(None, [e.context] + [str(p) for p in report.problems]))
         raise
     report.manifest = manifest
+    return manifest
 
-    # === file lists agree: bundle.json files, SHA256SUMS, what is on disk
+
+def _check_listing(manifest: BundleManifest, sums: Optional[Dict[str, Digest]], on_disk: Dict[str, os.stat_result],
+                   unreadable: Dict[str, OSError], add: Callable[[Problem], None]) -> None:
+    """The file lists agree: bundle.json's files, SHA256SUMS, what is on disk."""
     expected: Dict[str, Digest] = {f.path: f.digest for f in manifest.files}
-    sizes: Dict[str, int] = {f.path: f.size for f in manifest.files}
-    unreadable: Dict[str, OSError] = {}
-    on_disk = _walk_files(root, unreadable)
     for path, err in sorted(unreadable.items()):
         add(Problem("unreadable-file", path, f"expected a folder that can be listed, found {os_error_text(err)}"))
     listed: Set[str] = set(expected) | {BUNDLE_JSON}
@@ -180,7 +207,10 @@ def verify_bundle(
         else:
             add(Problem("unlisted-file", path, "present in the bundle folder but not listed in bundle.json"))
 
-    # === sizes (cheap) then digests and diff_ids (parallel across cores)
+
+def _files_of_right_size(expected: Dict[str, Digest], sizes: Dict[str, int], on_disk: Dict[str, os.stat_result],
+                         unreadable: Dict[str, OSError], add: Callable[[Problem], None]) -> List[str]:
+    """Sizes first (cheap): the listed regular files of the recorded size, to be hashed."""
     to_hash: List[str] = []
     for path in sorted(expected):
         found_st = on_disk.get(path)
@@ -194,10 +224,14 @@ def verify_bundle(
             add(Problem("size-mismatch", path, f"expected {sizes[path]} bytes, found {found_st.st_size}"))
         else:
             to_hash.append(path)
-    layers_by_path: Dict[str, LayerRecord] = {}
-    if deep:
-        for layer in manifest.stored_layers():
-            layers_by_path[layer.digest.blob_path] = layer
+    return to_hash
+
+
+def _hash_files(root: str, manifest: BundleManifest, to_hash: List[str], expected: Dict[str, Digest],
+                sizes: Dict[str, int], layers_by_path: Dict[str, LayerRecord], add: Callable[[Problem], None], *,
+                workers: Optional[int], on_bytes: Optional[ProgressFn]) -> None:
+    """Digests, and diff_ids of the layers in ``layers_by_path``, parallel across cores; the
+    largest files first. ``to_hash`` is sorted that way in place."""
     names = _layer_names(manifest)
 
     def check(path: str) -> Optional[Problem]:
@@ -236,15 +270,6 @@ def verify_bundle(
             for future in futures:
                 future.cancel()
             raise
-    report.files_checked = len(to_hash)
-    report.bytes_checked = sum(sizes[p] for p in to_hash)
-    report.layers_checked = sum(1 for p in to_hash if p in layers_by_path)
-
-    # === the OCI layout agrees with bundle.json (only JSON whose digest matched is parsed)
-    bad_paths = {p.path for p in report.problems}
-    _check_layout(root, manifest, bad_paths, add)
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def check_sums_listing(sums: Dict[str, Digest], expected: Dict[str, Digest], listed: Set[str],

@@ -342,12 +342,12 @@ class _ArchiveReader:
 def _archive_reader(f: BinaryIO, manifest: LegacyManifest) -> Iterator[_ArchiveReader]:
     """An ``_ArchiveReader`` over the open archive ``f``: at most its pinned size is read, and
     at most the pinned uncompressed size comes out."""
-    from importer.input.layers import HashingReader
+    from importer.streams.readers import HashingReader
 
     f.seek(0)
     raw = HashingReader(_Pinned(f, manifest.archive.size))
     compression = "zstd" if manifest.major == 2 else "none"
-    with open_decompressed(raw, compression, bound=manifest.uncompressed_size,  # type: ignore[arg-type]
+    with open_decompressed(raw, compression, bound=manifest.uncompressed_size,
                            what=manifest.archive.path) as plain:
         yield _ArchiveReader(raw, plain, manifest)
 
@@ -461,7 +461,7 @@ def archive_pass(reader: _ArchiveReader, manifest: LegacyManifest, *, out: Optio
                 raise LimitExceeded(f"reading {MANIFEST_JSON} in {what}: expected at most {MAX_DOCKER_SAVE_JSON} "
                                     f"bytes, found {member.size}", hint="do not import this bundle")
             rec.through = _discard
-            scan.docs[MANIFEST_JSON] = read_limited(tar, MAX_DOCKER_SAVE_JSON,  # type: ignore[arg-type]
+            scan.docs[MANIFEST_JSON] = read_limited(tar, MAX_DOCKER_SAVE_JSON,
                                                     f"{MANIFEST_JSON} in {what}")
             rec.through = None
             continue
