@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -25,6 +25,7 @@ from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import DestinationInUse, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
+from importer.format.platform import host, parse_platforms
 from importer.pipeline.have import merge_have, zstd_is_fast_on
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -64,6 +65,7 @@ def export_images(
     address: Optional[str] = None,
     namespace: Optional[str] = None,
     tags: Sequence[str] = (),
+    platforms: Sequence[str] = (),
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -100,6 +102,8 @@ def export_images(
     if schema < 3 and not isinstance(source, DockerDaemonSource):
         raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
+    if platforms:
+        _pick_platform(source, platforms)
     have_layers = merge_have(have) if have else None
     source_info = source.info()
     total = source.check_refs(names)
@@ -135,6 +139,22 @@ def export_images(
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
                         len(store.recompressed) if schema == 3 else 0)
+
+
+def _pick_platform(source: Any, values: Sequence[str]) -> None:
+    """``--platform``: which manifest of an image index the source carries (default: this host's)."""
+    wanted = parse_platforms(values)
+    if len(wanted) > 1:
+        raise UsageError(f"exporting with --platform {','.join(str(p) for p in wanted)}: expected one platform, "
+                         f"found {len(wanted)}", hint="carrying several platforms of one image is not supported yet; "
+                         "export one bundle per platform")
+    if isinstance(source, DockerDaemonSource):
+        if not wanted[0].matches(host()):
+            raise UsageError(f"exporting from Docker with --platform {wanted[0]}: expected this host's platform "
+                             f"({host()}), found another", hint="Docker exports the platform it runs; read other "
+                             "platforms from containerd:REF or an OCI layout (oci:DIR[:REF])")
+        return
+    source.platform = wanted[0]
 
 
 def _empty_folder(path: str) -> bool:

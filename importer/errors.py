@@ -191,6 +191,13 @@ class ImageNotFound(SourceError):
     reference = "image-not-found"
 
 
+class PlatformNotFound(ImageNotFound):
+    """An image index holds no manifest for the platform asked for (``--platform``, else this host's);
+    the message names the platforms it has."""
+
+    reference = "platform-not-found"
+
+
 class SinkError(BundleError):
     """The engine (docker, containerd, podman, registry) failed or is unreachable."""
 
