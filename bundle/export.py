@@ -26,7 +26,7 @@ from bundle.writer import write_bundle
 from importer.errors import DestinationInUse, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
-from importer.pipeline.have import merge_have, zstd_is_fast_on
+from importer.pipeline.have import have_platform, merge_have, zstd_is_fast_on
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -104,6 +104,10 @@ def export_images(
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
     if platforms:
         _pick_platform(source, platforms)
+    elif have and not isinstance(source, DockerDaemonSource):
+        offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
+        if offline is not None:
+            source.platform = offline
     have_layers = merge_have(have) if have else None
     source_info = source.info()
     total = source.check_refs(names)

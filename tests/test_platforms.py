@@ -188,3 +188,72 @@ def test_the_host_platform_of_a_two_platform_index_imports_into_docker(docker_ho
     facts = image_facts(docker_host, REF)
     assert facts is not None and facts[0] == want["config"]
     docker(docker_host, "image", "rm", REF, check=False)
+
+
+# --- the offline host's platform, from its inventory (1.2)
+
+def _inventory(tmp_path: Path, name: str, platform: dict | None, diff_id: str = "sha256:" + "1" * 64) -> str:
+    from importer.pipeline.inventory import build_inventory, checksum
+    from importer.sinks import EngineImage, EngineInfo
+
+    engine = EngineInfo("containerd", "1.7", "overlayfs", "containerd", "/run/containerd/containerd.sock")
+    doc = build_inventory(engine, [EngineImage("sha256:" + "a" * 64, [diff_id], ["x:1"])])
+    if platform is None:  # as a 1.1 inventory was written
+        del doc["platform"]
+        doc["inventoryVersion"] = "1.1"
+    else:
+        doc["platform"] = platform
+    doc["checksum"] = checksum(doc)
+    (tmp_path / name).write_text(json.dumps(doc))
+    return str(tmp_path / name)
+
+
+def test_the_inventory_names_the_engines_platform(tmp_path: Path) -> None:
+    import jsonschema
+
+    from importer.pipeline.inventory import inventory_platform, load_inventory
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "inventory" /
+                         "inventory-v1.schema.json").read_text())
+    doc = load_inventory(Path(_inventory(tmp_path, "i.json", {"os": "linux", "architecture": "arm64",
+                                                              "variant": "v8"})).read_bytes())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    assert doc["inventoryVersion"] == "1.2" and inventory_platform(doc) == Platform("linux", "arm64", "v8")
+    old = load_inventory(Path(_inventory(tmp_path, "old.json", None)).read_bytes())  # 1.1 stays readable
+    jsonschema.Draft202012Validator(schema).validate(old)
+    assert inventory_platform(old) is None
+
+
+@pytest.mark.parametrize("inventories, asked, arch", [
+    ([{"os": "linux", "architecture": "arm64", "variant": "v8"}], [], "arm64"),  # the offline host's
+    ([{"os": "linux", "architecture": "arm64"}], ["--platform", "linux/amd64"], "amd64"),  # --platform wins
+    ([None], [], host().architecture),  # a 1.1 inventory says nothing: this host's
+])
+def test_a_delta_export_carries_the_platform_the_inventory_names(tmp_path: Path, inventories: list,
+                                                                 asked: list[str], arch: str) -> None:
+    built = two_platform_layout(tmp_path / "layout")
+    have = [a for i, p in enumerate(inventories) for a in ("--have", _inventory(tmp_path, f"i{i}.json", p))]
+    out = tmp_path / "b"
+    proc = run_cli("bundle", "export", f"oci:{tmp_path / 'layout'}:{REF}", *have, *asked, "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (image,) = json.loads((out / "bundle.json").read_text())["images"]
+    assert image["config"]["digest"] == built["platforms"][arch]["config"]
+
+
+def test_inventories_of_two_platforms_are_refused(tmp_path: Path) -> None:
+    two_platform_layout(tmp_path / "layout")
+    a = _inventory(tmp_path, "a.json", {"os": "linux", "architecture": "amd64"})
+    b = _inventory(tmp_path, "b.json", {"os": "linux", "architecture": "arm64"})
+    proc = run_cli("bundle", "export", f"oci:{tmp_path / 'layout'}:{REF}", "--have", a, "--have", b,
+                   "-o", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert "expected inventories of one platform, found linux/amd64" in proc.stderr and "linux/arm64" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.engine
+def test_the_docker_inventory_records_this_hosts_platform(docker_host: str) -> None:
+    proc = run_cli("importer", "--inventory", "--docker-host", docker_host)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["inventoryVersion"] == "1.2" and Platform(**doc["platform"]) == host()
