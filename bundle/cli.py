@@ -205,10 +205,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         _t(info["bundle"], "bold"), f"  schema {printable(str(info['schemaVersion']))}  created ",
         _t(info["created"]), "  by sneakernet ", _t(info["toolVersion"]),
         f"  signed: {'yes' if info['signed'] else 'no'}"))
-    table = Table("IMAGE", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
+    table = Table("IMAGE", "PLATFORM", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
     for image in info["images"]:
         shared = sum(1 for layer in image["layers"] if layer["sharedWith"])
-        table.add_row(_t(", ".join(image["refs"]) or "(untagged)"), _t(image["configDigest"][:19]),
+        plat = image.get("platform") or {}
+        platform = "/".join(str(plat[k]) for k in ("os", "architecture", "variant") if plat.get(k)) or "-"
+        table.add_row(_t(", ".join(image["refs"]) or "(untagged)"), _t(platform), _t(image["configDigest"][:19]),
                       str(len(image["layers"])), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))
     console.print(table)

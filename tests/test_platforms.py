@@ -149,6 +149,10 @@ def test_export_carries_only_the_picked_platform(tmp_path: Path, asked: list[str
     other = built["platforms"]["amd64" if arch == "arm64" else "arm64"]
     assert not {other["config"], other["layer"], other["manifest"]} & _blobs_of(out)
     assert run_cli("importer", str(out), "--verify-only").returncode == 0
+    shown = run_cli("bundle", "inspect", str(out))
+    assert shown.returncode == 0 and f"linux/{arch}" in shown.stdout, shown.stdout
+    assert json.loads(run_cli("bundle", "inspect", str(out), "--json").stdout)["images"][0]["platform"][
+        "architecture"] == arch
 
 
 def test_a_platform_the_index_lacks_is_refused_naming_what_it_has(tmp_path: Path) -> None:
