@@ -255,6 +255,14 @@ class PolicyRejected(BundleError):
     exit_code = 7
 
 
+class PlatformMismatch(BundleError):
+    """The bundle's images are for another platform than the engine runs (a containerd import
+    would unpack nothing); the message names the platforms the bundle has. Nothing was changed."""
+
+    reference = "platform-mismatch"
+    exit_code = 7
+
+
 class BadSignature(PolicyRejected):
     """The signature file is malformed (or not a regular file) or does not verify over bundle.json."""
 

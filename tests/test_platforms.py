@@ -261,3 +261,33 @@ def test_the_docker_inventory_records_this_hosts_platform(docker_host: str) -> N
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["inventoryVersion"] == "1.2" and Platform(**doc["platform"]) == host()
+
+
+# --- import: an engine runs one platform
+
+@pytest.mark.engine
+def test_a_bundle_for_another_platform_is_refused_before_any_change(docker_host: str, tmp_path: Path) -> None:
+    built = two_platform_layout(tmp_path / "layout")
+    foreign = "arm64" if host().architecture != "arm64" else "amd64"
+    out = tmp_path / "b"
+    run_cli("bundle", "export", f"oci:{tmp_path / 'layout'}:{REF}", "--platform", f"linux/{foreign}",
+            "-o", str(out), check=True)
+    docker(docker_host, "image", "rm", REF, check=False)
+    before = docker(docker_host, "image", "ls", "-a", "-q", "--no-trunc").stdout
+    proc = run_cli("importer", str(out), "--verify", "--docker-host", docker_host, "--no-receipt")
+    assert proc.returncode == 7, proc.stderr
+    assert "platform-mismatch" in proc.stderr and f"{REF} (linux/{foreign}" in proc.stderr, proc.stderr
+    assert docker(docker_host, "image", "ls", "-a", "-q", "--no-trunc").stdout == before  # nothing changed
+    # an OCI layout holds any platform: the same bundle goes there, its manifest digest kept
+    oci = tmp_path / "out.oci"
+    proc = run_cli("importer", str(out), "--engine", "oci", "--oci-dir", str(oci), "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    index = json.loads((oci / "index.json").read_text())
+    assert built["platforms"][foreign]["manifest"] in [m["digest"] for m in index["manifests"]]
+    # told that the engine runs that platform (emulated), Docker takes it, ID = its config digest
+    proc = run_cli("importer", str(out), "--verify", "--docker-host", docker_host, "--no-receipt",
+                   "--platform", f"linux/{foreign}")
+    assert proc.returncode == 0, proc.stderr
+    facts = image_facts(docker_host, REF)
+    assert facts is not None and facts[0] == built["platforms"][foreign]["config"]
+    docker(docker_host, "image", "rm", REF, check=False)
