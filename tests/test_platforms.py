@@ -291,3 +291,35 @@ def test_a_bundle_for_another_platform_is_refused_before_any_change(docker_host:
     facts = image_facts(docker_host, REF)
     assert facts is not None and facts[0] == built["platforms"][foreign]["config"]
     docker(docker_host, "image", "rm", REF, check=False)
+
+
+@pytest.mark.engine
+def test_containerd_holds_both_platforms_and_exports_the_one_asked(containerd_address: str, tmp_path: Path) -> None:
+    built = two_platform_layout(tmp_path / "layout")
+    index_json = tmp_path / "layout" / "index.json"  # ctr import names an image by this annotation
+    doc = json.loads(index_json.read_text())
+    doc["manifests"][0]["annotations"]["io.containerd.image.name"] = "docker.io/multi/app:1"
+    index_json.write_text(json.dumps(doc))
+    archive = tmp_path / "multi.tar"  # an OCI archive: the layout as a tar
+    with tarfile.open(archive, "w") as tar:
+        for p in sorted((tmp_path / "layout").rglob("*")):
+            tar.add(p, arcname=str(p.relative_to(tmp_path / "layout")), recursive=False)
+    ns = "platforms"
+    ctr = ["ctr", "--address", containerd_address, "--namespace", ns]
+    subprocess.run([*ctr, "images", "import", "--all-platforms", "--no-unpack", str(archive)],
+                   check=True, capture_output=True)
+    listed = subprocess.run([*ctr, "images", "ls", "-q"], check=True, capture_output=True, text=True).stdout.split()
+    assert "docker.io/multi/app:1" in listed, listed
+    name = "docker.io/multi/app:1"
+    for arch in ("arm64", "amd64"):
+        out = tmp_path / arch
+        proc = run_cli("bundle", "export", f"containerd:{name}", "--platform", f"linux/{arch}", "-o", str(out),
+                       "--address", containerd_address, "--namespace", ns)
+        assert proc.returncode == 0, proc.stderr
+        (image,) = json.loads((out / "bundle.json").read_text())["images"]
+        assert image["manifest"]["digest"] == built["platforms"][arch]["manifest"]
+        assert [x["digest"] for x in image["layers"]] == [built["platforms"][arch]["layer"]]
+    proc = run_cli("bundle", "export", f"containerd:{name}", "--platform", "linux/riscv64", "-o",
+                   str(tmp_path / "none"), "--address", containerd_address, "--namespace", ns)
+    assert proc.returncode == 5 and "error[platform-not-found]" in proc.stderr, proc.stderr
+    assert "found linux/amd64, linux/arm64/v8" in proc.stderr and not (tmp_path / "none").exists()
