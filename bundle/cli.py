@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tag", action="append", default=[], metavar="REF",
                    help="the name the image carries in the bundle, instead of the source's (once per IMAGE, "
                    "in order; e.g. for an OCI layout whose ref name is a bare tag)")
+    e.add_argument("--platform", action="append", default=[], metavar="OS/ARCH[/VARIANT]",
+                   help="which manifest of a multi-platform image (an index) to carry, e.g. linux/arm64 "
+                   "(containerd: and oci: sources; default: this host's platform; arm64 means arm64/v8 as "
+                   "containerd says). A single-platform image is carried as it is")
     e.add_argument("--force", action="store_true",
                    help="replace an existing bundle folder (one holding bundle.json); anything else is refused")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
@@ -134,7 +138,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
-                               tags=args.tag)
+                               tags=args.tag, platforms=args.platform)
     finally:
         stop_progress()
     if result.recompressed:
@@ -201,10 +205,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         _t(info["bundle"], "bold"), f"  schema {printable(str(info['schemaVersion']))}  created ",
         _t(info["created"]), "  by sneakernet ", _t(info["toolVersion"]),
         f"  signed: {'yes' if info['signed'] else 'no'}"))
-    table = Table("IMAGE", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
+    table = Table("IMAGE", "PLATFORM", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
     for image in info["images"]:
         shared = sum(1 for layer in image["layers"] if layer["sharedWith"])
-        table.add_row(_t(", ".join(image["refs"]) or "(untagged)"), _t(image["configDigest"][:19]),
+        plat = image.get("platform") or {}
+        platform = "/".join(str(plat[k]) for k in ("os", "architecture", "variant") if plat.get(k)) or "-"
+        table.add_row(_t(", ".join(image["refs"]) or "(untagged)"), _t(platform), _t(image["configDigest"][:19]),
                       str(len(image["layers"])), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))
     console.print(table)

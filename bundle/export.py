@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -25,7 +25,8 @@ from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
 from importer.errors import DestinationInUse, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
-from importer.pipeline.have import merge_have, zstd_is_fast_on
+from importer.format.platform import host, parse_platforms
+from importer.pipeline.have import have_platform, merge_have, zstd_is_fast_on
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -64,6 +65,7 @@ def export_images(
     address: Optional[str] = None,
     namespace: Optional[str] = None,
     tags: Sequence[str] = (),
+    platforms: Sequence[str] = (),
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -84,6 +86,12 @@ def export_images(
     if schema < 3 and not isinstance(source, DockerDaemonSource):
         raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
+    if platforms:
+        _pick_platform(source, platforms)
+    elif have and not isinstance(source, DockerDaemonSource):
+        offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
+        if offline is not None:
+            source.platform = offline
     have_layers = merge_have(have) if have else None
     source_info = source.info()
     total = source.check_refs(names)
@@ -144,6 +152,22 @@ def _ordered(images: List[SourceImage], names: Sequence[str], tags: Sequence[str
     """The user's order (docker save lists images in its own order), renamed by ``tags``."""
     images.sort(key=lambda im: min((names.index(r) for r in im.refs if r in names), default=len(names)))
     return _renamed(images, tags) if tags else images
+
+
+def _pick_platform(source: Any, values: Sequence[str]) -> None:
+    """``--platform``: which manifest of an image index the source carries (default: this host's)."""
+    wanted = parse_platforms(values)
+    if len(wanted) > 1:
+        raise UsageError(f"exporting with --platform {','.join(str(p) for p in wanted)}: expected one platform, "
+                         f"found {len(wanted)}", hint="carrying several platforms of one image is not supported yet; "
+                         "export one bundle per platform")
+    if isinstance(source, DockerDaemonSource):
+        if not wanted[0].matches(host()):
+            raise UsageError(f"exporting from Docker with --platform {wanted[0]}: expected this host's platform "
+                             f"({host()}), found another", hint="Docker exports the platform it runs; read other "
+                             "platforms from containerd:REF or an OCI layout (oci:DIR[:REF])")
+        return
+    source.platform = wanted[0]
 
 
 def _empty_folder(path: str) -> bool:

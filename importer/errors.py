@@ -191,6 +191,13 @@ class ImageNotFound(SourceError):
     reference = "image-not-found"
 
 
+class PlatformNotFound(ImageNotFound):
+    """An image index holds no manifest for the platform asked for (``--platform``, else this host's);
+    the message names the platforms it has."""
+
+    reference = "platform-not-found"
+
+
 class SinkError(BundleError):
     """The engine (docker, containerd, podman, registry) failed or is unreachable."""
 
@@ -245,6 +252,14 @@ class PolicyRejected(BundleError):
     """Signature or trust policy refused the bundle."""
 
     reference = "policy-rejected"
+    exit_code = 7
+
+
+class PlatformMismatch(BundleError):
+    """The bundle's images are for another platform than the engine runs (a containerd import
+    would unpack nothing); the message names the platforms the bundle has. Nothing was changed."""
+
+    reference = "platform-mismatch"
     exit_code = 7
 
 

@@ -180,6 +180,13 @@ SPECS: Dict[str, Spec] = {
                                                           setup="rm -rf {W}/new.bundle"),
     "bundle export containerd:REF... --address SOCKET [--namespace NS] -o DIR": skip(CONTAINERD),
     "bundle export oci:LAYOUT[:REF] -o DIR": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
+    "bundle export oci:LAYOUT:REF --platform linux/arm64 -o DIR": run(subs={"REF": "my/train:1", "DIR": NEW},
+                                                                     setup="rm -rf {W}/new.bundle"),
+    # docs/engines.md: one platform of an index (a single-platform layout here: carried as it is;
+    # tests/test_platforms.py exports each platform of a two-platform index)
+    "bundle export oci:/srv/layout:team/app:1 --platform linux/arm64 -o /media/usb/app-arm64.bundle":
+        run(subs={"oci:/srv/layout:team/app:1": "oci:{W}/layout:my/train:1"},
+            setup="rm -rf {W}/usb/app-arm64.bundle"),
     "bundle export SRC... --tag REF... -o DIR": run(subs={"SRC...": "oci:{W}/layout:my/train:1",
                                                           "REF...": "local/renamed:1", "DIR": NEW},
                                                     setup="rm -rf {W}/new.bundle"),

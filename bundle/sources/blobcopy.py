@@ -22,7 +22,7 @@ import zstandard
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, platform_of
-from importer.errors import BundleError, SourceError
+from importer.errors import BundleError, PlatformNotFound, SourceError
 from importer.format.digest import CHUNK, Digest, hash_stream, is_digest
 from importer.format.limits import MAX_CONFIG, parse_json
 from importer.format.manifest import LayerRecord
@@ -34,6 +34,7 @@ from importer.format.mediatypes import (
     OCI_LAYER_ZSTD,
     compression_of,
 )
+from importer.format.platform import Platform, index_platforms, pick_entry
 from importer.pipeline.have import HaveLayers
 from importer.streams.readers import HashingReader, Readable
 from importer.streams.signals import stop_requested
@@ -221,9 +222,10 @@ def read_blob_bytes(provider: BlobProvider, digest: str, limit: int, what: str) 
     return bytes(raw)
 
 
-def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Tuple[str, str],
+def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Any,
                       what: str) -> Tuple[Any, bytes]:
-    """:func:`pick_manifest` and the manifest's exact bytes."""
+    """:func:`pick_manifest` and the manifest's exact bytes. ``platform``: a Platform or an
+    (os, architecture) pair."""
     raw = read_blob_bytes(provider, str(desc["digest"]), MAX_CONFIG, f"{what}: manifest {str(desc['digest'])[:19]}")
     doc = parse_json(raw, f"{what}: manifest")
     if desc.get("mediaType") in INDEX_TYPES or (isinstance(doc, dict) and isinstance(doc.get("manifests"), list)):
@@ -234,22 +236,18 @@ def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Tu
     return doc, raw
 
 
-def _platform_entry(doc: Any, platform: Tuple[str, str], what: str) -> Dict[str, Any]:
-    want_os, want_arch = platform
-    for sub in doc.get("manifests") or []:
-        if not isinstance(sub, dict):
-            continue
-        plat = sub.get("platform")
-        if isinstance(plat, dict) and plat.get("os") == want_os and plat.get("architecture") == want_arch:
-            return sub
-    found = [f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}"
-             for m in doc.get("manifests") or [] if isinstance(m, dict)]
-    raise SourceError(f"{what}: expected a manifest for {want_os}/{want_arch} in the index, "
-                      f"found {', '.join(found) or 'none'}",
-                      hint="export on a host of the image's platform, or pull that platform first")
+def _platform_entry(doc: Any, platform: Any, what: str) -> Dict[str, Any]:
+    want = platform if isinstance(platform, Platform) else Platform(*platform)
+    sub = pick_entry(doc, want)
+    if sub is not None:
+        return sub
+    found = [str(p) for p in index_platforms(doc)]
+    raise PlatformNotFound(f"{what}: expected a manifest for {want} in the index, "
+                           f"found {', '.join(found) or 'none'}",
+                           hint="pick one of those with --platform OS/ARCH[/VARIANT], or pull that platform first")
 
 
-def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Tuple[str, str], what: str) -> Any:
+def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Any, what: str) -> Any:
     """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``)."""
     return pick_manifest_raw(provider, desc, platform, what)[0]
 

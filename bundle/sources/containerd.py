@@ -15,7 +15,7 @@ from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.blobcopy import copy_image, pick_manifest, pick_manifest_raw
 from importer.errors import CommandFailed, EngineUnavailable, ImageNotFound, SourceError
 from importer.format.manifest import LayerRecord
-from importer.format.platform import host_platform
+from importer.format.platform import Platform, host
 from importer.format.refs import familiar, normalize
 from importer.pipeline.have import HaveLayers
 from importer.sinks.containerd import ContainerdSink, server_version
@@ -31,6 +31,8 @@ class ContainerdSource:
         self.ctr = ContainerdSink(address, namespace)
         self.where = f"containerd at {self.ctr.address} (namespace {self.ctr.namespace})"
         self._targets: Dict[str, Dict[str, Any]] = {}
+        #: the platform picked from an image index (bundle export --platform; default: this host's)
+        self.platform: Platform = host()
 
     def info(self) -> SourceInfo:
         try:
@@ -57,7 +59,7 @@ class ContainerdSource:
     def check_refs(self, refs: Sequence[str]) -> int:
         total = 0
         for ref in refs:
-            manifest = pick_manifest(self, self._target(ref), host_platform(), f"exporting {ref} from {self.where}")
+            manifest = pick_manifest(self, self._target(ref), self.platform, f"exporting {ref} from {self.where}")
             total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
         return total
 
@@ -93,7 +95,7 @@ class ContainerdSource:
             if target["digest"] not in by_target:
                 continue
             what = f"exporting {ref} from {self.where}"
-            manifest, raw = pick_manifest_raw(self, target, host_platform(), what)
+            manifest, raw = pick_manifest_raw(self, target, self.platform, what)
             images.append(copy_image(self, manifest, by_target.pop(target["digest"]), store,
                                      compression=compression, level=level, what=what, on_bytes=on_bytes,
                                      have=have, copied=copied, raw_manifest=raw))

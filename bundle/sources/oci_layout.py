@@ -22,7 +22,7 @@ from importer.format.digest import Digest
 from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import REF_NAME_ANNOTATION
-from importer.format.platform import host_platform
+from importer.format.platform import Platform, host
 from importer.pipeline.have import HaveLayers
 
 ProgressFn = Any
@@ -43,6 +43,8 @@ class OciLayoutSource:
         self.dir = os.path.abspath(directory)
         self.where = f"the OCI layout {self.dir}"
         self._index: Optional[List[Dict[str, Any]]] = None
+        #: the platform picked from an image index (bundle export --platform; default: this host's)
+        self.platform: Platform = host()
 
     def _entries(self) -> List[Dict[str, Any]]:
         if self._index is None:
@@ -80,7 +82,7 @@ class OciLayoutSource:
     def check_refs(self, refs: Sequence[Optional[str]]) -> int:
         total = 0
         for ref in refs:
-            manifest = pick_manifest(self, self._target(ref), host_platform(), f"exporting from {self.where}")
+            manifest = pick_manifest(self, self._target(ref), self.platform, f"exporting from {self.where}")
             total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
         return total
 
@@ -125,7 +127,7 @@ class OciLayoutSource:
         for ref in refs:
             entry = self._target(ref)
             what = f"exporting {ref or 'the image'} from {self.where}"
-            manifest, raw = pick_manifest_raw(self, entry, host_platform(), what)
+            manifest, raw = pick_manifest_raw(self, entry, self.platform, what)
             images.append(copy_image(self, manifest, self.image_refs(entry), store, compression=compression,
                                      level=level, what=what, on_bytes=on_bytes, have=have, copied=copied,
                                      raw_manifest=raw))

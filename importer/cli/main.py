@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 from importer import SCHEMA_MAJOR, __version__
 from importer.cli.output import ArgumentParser, emit, fail, problem_dict, success
 from importer.errors import BundleError, InternalError, UsageError, VerificationFailed, os_error, os_error_text
+from importer.format.platform import parse_platform
 from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import OpenedBundle, open_bundle
@@ -99,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "is checked before anything is imported)")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
     p.add_argument("--force", action="store_true", help="move existing tags that point to other images")
+    p.add_argument("--platform", metavar="OS/ARCH[/VARIANT]",
+                   help="the platform the engine runs (default: this host's): a bundle whose images are for "
+                   "another one is refused before any change (error platform-mismatch); e.g. linux/arm64 "
+                   "for a Docker that runs arm64 images emulated")
     p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
                    help="accept bundles signed by this Ed25519 public key (a .pub file from `bundle keygen`, "
                    "or a folder of *.pub files); repeatable; implies --require-signature")
@@ -244,7 +249,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             import_bundle(bundle, sink_for(bundle, sink), force=args.force,
                           progress=_progress(args.quiet), result=result,
                           signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
-                          on_notice=_say)
+                          on_notice=_say, platform=parse_platform(args.platform) if args.platform else None)
     except BundleError as e:
         error = e
     except OSError as e:  # typed here too, so that the receipt records it

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from importer.errors import ManifestError
+from importer.errors import ManifestError, UsageError
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import MAX_ENGINE_JSON, parse_json, read_file_limited
 from importer.format.manifest import BlobRef
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
-from importer.pipeline.inventory import held_diff_ids, inventory_decoders, load_inventory
+from importer.format.platform import Platform
+from importer.pipeline.inventory import held_diff_ids, inventory_decoders, inventory_platform, load_inventory
 from importer.streams.compression import FAST_ZSTD_DECODERS
 
 _DIFF_ID_KEYS = ("diffIds", "diff_ids", "diffId")
@@ -125,3 +126,21 @@ def zstd_is_fast_on(paths: Sequence[str]) -> Optional[bool]:
             if decoders is not None:
                 said.append(any(d in FAST_ZSTD_DECODERS for d in decoders))
     return all(said) if said else None
+
+
+def have_platform(paths: Sequence[str]) -> Optional[Platform]:
+    """The platform the offline host runs, as its inventories among ``paths`` say (1.2+); None
+    when none says. Inventories naming different platforms are refused: one bundle, one platform."""
+    said: Dict[Platform, str] = {}
+    for path in paths:
+        raw = read_file_limited(path, MAX_ENGINE_JSON, path)
+        doc = parse_json(raw, path)
+        if isinstance(doc, dict) and doc.get("kind") == "inventory":
+            found = inventory_platform(load_inventory(raw, what=path))
+            if found is not None and not any(found.matches(p) for p in said):
+                said[found] = path
+    if len(said) > 1:
+        raise UsageError("exporting with --have: expected inventories of one platform, found "
+                         + ", ".join(f"{p} ({path})" for p, path in said.items()),
+                         hint="export one bundle per platform, with --platform and that platform's inventory")
+    return next(iter(said), None)

@@ -19,11 +19,12 @@ from importer.errors import (
 )
 from importer.format.identity import expected_image_id, lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord, load_bundle_manifest
+from importer.format.platform import Platform
 from importer.input.layers import check_layer
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
-from importer.pipeline.preflight import images_to_load, run_preflight
+from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight
 from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
@@ -108,6 +109,7 @@ def import_bundle(
     on_notice: Optional[Callable[[str], None]] = None,
     signature: Optional[SignatureCheck] = None,
     deep: bool = False,
+    platform: Optional[Platform] = None,
 ) -> ImportResult:
     """Signature and trust policy first, then the schema, the engine, its lock and the preflight
     (free space); then verify, load, check and tag (:func:`_load_verified`); then drop staging
@@ -130,6 +132,7 @@ def import_bundle(
     # === 3. the engine answers; 4. one import per engine at a time
     engine = sink.probe()
     res.engine = engine
+    check_platforms(manifest, engine, platform)  # an engine runs one platform: refuse others now
     with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
         res.lock_file = lock_file
         # === 5. preflight: free space for what the engine does not hold yet (nothing written so far)

@@ -9,7 +9,11 @@ checksum does not match (schema: ``schemas/inventory/inventory-v1.schema.json``)
 
 Since 1.1 it also lists the layer ``decoders`` the host has (importer/streams/compression.py
 host_decoders): ``bundle export --compression auto --have`` writes zstd layers only when the
-host decodes zstd fast, gzip otherwise."""
+host decodes zstd fast, gzip otherwise.
+
+Since 1.2 it names the ``platform`` the engine runs images for (``linux/arm64/v8`` on a Grace
+node; engines only: an OCI layout or a registry holds any platform), so ``bundle export --have``
+picks that platform from a multi-platform image unless ``--platform`` says otherwise."""
 
 from __future__ import annotations
 
@@ -21,11 +25,13 @@ from importer import __version__
 from importer.errors import InventoryDamaged, ManifestError, UsageError
 from importer.format.digest import is_digest
 from importer.format.limits import parse_json
+from importer.format.platform import Platform, host, of_dict, to_dict
 from importer.pipeline.receipt import host_facts, now_utc
 from importer.sinks import EngineImage, EngineInfo, Sink
 from importer.streams.compression import host_decoders
 
-INVENTORY_VERSION = "1.1"  # 1.1: decoders
+INVENTORY_VERSION = "1.2"  # 1.1: decoders; 1.2: platform
+ENGINE_KINDS = ("docker", "containerd", "podman")
 KIND = "inventory"
 
 
@@ -73,6 +79,8 @@ def build_inventory(engine: EngineInfo, images: List[EngineImage], *, selected_b
         "engine": engine_doc,
         "images": sorted((image_entry(x) for x in images), key=lambda e: (e["id"], e["names"])),
     }
+    if engine.kind in ENGINE_KINDS:
+        doc["platform"] = to_dict(host())
     doc["checksum"] = checksum(doc)
     return doc
 
@@ -124,3 +132,8 @@ def inventory_decoders(doc: Dict[str, Any]) -> Optional[List[str]]:
     if not isinstance(found, list):
         return None
     return [d for d in found if isinstance(d, str)]
+
+
+def inventory_platform(doc: Dict[str, Any]) -> Optional[Platform]:
+    """The platform an inventory says its engine runs; None before 1.2 and for OCI/registry targets."""
+    return of_dict(doc.get("platform"))

@@ -28,8 +28,9 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.errors import SinkError
+from importer.errors import PlatformMismatch, SinkError
 from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.platform import Platform, host, of_dict
 from importer.pipeline.postload import check_image
 from importer.sinks import EngineInfo, Sink
 from importer.streams.progress import human_bytes
@@ -211,3 +212,28 @@ def run_preflight(
         report.add("data-root", True, f"not checked: {skipped}")
     report.space = check_space(needs)
     return report
+
+
+#: engines that run images (an OCI layout or a registry holds any platform)
+RUNNING_ENGINES = ("docker", "containerd", "podman")
+
+
+def check_platforms(manifest: BundleManifest, engine: EngineInfo, want: Optional[Platform] = None) -> None:
+    """Refuse, before any change, a bundle whose images are for another platform than the engine
+    runs (``want``: ``bundle-import --platform``, default this host's). OS and architecture are
+    compared (containerd's normalisation: aarch64 = arm64); images whose config names no platform
+    pass."""
+    if engine.kind not in RUNNING_ENGINES:
+        return
+    runs = (want or host()).normalized()
+    other = []
+    for image in manifest.images:
+        plat = of_dict(image.platform)
+        if plat is not None and plat.normalized()[:2] != runs[:2]:
+            other.append(f"{', '.join(image.refs) or image.config.digest} ({plat})")
+    if other:
+        raise PlatformMismatch(
+            f"importing into {engine.kind} at {engine.address}: expected images for {Platform(*runs[:2])}, "
+            f"found {len(other)} for another platform: {'; '.join(other[:10])}",
+            hint="export the images for this host's platform (bundle export --platform OS/ARCH, or --have "
+                 "with this host's inventory); an engine that runs them emulated: pass --platform OS/ARCH")
