@@ -30,6 +30,19 @@ ENV PATH={bindir}:/usr/local/bin:/usr/bin:/bin
 """
 
 
+IMAGE = "smoke-torch:test"
+
+
+def build_smoke_image(docker_host: str, busybox: str, ctx: Path) -> str:
+    """Build the FROM scratch smoke image (busybox; Python and torch come as --volume mounts)."""
+    require_torch()
+    (ctx / "busybox").write_bytes(Path(busybox).read_bytes())
+    (ctx / "busybox").chmod(0o755)
+    (ctx / "Dockerfile").write_text(DOCKERFILE.format(bindir=python_bindir()))
+    engines.build_image(docker_host, ctx, IMAGE)
+    return IMAGE
+
+
 def schema_errors(receipt: Any) -> list[str]:
     return [f"{e.json_path}: {e.message}" for e in VALIDATOR.iter_errors(receipt)]
 

@@ -10,33 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from tests import engines
 from tests.helpers import docker, run_cli
 from tests.smokekit import (
-    DOCKERFILE,
+    build_smoke_image,
     gate,
     host_mounts,
     no_smoke_containers,
-    python_bindir,
     python_without_torch,
-    require_torch,
     schema_errors,
     smoke,
 )
 
 pytestmark = pytest.mark.engine
-IMAGE = "smoke-torch:test"
 
 
 @pytest.fixture(scope="module")
 def image(docker_host: str, busybox: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    require_torch()
-    ctx = tmp_path_factory.mktemp("smoke-ctx")
-    (ctx / "busybox").write_bytes(Path(busybox).read_bytes())
-    (ctx / "busybox").chmod(0o755)
-    (ctx / "Dockerfile").write_text(DOCKERFILE.format(bindir=python_bindir()))
-    engines.build_image(docker_host, ctx, IMAGE)
-    return IMAGE
+    return build_smoke_image(docker_host, busybox, tmp_path_factory.mktemp("smoke-ctx"))
 
 
 def test_whole_suite_in_a_container_passes_on_cpu_and_after_a_restart(docker_host: str, image: str,

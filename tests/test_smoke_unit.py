@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from importer.smoke import container as ctr
+from importer.smoke import runner
 from importer.smoke.host import HostFacts, HostGPU, parse_smi_cuda, parse_smi_query, probe_host
 from importer.smoke.receipt import build_qualification_receipt
 from importer.smoke.results import RunOutcome, order, required_gates, restart_gate, suite_gates, verdict
 from importer.smoke.runner import Qualification, run_bounded
-from importer.smoke.settings import SmokeConfigError, SmokeSettings, build_settings, read_env_file
+from importer.smoke.settings import SmokeConfigError, SmokeSettings, build_settings, choose_engine, read_env_file
 from importer.smoke.tree import write_tree
 from importer.smoke.worker import MODULES
 from importer.smoke.worker.compat import (
@@ -269,6 +270,103 @@ def test_podman_and_containerd_command_lines() -> None:
     assert "type=bind,src=/tmp/t,dst=/sneakernet-smoke,options=rbind:ro" in c
     assert "--net-host" not in c and c[c.index("sha256:abc") + 1] == "sneakernet-smoke-x"
     assert "--gpus" not in ctr.ctr_run(["ctr"], _spec("cpu"), "run", gpu_count=2)
+
+
+def test_gpu_access_per_engine_cdi_runtime_or_ctr_gpus(tmp_path: Path) -> None:
+    """GPU paths cannot run here (no GPU): how each engine is handed the GPUs, from what the host has."""
+    none: Any = lambda _name: None  # noqa: E731
+    runtime: Any = lambda name: f"/usr/bin/{name}" if name == ctr.NVIDIA_RUNTIME else None  # noqa: E731
+    cli: Any = lambda name: "/usr/bin/nvidia-container-cli" if name == "nvidia-container-cli" else None  # noqa: E731
+    empty = [str(tmp_path / "none")]
+    assert ctr.gpu_access("docker", which=none, cdi_dirs=empty) == "docker-gpus"
+    assert ctr.gpu_access("podman", which=runtime, cdi_dirs=empty) is None
+    assert ctr.gpu_access("containerd", which=runtime, cdi_dirs=empty) == "nvidia-runtime"
+    assert ctr.gpu_access("containerd", which=cli, cdi_dirs=empty) == "ctr-gpus"
+    assert ctr.gpu_access("containerd", which=none, cdi_dirs=empty) is None
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    (cdi / "other.yaml").write_text("cdiVersion: 0.5.0\nkind: vendor.com/device\n")
+    assert ctr.gpu_access("podman", which=none, cdi_dirs=[str(cdi)]) is None
+    (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n")
+    assert ctr.nvidia_cdi_spec([str(cdi)]) == str(cdi / "nvidia.yaml")
+    for kind in ("podman", "containerd"):
+        assert ctr.gpu_access(kind, which=runtime, cdi_dirs=[str(cdi)]) == "cdi"
+
+
+def test_containerd_gpu_command_lines() -> None:
+    base = ["ctr", "--address", "/run/c.sock", "--namespace", "k8s.io"]
+    c = ctr.ctr_run(base, _spec(gpus=[0, 1]), "run", gpu="cdi", snapshotter="overlayfs")
+    assert c[c.index("--device"):c.index("--device") + 4] == ["--device", "nvidia.com/gpu=0", "--device",
+                                                              "nvidia.com/gpu=1"]
+    assert c[c.index("--snapshotter"):c.index("--snapshotter") + 2] == ["--snapshotter", "overlayfs"]
+    assert "nvidia.com/gpu=all" in ctr.ctr_run(base, _spec(), "run", gpu="cdi")
+    r = ctr.ctr_run(base, _spec(gpus=[1]), "run", gpu="nvidia-runtime",
+                    runtime_binary="/usr/bin/nvidia-container-runtime")
+    assert r[r.index("--runc-binary") + 1] == "/usr/bin/nvidia-container-runtime"
+    assert "NVIDIA_VISIBLE_DEVICES=1" in r and "--gpus" not in r and "--device" not in r
+    assert "NVIDIA_VISIBLE_DEVICES=all" in ctr.ctr_run(base, _spec(), "run", gpu="nvidia-runtime")
+    assert ctr.ctr_run(base, _spec(), "run", gpu="ctr-gpus", gpu_count=2).count("--gpus") == 2
+    for gpu in ("cdi", "nvidia-runtime", "ctr-gpus", None):
+        cpu = ctr.ctr_run(base, _spec("cpu"), "run", gpu=gpu, gpu_count=2)
+        assert not {"--gpus", "--device", "--runc-binary"} & set(cpu)
+    assert "--net-host" in ctr.ctr_run(base, _spec("cpu"), "run", net_host=True)
+
+
+def test_engines_built_from_the_import_options() -> None:
+    none: Any = lambda _name: None  # noqa: E731
+    c = ctr.build_engine("containerd", address="/run/c.sock", namespace="k8s.io", which=none, cdi_dirs=[])
+    assert c.base == ["ctr", "--address", "/run/c.sock", "--namespace", "k8s.io"]
+    assert c.describe() == {"kind": "containerd", "address": "/run/c.sock", "namespace": "k8s.io",
+                            "snapshotter": "overlayfs", "gpuAccess": None}
+    assert c.kill_argv("n") == [*c.base, "tasks", "kill", "--signal", "SIGKILL", "n"]
+    assert [a[len(c.base):] for a in c.cleanup_argvs("n")] == [["tasks", "delete", "--force", "n"],
+                                                               ["containers", "delete", "n"]]
+    run_ = c.run_argv(_spec("cpu"), "run")
+    assert run_[len(c.base):len(c.base) + 2] == ["run", "--rm"] and "--snapshotter" in run_
+    p = ctr.build_engine("podman", podman_root="/s/root", podman_runroot="/s/run", storage_driver="vfs",
+                         ulimits=["nofile=1024:1024"], which=none, cdi_dirs=[])
+    assert p.base == ["podman", "--root", "/s/root", "--runroot", "/s/run", "--storage-driver", "vfs"]
+    argv = p.run_argv(_spec("cpu"), "run")
+    assert argv[argv.index("--ulimit"):argv.index("--ulimit") + 2] == ["--ulimit", "nofile=1024:1024"]
+    assert p.cleanup_argvs("n") == [] and p.kill_argv("n") == [*p.base, "kill", "n"]
+    d = ctr.build_engine("docker", docker_host="unix:///d.sock")
+    assert d.describe()["address"] == "unix:///d.sock" and d.run_argv(_spec(), "run")[:4] == [
+        "docker", "-H", "unix:///d.sock", "run"]
+    with pytest.raises(SmokeConfigError, match="expected an engine that runs containers"):
+        ctr.build_engine("oci")
+
+
+def test_smoke_engine_choice_and_refusals() -> None:
+    assert choose_engine(None, {}) == "docker"
+    assert choose_engine(None, {"address": "/c.sock"}) == "containerd"
+    assert choose_engine(None, {"podman_root": "/r"}) == "podman"
+    assert choose_engine("podman", {"storage_driver": "vfs"}) == "podman"
+    with pytest.raises(SmokeConfigError, match="expected only its own options, found --address"):
+        choose_engine("podman", {"address": "/c.sock"})
+    with pytest.raises(SmokeConfigError, match="containerd and podman given together"):
+        choose_engine(None, {"address": "/c.sock", "podman_root": "/r"})
+    common: Any = dict(device="cpu", no_container=False, gpus=None, env=[], env_files=[], timeout=10.0,
+                       rank_timeout=5.0, nproc=0, gates=None, fault=None, volumes=[], python=None, docker_host=None)
+    with pytest.raises(SmokeConfigError, match="containerd \\(ctr\\) runs the suite once"):
+        build_settings(restart=True, engine="containerd", **common)
+    with pytest.raises(SmokeConfigError, match="--ulimit is for docker and podman"):
+        build_settings(restart=False, engine="containerd", ulimits=["nofile=1:1"], **common)
+    with pytest.raises(SmokeConfigError, match="expected NAME=SOFT"):
+        build_settings(restart=False, engine="podman", ulimits=["files=1"], **common)
+    s = build_settings(restart=False, engine="containerd", engine_options={"address": "/c.sock", "namespace": "ns"},
+                       **common)
+    assert (s.engine, s.address, s.namespace, s.docker_host) == ("containerd", "/c.sock", "ns", None)
+    assert s.to_dict()["engine"] == "containerd"
+
+
+def test_gpu_without_a_way_into_the_container_is_a_configuration_error() -> None:
+    eng = ctr.Engine("podman", ["podman"], "podman default storage", gpu=None)
+    facts = HostFacts(gpus=[HostGPU(0, "NVIDIA H200", "GPU-1", 2**30, "00000000:18:00.0", "NVIDIA")])
+    with pytest.raises(SmokeConfigError, match=r"expected a CDI spec for nvidia\.com/gpu") as e:
+        runner._check_gpu_access(SmokeSettings(device="cuda"), eng, facts)
+    assert "nvidia-ctk cdi generate" in (e.value.hint or "")
+    runner._check_gpu_access(SmokeSettings(device="cpu"), eng, facts)  # CPU: no GPU needed
+    runner._check_gpu_access(SmokeSettings(device="cuda"), eng, HostFacts())  # no GPU: gates SKIP, no refusal
 
 
 # ============================== gates -> verdict

@@ -212,12 +212,12 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 
 
 def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
-    """``--smoke`` runs the images in Docker: any other engine is refused before the import."""
-    if args.smoke and not args.no_container and kind != "docker":
+    """``--smoke`` runs the images in the engine's containers: an OCI layout or a registry runs none."""
+    if args.smoke and not args.no_container and kind not in ("docker", "containerd", "podman"):
         raise SmokeConfigError(
-            f"importing with --smoke into {kind}: expected Docker (the smoke suite runs the imported images "
-            f"in containers), found --engine {kind}",
-            hint="import into Docker (--engine docker), or add --no-container to qualify this Python instead; "
+            f"importing with --smoke into {kind}: expected an engine that runs containers (docker, containerd, "
+            f"podman), found --engine {kind}",
+            hint="import into Docker, containerd or podman, or add --no-container to qualify this Python instead; "
             "nothing was imported")
 
 

@@ -14,15 +14,17 @@ from importer import __version__
 from importer.cli.output import ArgumentParser, emit, failure, render_error
 from importer.errors import BundleError, InternalError, os_error_text
 from importer.pipeline.receipt import check_receipt_path, default_receipt_path
+from importer.smoke.container import ENGINES
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
 from importer.smoke.results import EXIT_CANDIDATE
 from importer.smoke.runner import qualify
 from importer.smoke.settings import (
     DEFAULT_RANK_TIMEOUT,
     DEFAULT_TIMEOUT,
-    SmokeConfigError,
+    ENGINE_OPTIONS,
     SmokeSettings,
     build_settings,
+    choose_engine,
 )
 from importer.smoke.worker.protocol import SELECTABLE
 from importer.streams.signals import stop_error
@@ -66,6 +68,9 @@ def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None
                    "SKIP, so the verdict is at best candidate")
     g.add_argument("--volume", metavar="HOST:CONTAINER", action="append", default=[],
                    help="bind a host path read-only into the smoke container (repeatable)")
+    g.add_argument("--ulimit", metavar="NAME=SOFT[:HARD]", action="append", default=[],
+                   help="a resource limit of the smoke container (docker, podman; repeatable), e.g. for a host that "
+                   "refuses podman's defaults: --ulimit nofile=1024:1024 --ulimit nproc=1024:1024")
     g.add_argument("--python", metavar="PATH",
                    help="the interpreter to run the suite with (default: python3 in the image; this Python "
                    "with --no-container)")
@@ -76,7 +81,20 @@ def add_smoke_arguments(p: argparse.ArgumentParser, *, standalone: bool) -> None
                        help="where to write the receipt (default: $XDG_STATE_HOME/sneakernet/receipts/smoke-<time>."
                        f"{RECEIPT_SUFFIX}, ~/.local/state/... without XDG_STATE_HOME; checked before the suite runs)")
         p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
-        p.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
+        e = p.add_argument_group("engine (the image's; default docker, or the engine whose options are given)")
+        e.add_argument("--engine", choices=list(ENGINES), default=None,
+                       help="run the smoke container in Docker (default), containerd (ctr run; Kubernetes nodes) or "
+                       "podman")
+        e.add_argument("--docker-host", metavar="URL", help="docker: daemon address (default: $DOCKER_HOST)")
+        e.add_argument("--address", metavar="SOCKET", help="containerd: socket (default: $CONTAINERD_ADDRESS or "
+                       "/run/containerd/containerd.sock)")
+        e.add_argument("--namespace", metavar="NS", help="containerd: namespace (default: $CONTAINERD_NAMESPACE or "
+                       "default; Kubernetes uses k8s.io)")
+        e.add_argument("--snapshotter", metavar="NAME", help="containerd: snapshotter the image is unpacked into "
+                       "(default: $CONTAINERD_SNAPSHOTTER or overlayfs)")
+        e.add_argument("--podman-root", metavar="DIR", help="podman: storage root (podman --root)")
+        e.add_argument("--podman-runroot", metavar="DIR", help="podman: run root (podman --runroot)")
+        e.add_argument("--storage-driver", metavar="NAME", help="podman: storage driver (overlay, vfs, ...)")
         p.add_argument("--json", action="store_true", help="print the receipt on stdout")
         p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
         p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -99,12 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from_args(args: argparse.Namespace) -> SmokeSettings:
-    return build_settings(device=args.device, no_container=args.no_container, gpus=args.gpus, env=args.env,
+def settings_from_args(args: argparse.Namespace, engine: Optional[str] = None,
+                       engine_options: Optional[Dict[str, Optional[str]]] = None) -> SmokeSettings:
+    """``engine``/``engine_options``: the engine an import chose; else ``--engine`` and its options."""
+    if engine is None:
+        engine_options = {k: getattr(args, k, None) for k in ENGINE_OPTIONS}
+        engine = choose_engine(getattr(args, "engine", None), engine_options)
+    return build_settings(engine=engine, engine_options=engine_options, device=args.device,
+                          no_container=args.no_container, gpus=args.gpus, env=args.env,
                           env_files=args.env_file, restart=args.restart, timeout=args.timeout,
                           rank_timeout=args.rank_timeout, nproc=args.nproc, gates=args.gates,
                           fault=args.inject_fault, volumes=args.volume, python=args.python,
-                          docker_host=args.docker_host)
+                          docker_host=(engine_options or {}).get("docker_host"), ulimits=args.ulimit)
 
 
 def _progress(quiet: bool) -> Optional[Callable[[str], None]]:
@@ -195,6 +219,18 @@ def _receipt_paths(args: argparse.Namespace, count: int) -> List[Optional[str]]:
     return [f"{stem}.{n}.json" for n in range(1, count + 1)]
 
 
+def imported_engine(args: argparse.Namespace, info: Any) -> Any:
+    """(kind, options) of the engine the import loaded into: the smoke containers run there."""
+    kind = info.kind if info is not None else (getattr(args, "engine", None) or "docker")
+    extra = (getattr(info, "extra", None) or {}) if info is not None else {}
+    options: Dict[str, Optional[str]] = {k: getattr(args, k, None) for k in ENGINE_OPTIONS
+                                         if ENGINE_OPTIONS[k][0] == kind}
+    if kind == "containerd" and info is not None:
+        options.update(address=info.address or options.get("address"), namespace=extra.get("namespace"),
+                       snapshotter=extra.get("snapshotter"))
+    return kind, options
+
+
 def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Dict[str, Any]) -> int:
     """``bundle-import BUNDLE --verify --smoke``: qualify every image the import just proved.
     Exit 1 if any image failed, else 2 if the setup failed, else 10 if any is only a candidate, else 0."""
@@ -209,14 +245,10 @@ def smoke_after_import(args: argparse.Namespace, result: Any, import_receipt: Di
     code = 0
     error: Optional[Dict[str, Any]] = None
     try:
-        settings = settings_from_args(args)
+        kind, options = imported_engine(args, result.engine)
+        settings = settings_from_args(args, kind, options)
         if settings.no_container:
             images = images[:1]  # the current Python is qualified once, whatever the images
-        kind = result.engine.kind if result.engine is not None else "docker"
-        if kind != "docker" and not settings.no_container:
-            raise SmokeConfigError(f"qualifying the imported images: the smoke suite runs them in Docker, this "
-                                   f"import went to {kind}",
-                                   hint="import into Docker, or add --no-container to test this Python instead")
         for image, path in zip(images, _receipt_paths(args, len(images))):
             receipt = _run_one(settings, image, path, bundle, args.quiet)
             receipts.append(receipt)

@@ -184,26 +184,33 @@ def qualify(settings: SmokeSettings, image: Optional[str], *, bundle: Optional[D
                 second = local()
         else:
             assert image is not None
-            base = ctr.docker_base(settings.docker_host)
-            image_facts = ctr.inspect_image(base, image)
-            engine = {"kind": settings.engine, "address": settings.docker_host or "unix:///var/run/docker.sock"}
-            spec = ctr.ContainerSpec(image=image_facts.image_id or image,
+            eng = engine_of(settings)
+            image_facts = eng.inspect(image)
+            engine = eng.describe()
+            spec = ctr.ContainerSpec(image=image_facts.run_ref(),
                                      name=f"sneakernet-smoke-{uuid.uuid4().hex[:12]}", tree=tree, python=python,
                                      device=settings.device, gpus=settings.gpus,
                                      env=job_env, volumes=settings.volumes)
+            _check_gpu_access(settings, eng, facts)
 
             def kill() -> None:
-                run(ctr.docker_kill(base, spec.name), what=f"killing {spec.name}", check=False, timeout=60)
+                run(eng.kill_argv(spec.name), what=f"killing {spec.name}", check=False, timeout=60)
 
             def in_container(argv: List[str]) -> RunOutcome:
                 return explain(run_bounded(argv, timeout=settings.timeout + KILL_MARGIN, on_timeout=kill),
                                timeout=settings.timeout, python=python, container=True)
 
-            if not settings.restart:
-                say(f"suite: running in a container of {image}")
-                first = in_container(ctr.docker_run(base, spec, *args))
-            else:
-                first, second, restart_s, restart_error = _with_restart(base, spec, args, in_container, say)
+            try:
+                if not settings.restart:
+                    say(f"suite: running in a {eng.kind} container of {image}")
+                    first = in_container(eng.run_argv(spec, *args, gpu_count=len(facts.gpus)))
+                else:
+                    first, second, restart_s, restart_error = _with_restart(eng, spec, args, in_container, say,
+                                                                            len(facts.gpus))
+            finally:
+                for argv in eng.cleanup_argvs(spec.name):
+                    with contextlib.suppress(BundleError):
+                        run(argv, what=f"removing {spec.name}", check=False, timeout=120)
     gates = suite_gates(first)
     gates["host"] = dict(host_result, name="host")
     gates["host"].pop("event", None)
@@ -220,15 +227,36 @@ def qualify(settings: SmokeSettings, image: Optional[str], *, bundle: Optional[D
                          environment=environment, suite=suite, seconds=time.monotonic() - started)
 
 
-def _with_restart(base: List[str], spec: ctr.ContainerSpec, args: List[str],
-                  in_container: Callable[[List[str]], RunOutcome], say: Callable[[str], None]) -> Any:
-    """A long-lived container: run the suite (docker exec), docker restart, run it again."""
+def engine_of(settings: SmokeSettings) -> ctr.Engine:
+    return ctr.build_engine(settings.engine, docker_host=settings.docker_host, address=settings.address,
+                            namespace=settings.namespace, snapshotter=settings.snapshotter,
+                            podman_root=settings.podman_root, podman_runroot=settings.podman_runroot,
+                            storage_driver=settings.storage_driver, ulimits=settings.ulimits)
+
+
+def _check_gpu_access(settings: SmokeSettings, eng: ctr.Engine, facts: HostFacts) -> None:
+    """CUDA on a host with GPUs needs a way to hand them to the container (CDI spec, NVIDIA runtime)."""
+    if settings.device != "cuda" or not facts.gpus or eng.gpu is not None:
+        return
+    raise SmokeConfigError(
+        f"giving the {eng.kind} smoke container the GPUs: expected a CDI spec for nvidia.com/gpu in "
+        f"{' or '.join(ctr.CDI_DIRS)}" + (f" or `{ctr.NVIDIA_RUNTIME}` on PATH" if eng.kind == "containerd" else "")
+        + ", found neither",
+        hint="generate one: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (NVIDIA Container Toolkit); "
+        "or --device cpu")
+
+
+def _with_restart(eng: ctr.Engine, spec: ctr.ContainerSpec, args: List[str],
+                  in_container: Callable[[List[str]], RunOutcome], say: Callable[[str], None],
+                  gpu_count: int = 0) -> Any:
+    """A long-lived container: run the suite (exec), restart it, run it again (docker, podman)."""
+    base = eng.base
     second: Optional[RunOutcome] = None
     restart_s: Optional[float] = None
     error: Optional[str] = None
     say(f"suite: starting the long-lived container {spec.name}")
-    started = run(ctr.docker_run(base, spec, "idle", detach=True), what=f"starting {spec.name}", check=False,
-                  timeout=120)
+    started = run(eng.run_argv(spec, "idle", gpu_count=gpu_count, detach=True), what=f"starting {spec.name}",
+                  check=False, timeout=120)
     try:
         if started.returncode == 125:
             raise SmokeConfigError("starting the smoke container: the engine refused it (status 125)",
@@ -238,12 +266,12 @@ def _with_restart(base: List[str], spec: ctr.ContainerSpec, args: List[str],
             first = explain(first, timeout=0, python=spec.python, container=True)
             return first, None, None, "the long-lived container did not start"
         first = in_container(ctr.docker_exec(base, spec, *args))
-        say(f"restart: docker restart {spec.name}")
+        say(f"restart: {eng.kind} restart {spec.name}")
         t0 = time.monotonic()
         res = run(ctr.docker_restart(base, spec.name), what=f"restarting {spec.name}", check=False, timeout=120)
         restart_s = round(time.monotonic() - t0, 3)
         if res.returncode != 0:
-            error = f"docker restart exited with status {res.returncode}: {_last_line(res.stderr)}"
+            error = f"{eng.kind} restart exited with status {res.returncode}: {_last_line(res.stderr)}"
         else:
             say("restart: running the suite again")
             second = in_container(ctr.docker_exec(base, spec, *args))

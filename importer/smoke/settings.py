@@ -43,7 +43,16 @@ class SmokeSettings:
     volumes: List[Tuple[str, str]] = field(default_factory=list)
     python: Optional[str] = None  # default: python3 in the image, sys.executable without a container
     docker_host: Optional[str] = None
-    engine: str = "docker"
+    engine: str = "docker"  # docker, containerd, podman: where the smoke container runs
+    # containerd (ctr --address/--namespace, the snapshotter the image is unpacked into)
+    address: Optional[str] = None
+    namespace: Optional[str] = None
+    snapshotter: Optional[str] = None
+    # podman (--root, --runroot, --storage-driver)
+    podman_root: Optional[str] = None
+    podman_runroot: Optional[str] = None
+    storage_driver: Optional[str] = None
+    ulimits: List[str] = field(default_factory=list)  # --ulimit NAME=SOFT[:HARD] (docker, podman)
 
     def python_for_run(self) -> str:
         if self.python:
@@ -77,6 +86,7 @@ class SmokeSettings:
             "rankTimeoutSeconds": self.rank_timeout,
             "python": self.python_for_run(),
             "volumes": [f"{s}:{d}:ro" for s, d in self.volumes],
+            "ulimits": list(self.ulimits),
             "injectedFault": (f"{self.fault}:{self.fault_rank}" if self.fault in ("segv", "hang") else self.fault),
         }
 
@@ -147,6 +157,16 @@ def parse_fault(text: Optional[str]) -> Tuple[Optional[str], int]:
     return name, int(rank or 0)
 
 
+_ULIMIT_RE = re.compile(r"^(core|cpu|data|fsize|locks|memlock|msgqueue|nice|nofile|nproc|rss|rtprio|rttime|"
+                        r"sigpending|stack)=(-1|\d+)(:(-1|\d+))?$")
+
+
+def parse_ulimit(text: str) -> str:
+    if not _ULIMIT_RE.match(text):
+        raise SmokeConfigError(f"reading --ulimit: expected NAME=SOFT[:HARD] (e.g. nofile=1024:1024), found {text!r}")
+    return text
+
+
 def parse_volume(text: str) -> Tuple[str, str]:
     src, sep, dst = text.partition(":")
     if dst.endswith(":ro"):
@@ -162,7 +182,9 @@ def parse_volume(text: str) -> Tuple[str, str]:
 def build_settings(*, device: str, no_container: bool, gpus: Optional[str], env: Sequence[str],
                    env_files: Sequence[str], restart: bool, timeout: float, rank_timeout: float, nproc: int,
                    gates: Optional[str], fault: Optional[str], volumes: Sequence[str], python: Optional[str],
-                   docker_host: Optional[str]) -> SmokeSettings:
+                   docker_host: Optional[str], engine: str = "docker",
+                   engine_options: Optional[Dict[str, Optional[str]]] = None,
+                   ulimits: Sequence[str] = ()) -> SmokeSettings:
     job: Dict[str, str] = {}
     for path in env_files:
         job.update(read_env_file(path))
@@ -176,9 +198,47 @@ def build_settings(*, device: str, no_container: bool, gpus: Optional[str], env:
     if timeout <= 0 or rank_timeout <= 0 or nproc < 0:
         raise SmokeConfigError("reading --timeout/--rank-timeout/--nproc: expected positive numbers")
     fault_name, fault_rank = parse_fault(fault)
+    if restart and engine == "containerd" and not no_container:
+        raise SmokeConfigError("reading --restart: a long-lived container is restarted with docker or podman; "
+                               "containerd (ctr) runs the suite once",
+                               hint="drop --restart, or use --engine docker|podman")
+    if ulimits and engine == "containerd" and not no_container:
+        raise SmokeConfigError("reading --ulimit: ctr run sets no limits of its own; --ulimit is for docker and podman",
+                               hint="drop --ulimit")
     return SmokeSettings(
+        ulimits=[parse_ulimit(u) for u in ulimits],
         device=device, no_container=no_container, gpus=selected, env=job, restart=restart, timeout=timeout,
         rank_timeout=rank_timeout, nproc=nproc, gates=parse_gates(gates), fault=fault_name, fault_rank=fault_rank,
         volumes=[parse_volume(v) for v in volumes], python=python,
-        docker_host=docker_host or os.environ.get("DOCKER_HOST") or None,
+        docker_host=(docker_host or os.environ.get("DOCKER_HOST") or None) if engine == "docker" else None,
+        engine=engine,
+        **{k: v for k, v in (engine_options or {}).items() if k in ENGINE_OPTIONS and k != "docker_host"},
     )
+
+
+#: engine option attribute -> (engine, spelling): the import's own names (importer/cli/main.py)
+ENGINE_OPTIONS = {
+    "docker_host": ("docker", "--docker-host"),
+    "address": ("containerd", "--address"),
+    "namespace": ("containerd", "--namespace"),
+    "snapshotter": ("containerd", "--snapshotter"),
+    "podman_root": ("podman", "--podman-root"),
+    "podman_runroot": ("podman", "--podman-runroot"),
+    "storage_driver": ("podman", "--storage-driver"),
+}
+
+
+def choose_engine(engine: Optional[str], options: Dict[str, Optional[str]]) -> str:
+    """``--engine``, else the one engine whose options are given, else docker; options of
+    another engine are refused."""
+    given = [(ENGINE_OPTIONS[k][0], ENGINE_OPTIONS[k][1]) for k in ENGINE_OPTIONS if options.get(k)]
+    kinds = sorted({e for e, _ in given})
+    if engine is None and len(kinds) > 1:
+        raise SmokeConfigError(f"choosing the smoke engine: options of {' and '.join(kinds)} given together",
+                               hint="pass --engine and only that engine's options")
+    kind = engine or (kinds[0] if kinds else "docker")
+    stray = [spelling for e, spelling in given if e != kind]
+    if stray:
+        raise SmokeConfigError(f"choosing the {kind} engine: expected only its own options, found {', '.join(stray)}",
+                               hint=f"drop {', '.join(stray)}, or choose the engine they belong to with --engine")
+    return kind
