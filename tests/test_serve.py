@@ -31,9 +31,10 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The same bundle as a folder, one tar and parts of 3 MB."""
+    """The same bundle as a folder, one tar and parts of 3 MB; gzip layers, so that Debian 12's Docker
+    20.10 can pull it (Docker reads zstd layers from 23.0 on)."""
     root = tmp_path_factory.mktemp("serve")
-    folder = random_bundle(root / "carry.bundle")
+    folder = random_bundle(root / "carry.bundle", compression="gzip")
     run_cli("bundle", "pack", str(folder), str(root / "carry.tar"), check=True)
     run_cli("bundle", "pack", str(folder), str(root / "parts" / "carry.tar"), "--split", "3M", check=True)
     return {"folder": folder, "tar": root / "carry.tar", "parts": root / "parts" / "carry.tar.parts.json"}
