@@ -135,6 +135,7 @@ CONTAINERD = "needs a containerd (tests/test_containerd_sink.py, test_delta_cont
 PODMAN = "needs a podman store (tests/test_engine_sinks.py)"
 REGISTRY = "needs a registry (tests/test_registry_push.py, test_delta_registry.py)"
 SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
+SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
 NEW = "{W}/new.bundle"
 
 NOT_COMMANDS: Dict[Tuple[str, str], str] = {
@@ -208,6 +209,7 @@ SPECS: Dict[str, Spec] = {
     "bundle push BUNDLE REGISTRY[/NS] [--ssh USER@HOST [--ssh-port N] [--identity FILE]] [--insecure]":
         skip(REGISTRY),
     "bundle-import BUNDLE --verify --engine registry --registry HOST:PORT[/NS]": skip(REGISTRY),
+    "bundle-import serve BUNDLE [--listen ADDR:PORT]": skip(SERVE),
     "bundle keygen -o PREFIX [--passphrase-stdin]": run(subs={"PREFIX": "{W}/keys/new"}),
     "bundle export IMAGE... -o DIR --sign-key PREFIX.key [--passphrase-stdin]": run(subs={"DIR": NEW},
                                                                                   setup="rm -rf {W}/new.bundle"),
@@ -302,6 +304,15 @@ SPECS: Dict[str, Spec] = {
     "docker pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
     "ctr -n k8s.io images pull --plain-http registry.internal:5000/team/my/train:1": skip(REGISTRY),
     "nerdctl --insecure-registry pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
+    "bundle-import serve BUNDLE [--listen ADDR:PORT] [--trust PUBKEY] [--require-signature] [--shallow] "
+    "[--quiet] [--json]": skip(SERVE),
+    "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000":
+        skip(SERVE),
+    "docker pull 127.0.0.1:5000/my/train:1": skip(SERVE),
+    "docker pull gpu-gw:5000/my/train:1": skip(SERVE),
+    "podman pull --tls-verify=false gpu-gw:5000/my/train:1": skip(SERVE),
+    "ctr -n k8s.io images pull --plain-http gpu-gw:5000/my/train:1": skip(SERVE),
+    "skopeo inspect --tls-verify=false docker://gpu-gw:5000/my/train:1": skip(SERVE),
 }
 
 # The docs' placeholders (whole words) and example paths, and what stands for them here.
@@ -571,7 +582,7 @@ def _our_program(segment: str) -> Optional[Tuple[str, ...]]:
     if tokens[0] == "bundle" and len(tokens) > 1:
         return ("bundle", tokens[1])
     if tokens[0] == "bundle-import":
-        return ("importer", tokens[1]) if tokens[1:2] in (["smoke"], ["copy"]) else ("importer",)
+        return ("importer", tokens[1]) if tokens[1:2] in (["smoke"], ["copy"], ["serve"]) else ("importer",)
     if tokens[0] == "sneakernet-gpu-check":
         return ("importer", "smoke")
     return None

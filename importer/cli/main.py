@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  bundle-import smoke [IMAGE]    qualify this host with an imported image (GPU, torch, NCCL; "
         "docs/qualification.md)\n"
         "  bundle-import copy SRC DST     copy a bundle (folder, tar or parts) resumably, e.g. from a USB "
-        "stick, then verify the copy",
+        "stick, then verify the copy\n"
+        "  bundle-import serve BUNDLE     serve a verified bundle read-only as an OCI registry (docs/transfer.md)",
         epilog=EXIT_CODES_HELP,
     )
     p.add_argument("bundle", metavar="BUNDLE", nargs="?",
@@ -351,6 +352,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from importer.cli.copy import main as copy_main
 
         return copy_main(argv[1:])
+    if argv[:1] == ["serve"]:  # `bundle-import serve BUNDLE` (a bundle folder named serve: ./serve)
+        from importer.cli.serve import main as serve_main
+
+        return serve_main(argv[1:])
     parser = build_parser()
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, json_done=False)
     try:

@@ -1,0 +1,122 @@
+"""``bundle-import serve BUNDLE [--listen ADDR:PORT]``: verify the bundle, then serve it read-only
+as an OCI distribution API (importer/registry/serve.py) until SIGINT/SIGTERM; docs/transfer.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+from importer.cli.output import ArgumentParser, fail
+from importer.errors import BundleError, InternalError, UsageError, os_error
+from importer.format.manifest import load_bundle_manifest
+from importer.format.text import printable
+from importer.input.archive import locate
+from importer.input.opened import open_bundle
+from importer.pipeline.importing import verify_or_raise
+from importer.registry.serve import DEFAULT_LISTEN, BundleRegistry, Catalog, damaged_error, serve_forever, stderr_log
+from importer.streams.progress import stderr_progress
+from importer.streams.signals import stop_error, stop_on_signals
+from importer.verify.signature import TrustPolicy, check_signature, load_trusted_keys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="bundle-import serve",
+        description="Verify a bundle, then serve it read-only as an OCI registry (plain HTTP, no auth) "
+        "until SIGINT/SIGTERM: docker/podman/skopeo/ctr pull from it. Every blob is hashed again as it is "
+        "sent; a blob that no longer matches is cut before its last byte.")
+    p.add_argument("bundle", metavar="BUNDLE",
+                   help="the bundle folder, FILE.tar or FILE.tar.parts.json (read in place)")
+    p.add_argument("--listen", metavar="ADDR:PORT", default=DEFAULT_LISTEN,
+                   help=f"where to listen (default: {DEFAULT_LISTEN}; port 0: a free one, printed at start)")
+    p.add_argument("--shallow", action="store_true",
+                   help="a bundle folder: verify every file's digest but do not re-derive layer diff_ids")
+    p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
+                   help="serve only a bundle signed by this Ed25519 public key (repeatable; docs/security.md)")
+    p.add_argument("--require-signature", action="store_true",
+                   help="refuse a bundle that is not signed by a trusted key")
+    p.add_argument("--json", action="store_true", help="print one JSON line on stdout once serving (the address)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines and no access log")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _say(line: str) -> None:
+    """One line on stderr, escaped (it quotes bundle fields)."""
+    stderr_log(printable(line))
+
+
+def _out(line: str) -> None:
+    sys.stdout.write(printable(line) + "\n")
+    sys.stdout.flush()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    bundle = open_bundle(args.bundle)
+    sig = check_signature(bundle, TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature)))
+    if not args.quiet:
+        _say(sig.line())
+    if bundle.schema_major() in (1, 2):
+        raise UsageError(f"serving {bundle.path}: expected a schema 3 bundle (OCI blobs), found schema "
+                         f"{bundle.schema_major()}", hint="re-export it with this version of `bundle export`")
+    server = BundleRegistry(bundle, Catalog(load_bundle_manifest(bundle.raw_bundle_json), _say), args.listen,
+                            log=None if args.quiet else stderr_log)  # bound now: a taken port fails before verifying
+    try:
+        report = verify_or_raise(bundle, progress=stderr_progress(args.quiet), deep=not args.shallow)
+        report.signature = sig.to_dict()
+        catalog = server.catalog
+        for blob in catalog.missing_layers():
+            _say(f"serve: layer {blob.digest} is left out of this delta bundle: pulls that need it fail "
+                 "(404 BLOB_UNKNOWN)")
+        url = f"http://{server.address}"
+        if args.json:
+            doc = {"ok": True, "listening": server.address, "url": url, "bundle": bundle.path, "kind": bundle.kind,
+                   "bundleDigest": str(bundle.digest), "verification": report.to_dict(),
+                   "repositories": catalog.listing()}
+            sys.stdout.write(json.dumps(doc) + "\n")
+            sys.stdout.flush()
+            args.json_done = True  # one JSON document: a later error goes to stderr only
+        else:
+            _out(f"serving {bundle.path} at {url} (verified {report.files_checked} files); "
+                 "stop with Ctrl-C or SIGTERM")
+            for repo in catalog.listing():
+                _out(f"  {server.address}/{repo['name']}: {', '.join(repo['tags']) or '(by digest)'}")
+    except BaseException:
+        server.server_close()
+        raise
+    try:
+        serve_forever(server)
+    except KeyboardInterrupt as e:  # SIGINT/SIGTERM: the normal way to stop serving
+        _say(f"{stop_error(e, 'serve').message}; {server.stats.requests} request(s), "
+             f"{server.stats.bytes_sent} bytes sent")
+    error = damaged_error(server, bundle.path)
+    if error is not None:
+        raise error
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(argv if argv is not None else sys.argv[1:])
+    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, bundle=None, json_done=False)
+    try:
+        try:
+            args = build_parser().parse_args(argv, namespace=args)
+            locate(args.bundle)  # a BUNDLE that names nothing: a usage error before anything else
+            with stop_on_signals():
+                return cmd_serve(args)
+        except OSError as e:
+            if args.debug:
+                raise
+            raise os_error(e, args.bundle) from e
+    except BundleError as e:
+        if args.debug:
+            raise
+        return fail(args, e)
+    except KeyboardInterrupt as e:  # stopped while verifying: nothing was served
+        return fail(args, stop_error(e, "bundle-import serve (verifying, nothing served yet)"))
+    except Exception as e:  # the last resort: never a bare traceback for users
+        if args.debug:
+            raise
+        return fail(args, InternalError.of(e, "bundle-import serve"))

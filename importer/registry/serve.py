@@ -1,0 +1,432 @@
+"""``bundle-import serve``: a read-only OCI distribution API straight from a verified bundle.
+
+The bundle (folder, tar or parts) is read in place through the one opened view
+(importer/input/opened.py); nothing is copied or unpacked. The caller verifies the bundle first
+(importer/cli/serve.py); here every blob is hashed again as it is sent and the response is cut
+before its last bytes when the bytes no longer match bundle.json, so no client can store them
+(a client sees a short body and fails the pull).
+
+Repository names are the bundle's refs with the registry host left out: ``app:1`` is served as
+``app:1``, ``reg.example:5000/team/app:1`` as ``team/app:1``, ``docker.io/library/app:1`` as
+``library/app:1`` (``docker pull HOST:PORT/app:1`` asks for ``app``, so keep refs short or pull
+the path shown). A ref without tag is served as ``latest``; a ref by digest only, by digest.
+Each repository serves its images' manifests (by tag and by digest), configs and layers, and
+nothing else (docs/transfer.md, "Serve a bundle as a registry")."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import socketserver
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from importer import __version__
+from importer.errors import IntegrityError, UsageError
+from importer.format.digest import Digest, is_digest
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.refs import has_domain, split_ref
+from importer.format.text import printable
+from importer.input.opened import OpenedBundle
+
+CHUNK = 1024 * 1024
+DEFAULT_LISTEN = "127.0.0.1:5000"
+API_VERSION_HEADER = ("Docker-Distribution-API-Version", "registry/2.0")
+# distribution-spec repository name grammar (path components, lowercase)
+_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
+_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_ROUTE_RE = re.compile(r"^/v2/(?P<name>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/]+)$")
+_TAGS_RE = re.compile(r"^/v2/(?P<name>.+)/tags/list$")
+
+
+class ListenFailed(UsageError):
+    """The server could not listen on the address given (in use, not this host's, no permission)."""
+
+    reference = "serve-listen"
+
+
+class ServedBlobDamaged(IntegrityError):
+    """A blob no longer matched bundle.json while it was served: the response was cut."""
+
+    reference = "serve-blob-damaged"
+
+
+def repository_of(ref: str) -> Tuple[str, str, str]:
+    """(repository, tag, digest) a bundle ref is served as: the registry host left out, a ref
+    with neither tag nor digest tagged ``latest``."""
+    name, tag, digest = split_ref(ref)
+    if has_domain(name):
+        name = name.partition("/")[2]
+    if not tag and not digest:
+        tag = "latest"
+    return name, tag, digest
+
+
+@dataclass
+class Blob:
+    digest: Digest
+    size: int
+    media_type: str
+    stored: bool  # False: a layer a delta bundle leaves out
+
+    @property
+    def rel(self) -> str:
+        return f"blobs/{self.digest.algorithm}/{self.digest.hex}"
+
+
+@dataclass
+class Repository:
+    name: str
+    tags: Dict[str, ImageRecord] = field(default_factory=dict)
+    manifests: Dict[str, ImageRecord] = field(default_factory=dict)  # digest -> image
+    blobs: Set[str] = field(default_factory=set)  # digests of manifests, configs, layers
+
+
+class Catalog:
+    """What the bundle serves: repositories (by the rule above) and every blob bundle.json pins."""
+
+    def __init__(self, manifest: BundleManifest, on_notice: Callable[[str], None]) -> None:
+        self.repositories: Dict[str, Repository] = {}
+        self.blobs: Dict[str, Blob] = {}
+        stored = {f.path for f in manifest.files}
+        for image in manifest.images:
+            for ref in image.refs:
+                self._add(image, ref, stored, on_notice)
+
+    def _blob(self, digest: Digest, size: int, media_type: str, stored: Set[str]) -> str:
+        blob = Blob(digest, size, media_type, False)
+        blob.stored = blob.rel in stored
+        self.blobs.setdefault(str(digest), blob)
+        return str(digest)
+
+    def _add(self, image: ImageRecord, ref: str, stored: Set[str], on_notice: Callable[[str], None]) -> None:
+        name, tag, _ = repository_of(ref)
+        if not _NAME_RE.fullmatch(name):
+            on_notice(f"serve: not serving ref {ref}: {name!r} is no registry repository name")
+            return
+        repo = self.repositories.setdefault(name, Repository(name))
+        if tag:
+            other = repo.tags.get(tag)
+            if other is not None and other.manifest.digest != image.manifest.digest:
+                on_notice(f"serve: {name}:{tag} names two images of the bundle; serving {other.name}, "
+                          f"{image.name} only by digest")
+            else:
+                repo.tags[tag] = image
+        repo.manifests[str(image.manifest.digest)] = image
+        repo.blobs.add(self._blob(image.manifest.digest, image.manifest.size, image.manifest.media_type, stored))
+        repo.blobs.add(self._blob(image.config.digest, image.config.size, image.config.media_type, stored))
+        for layer in image.layers:
+            repo.blobs.add(self._blob(layer.digest, layer.size, layer.media_type, stored))
+
+    def missing_layers(self) -> List[Blob]:
+        return [b for b in self.blobs.values() if not b.stored]
+
+    def listing(self) -> List[Dict[str, Any]]:
+        return [{"name": r.name, "tags": sorted(r.tags)} for _, r in sorted(self.repositories.items())]
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    bytes_sent: int = 0
+    cut: List[str] = field(default_factory=list)  # "digest (what)" of each cut response
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, sent: int) -> None:
+        with self.lock:
+            self.requests += 1
+            self.bytes_sent += sent
+
+    def damaged(self, what: str) -> None:
+        with self.lock:
+            if what not in self.cut:
+                self.cut.append(what)
+
+
+def parse_listen(value: str) -> Tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port); port 0 picks a free one."""
+    m = re.fullmatch(r"\[(?P<v6>[0-9A-Fa-f:.%a-zA-Z]+)\]:(?P<p>\d{1,5})|(?P<h>[^\s:\[\]/]+):(?P<q>\d{1,5})", value)
+    port = int((m.group("p") or m.group("q")) if m else -1)
+    if m is None or not 0 <= port <= 65535:
+        raise UsageError(f"reading --listen {value!r}: expected ADDR:PORT (127.0.0.1:5000, [::1]:5000, "
+                         f"0.0.0.0:5000), found {value!r}", hint="bundle-import serve BUNDLE --listen 127.0.0.1:5000")
+    return (m.group("v6") or m.group("h")), port
+
+
+class BundleRegistry(ThreadingHTTPServer):
+    """One listening socket, a thread per connection, every request answered from ``bundle``."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, bundle: OpenedBundle, catalog: Catalog, listen: str, *,
+                 log: Optional[Callable[[str], None]] = None) -> None:
+        host, port = parse_listen(listen)
+        self.bundle = bundle
+        self.catalog = catalog
+        self.stats = Stats()
+        self.log = log
+        try:
+            infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+            self.address_family = infos[0][0]
+            super().__init__((str(infos[0][4][0]), int(infos[0][4][1])), _Handler)
+        except (OSError, UnicodeError) as e:
+            raise ListenFailed(
+                f"listening on {listen}: expected a free port on an address of this host, found "
+                f"{getattr(e, 'strerror', None) or e}",
+                hint="pick another port (--listen 127.0.0.1:5001) or stop what holds it; nothing was served") from e
+
+    def server_bind(self) -> None:
+        """As HTTPServer's, without its reverse DNS lookup (slow or hanging on an offline host)."""
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+    @property
+    def address(self) -> str:
+        host, port = str(self.server_address[0]), int(self.server_address[1])
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = f"sneakernet-serve/{__version__}"
+
+    def version_string(self) -> str:
+        return self.server_version
+    protocol_version = "HTTP/1.1"
+    server: BundleRegistry
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        self._sent = 0
+        self._note = ""
+        self._started = time.monotonic()
+
+    def log_request(self, code: Any = "-", size: Any = "-") -> None:
+        self._code = code
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.log is not None:
+            self.server.log(printable(f"{self.address_string()} {format % args}"))
+
+    def _access(self) -> None:
+        self.server.stats.add(self._sent)
+        if self.server.log is not None:
+            took = time.monotonic() - self._started
+            line = (f"{self.address_string()} \"{self.command} {self.path}\" {getattr(self, '_code', '-')} "
+                    f"{self._sent} {took:.3f}s")
+            self.server.log(printable(line + (f" {self._note}" if self._note else "")))
+
+    def _write(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self._sent += len(data)
+
+    def _headers(self, code: int, length: int, content_type: str, extra: Optional[Dict[str, str]] = None) -> None:
+        self.send_response(code)
+        self.send_header(*API_VERSION_HEADER)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(length))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+
+    def _json(self, code: int, doc: Any, extra: Optional[Dict[str, str]] = None) -> None:
+        body = json.dumps(doc).encode()
+        self._headers(code, len(body), "application/json", extra)
+        if self.command != "HEAD":
+            self._write(body)
+
+    def _error(self, code: int, error: str, message: str, detail: Any = None) -> None:
+        self._json(code, {"errors": [{"code": error, "message": message, "detail": detail or {}}]})
+
+    # --- methods ----------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        try:
+            self._route()
+        finally:
+            self._access()
+
+    do_HEAD = do_GET
+
+    def _refuse_write(self) -> None:
+        try:
+            self._error(405, "UNSUPPORTED", "this registry serves a bundle read-only")
+        finally:
+            self._access()
+
+    do_PUT = do_POST = do_PATCH = do_DELETE = _refuse_write
+
+    def _route(self) -> None:
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        if path in ("/v2", "/v2/"):
+            return self._json(200, {})
+        if path == "/v2/_catalog":
+            return self._paged("repositories", sorted(self.server.catalog.repositories), url.query, None)
+        m = _TAGS_RE.match(path)
+        if m:
+            repo = self._repository(m.group("name"))
+            if repo is not None:
+                self._paged("tags", sorted(repo.tags), url.query, repo.name)
+            return None
+        m = _ROUTE_RE.match(path)
+        if m is None:
+            return self._error(404, "NAME_UNKNOWN" if path.startswith("/v2/") else "UNSUPPORTED",
+                               f"no such endpoint: {path[:200]}")
+        repo = self._repository(m.group("name"))
+        if repo is None:
+            return None
+        if m.group("kind") == "manifests":
+            return self._manifest(repo, m.group("ref"))
+        return self._blob(repo, m.group("ref"))
+
+    def _repository(self, name: str) -> Optional[Repository]:
+        repo = self.server.catalog.repositories.get(name)
+        if repo is None:
+            self._error(404, "NAME_UNKNOWN", "repository name not known to registry", {"name": name[:300]})
+        return repo
+
+    def _paged(self, key: str, items: List[str], query: str, name: Optional[str]) -> None:
+        q = parse_qs(query)
+        last = (q.get("last") or [""])[0]
+        if last:
+            items = [x for x in items if x > last]
+        extra: Dict[str, str] = {}
+        n_text = (q.get("n") or [""])[0]
+        if n_text.isdigit() and int(n_text) < len(items):
+            items = items[:int(n_text)]
+            base = f"/v2/{name}/tags/list" if name else "/v2/_catalog"
+            extra["Link"] = f'<{base}?n={n_text}&last={items[-1] if items else ""}>; rel="next"'
+        doc: Dict[str, Any] = {"name": name, key: items} if name else {key: items}
+        self._json(200, doc, extra)
+
+    def _manifest(self, repo: Repository, ref: str) -> None:
+        image = repo.manifests.get(ref) if is_digest(ref) else repo.tags.get(ref) if _TAG_RE.fullmatch(ref) else None
+        if image is None:
+            return self._error(404, "MANIFEST_UNKNOWN", "manifest unknown",
+                               {"name": repo.name, "reference": ref[:200]})
+        blob = self.server.catalog.blobs[str(image.manifest.digest)]
+        self._send_blob(blob, blob.media_type)
+
+    def _blob(self, repo: Repository, ref: str) -> None:
+        if not is_digest(ref):
+            return self._error(400 if ref.startswith("sha256:") else 404,
+                               "DIGEST_INVALID" if ref.startswith("sha256:") else "BLOB_UNKNOWN",
+                               "provided digest did not match uploaded content"
+                               if ref.startswith("sha256:") else "blob unknown to registry", {"digest": ref[:200]})
+        blob = self.server.catalog.blobs.get(ref)
+        if blob is None or ref not in repo.blobs or not blob.stored:
+            return self._error(404, "BLOB_UNKNOWN", "blob unknown to registry" if blob is None or blob.stored
+                               else "blob unknown to registry (a layer this delta bundle leaves out)",
+                               {"digest": ref})
+        self._send_blob(blob, "application/octet-stream")
+
+    # --- bytes ------------------------------------------------------------------------------
+
+    def _range(self, size: int) -> Optional[Tuple[int, int]]:
+        """(first, last) of a single ``Range: bytes=`` the client asked for; None: the whole blob.
+        Raises ValueError for a range outside the blob."""
+        value = self.headers.get("Range", "")
+        m = re.fullmatch(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", value) if value else None
+        if m is None or not (m.group(1) or m.group(2)):
+            return None  # absent, several ranges or another unit: the whole blob (RFC 9110 allows it)
+        if not m.group(1):  # the last N bytes
+            n = int(m.group(2))
+            if n == 0 or size == 0:
+                raise ValueError(value)
+            return max(0, size - n), size - 1
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) else size - 1
+        if first >= size or last < first:
+            raise ValueError(value)
+        return first, min(last, size - 1)
+
+    def _send_blob(self, blob: Blob, content_type: str) -> None:
+        extra = {"Docker-Content-Digest": str(blob.digest), "Accept-Ranges": "bytes",
+                 "ETag": f'"{blob.digest}"'}
+        try:
+            wanted = self._range(blob.size)
+        except ValueError:
+            self._headers(416, 0, "application/json", {**extra, "Content-Range": f"bytes */{blob.size}"})
+            return
+        first, last = wanted if wanted is not None else (0, blob.size - 1)
+        if wanted is not None:
+            extra["Content-Range"] = f"bytes {first}-{last}/{blob.size}"
+        self._headers(206 if wanted is not None else 200, last - first + 1, content_type, extra)
+        if self.command == "HEAD" or blob.size == 0:
+            return
+        self._stream(blob, first, last)
+
+    def _stream(self, blob: Blob, first: int, last: int) -> None:
+        """Send bytes ``first..last`` of the blob while hashing all of it; the last piece of the
+        range goes out only once the whole blob matched its digest and size."""
+        h = hashlib.sha256()
+        pos = 0
+        pending = b""
+        with self.server.bundle.open(blob.rel) as f:
+            while True:
+                data = f.read(CHUNK)
+                if not data:
+                    break
+                h.update(data)
+                lo, hi = max(first - pos, 0), min(last + 1 - pos, len(data))
+                if lo < hi:
+                    if pending:
+                        self._write(pending)
+                    pending = data[lo:hi]
+                pos += len(data)
+                if pos > blob.size:
+                    break
+        if pos == blob.size and h.hexdigest() == blob.digest.hex:
+            self._write(pending)
+            return
+        found = f"{pos} bytes" if pos != blob.size else f"sha256:{h.hexdigest()}"
+        self._note = f"CUT: {blob.digest} no longer matches bundle.json (found {found})"
+        self.server.stats.damaged(f"{blob.digest} (found {found})")
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def serve_forever(server: BundleRegistry) -> None:
+    """Answer requests until a signal raises in the main thread (importer/streams/signals.py)."""
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+
+
+def damaged_error(server: BundleRegistry, where: str) -> Optional[ServedBlobDamaged]:
+    """The error a run ends with when it cut responses (None: every blob matched)."""
+    cut = server.stats.cut
+    if not cut:
+        return None
+    return ServedBlobDamaged(
+        f"serving {where}: expected every blob to match bundle.json, found {len(cut)} blob(s) changed "
+        f"after verification: {', '.join(cut[:5])}",
+        hint="their responses were cut before the last bytes, so no client stored them; re-copy the bundle "
+             "from the source medium and serve it again")
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def stderr_log(line: str) -> None:
+    """One line on stderr; lines of concurrent requests never interleave."""
+    with _LOG_LOCK:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()

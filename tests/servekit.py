@@ -1,0 +1,70 @@
+"""`bundle-import serve` as a child process for tests and bench/: started from a bundle's own
+pyz (stdlib only, ``python3 -I``) on a free loopback port, its one JSON start line read, stopped
+by its pid with SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[str]
+    start: dict[str, Any]
+    log: Path
+
+    @property
+    def addr(self) -> str:
+        return str(self.start["listening"])
+
+    def stderr(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Send ``sig`` to the server (by its pid); its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+def serve_command(pyz: Path, target: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-I", str(pyz), "serve", str(target), "--listen", "127.0.0.1:0", "--json", *extra]
+
+
+@contextlib.contextmanager
+def serving(pyz: Path, target: Path, *extra: str) -> Iterator[Served]:
+    """Serve ``target`` (folder, tar or parts index) until the block ends."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    with tempfile.NamedTemporaryFile(prefix="serve-", suffix=".log", delete=False) as log:
+        path = Path(log.name)
+    with open(path, "w", encoding="utf-8") as err:
+        proc = subprocess.Popen(serve_command(pyz, target, *extra), stdout=subprocess.PIPE, stderr=err, text=True,
+                                env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the server prints it once verified and listening
+        if not line:
+            rc = proc.wait(60)
+            raise AssertionError(f"serve exited {rc} before serving:\n{path.read_text()}")
+        yield Served(proc, json.loads(line), path)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(60)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        path.unlink(missing_ok=True)

@@ -1,0 +1,150 @@
+"""`bundle-import serve` read by real clients (issue 18, point 1): Docker (a private dockerd; Docker
+treats 127.0.0.0/8 as an insecure registry), podman (a private store, ``--tls-verify=false``),
+the standalone containerd (``ctr images pull --plain-http``) and skopeo, all pulling at once from
+one served bundle and getting the bundle's digests and image IDs; a blob damaged after the
+server verified the bundle is stored by none of them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests import engines
+from tests.helpers import docker, image_facts
+from tests.servekit import Served, serving
+from tests.test_serve import _flip, blob_bytes, bundle_doc, pyz
+from tests.test_serve import made as made  # the fixture
+
+pytestmark = pytest.mark.engine
+NS = "serve-test"
+
+
+def _skopeo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([engines.require("skopeo"), "--insecure-policy", *args], capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def _ctr(address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([engines.require("ctr"), "--address", address, "--namespace", NS, *args],
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _ctr_images(address: str) -> dict[str, str]:
+    """name -> target digest of every image in the test namespace."""
+    out = _ctr(address, "images", "ls").stdout.splitlines()[1:]
+    return {line.split()[0]: line.split()[2] for line in out if line.strip()}
+
+
+def _all_at_once(jobs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+
+    def run(name: str, job: Callable[[], Any]) -> None:
+        try:
+            results[name] = job()
+        except Exception as e:  # reported by the assertion below
+            results[name] = e
+
+    threads = [threading.Thread(target=run, args=item) for item in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(900)
+    return results
+
+
+@pytest.mark.parametrize("kind", ["folder", "tar", "parts"])
+def test_docker_pulls_the_bundles_image_ids(made: dict[str, Path], kind: str, docker_host: str) -> None:
+    doc = bundle_doc(made)
+    with serving(pyz(made), made[kind]) as s:
+        refs = {f"{s.addr}/{image['refs'][0]}": image for image in doc["images"]}
+        results = _all_at_once({ref: (lambda ref=ref: docker(docker_host, "pull", ref, check=False)) for ref in refs})
+        for ref, image in refs.items():
+            proc = results[ref]
+            assert proc.returncode == 0, proc.stderr
+            facts = image_facts(docker_host, ref)
+            assert facts is not None and facts[0] == image["config"]["digest"]  # the same image ID as the bundle
+            assert facts[1] == [layer["diffId"] for layer in image["layers"]]
+            digests = json.loads(docker(docker_host, "image", "inspect", ref).stdout)[0]["RepoDigests"]
+            assert f"{ref.rsplit(':', 1)[0]}@{image['manifest']['digest']}" in digests
+        assert s.stop() == 0
+    for ref in refs:
+        docker(docker_host, "image", "rm", ref)
+
+
+def test_every_client_at_once_from_one_served_bundle(made: dict[str, Path], docker_host: str,
+                                                      containerd_address: str, podman_vfs: Any,
+                                                      tmp_path: Path) -> None:
+    """Docker, podman, containerd and skopeo (inspect and copy) pull from the parts at the same time."""
+    doc = bundle_doc(made)
+    base, app = doc["images"]
+    with serving(pyz(made), made["parts"]) as s:
+        ref = f"{s.addr}/carry/app:2"
+        jobs: dict[str, Callable[[], Any]] = {
+            "docker-app": lambda: docker(docker_host, "pull", ref, check=False),
+            "docker-base": lambda: docker(docker_host, "pull", f"{s.addr}/carry/base:1", check=False),
+            "podman": lambda: podman_vfs.podman("pull", "--tls-verify=false", ref, check=False),
+            "ctr": lambda: _ctr(containerd_address, "images", "pull", "--plain-http", ref),
+            "skopeo-inspect": lambda: _skopeo("inspect", "--tls-verify=false", f"docker://{ref}"),
+            "skopeo-copy": lambda: _skopeo("copy", "--src-tls-verify=false", f"docker://{ref}",
+                                           f"oci:{tmp_path / 'layout'}:app"),
+        }
+        results = _all_at_once(jobs)
+        for name, proc in results.items():
+            assert isinstance(proc, subprocess.CompletedProcess) and proc.returncode == 0, (name, proc)
+        assert s.stop() == 0
+        log = s.stderr()
+    assert log.count(" /v2/carry/app/manifests/") >= 5  # they all came here (HEAD or GET, by tag or digest)
+    assert image_facts(docker_host, ref)[0] == app["config"]["digest"]  # type: ignore[index]
+    assert image_facts(docker_host, f"{s.addr}/carry/base:1")[0] == base["config"]["digest"]  # type: ignore[index]
+    podman_image = podman_vfs.inspect(ref)
+    assert f"sha256:{podman_image['Id']}" == app["config"]["digest"]
+    assert podman_image["Digest"] == app["manifest"]["digest"]
+    assert _ctr_images(containerd_address)[ref] == app["manifest"]["digest"]
+    assert json.loads(results["skopeo-inspect"].stdout)["Digest"] == app["manifest"]["digest"]
+    index = json.loads((tmp_path / "layout" / "index.json").read_text())
+    assert [m["digest"] for m in index["manifests"]] == [app["manifest"]["digest"]]  # skopeo kept the exact bytes
+    for blob in [app["config"], *app["layers"]]:
+        assert (tmp_path / "layout" / "blobs" / "sha256" / blob["digest"][7:]).read_bytes() == blob_bytes(
+            made["folder"], blob["digest"])
+    docker(docker_host, "image", "rm", ref, f"{s.addr}/carry/base:1")
+    podman_vfs.podman("rmi", ref)
+    _ctr(containerd_address, "images", "rm", ref)
+
+
+def test_a_damaged_blob_is_stored_by_no_client(made: dict[str, Path], docker_host: str, containerd_address: str,
+                                               podman_vfs: Any, tmp_path: Path) -> None:
+    app = bundle_doc(made)["images"][1]
+    top = app["layers"][1]  # carry/app's own layer; carry/base does not use it
+    target = tmp_path / "b"
+    shutil.copytree(made["folder"], target)
+    with serving(pyz(made), target) as s:
+        _flip(target / "blobs" / "sha256" / top["digest"][7:], top["size"] - 10)  # after the server verified
+        ref = f"{s.addr}/carry/app:2"
+        results = _all_at_once({
+            "docker": lambda: docker(docker_host, "pull", ref, check=False),
+            "podman": lambda: podman_vfs.podman("pull", "--tls-verify=false", ref, check=False),
+            "ctr": lambda: _ctr(containerd_address, "images", "pull", "--plain-http", ref),
+            "skopeo": lambda: _skopeo("copy", "--src-tls-verify=false", f"docker://{ref}",
+                                      f"oci:{tmp_path / 'layout'}:app"),
+        })
+        for name, proc in results.items():
+            assert isinstance(proc, subprocess.CompletedProcess) and proc.returncode != 0, (name, proc)
+        # the undamaged image still pulls
+        assert docker(docker_host, "pull", f"{s.addr}/carry/base:1", check=False).returncode == 0
+        rc = s.stop()
+        log = s.stderr()
+    assert rc == 3 and "error[serve-blob-damaged]" in log, log
+    assert image_facts(docker_host, ref) is None
+    assert image_facts(docker_host, app["config"]["digest"]) is None
+    assert podman_vfs.podman("image", "exists", ref, check=False).returncode == 1
+    assert ref not in _ctr_images(containerd_address)
+    assert top["digest"] not in _ctr(containerd_address, "content", "ls", "-q").stdout  # nothing committed
+    assert not (tmp_path / "layout" / "blobs" / "sha256" / top["digest"][7:]).exists()
+    docker(docker_host, "image", "rm", f"{s.addr}/carry/base:1")
+    assert isinstance(s, Served)
