@@ -114,7 +114,7 @@ def test_every_client_at_once_from_one_served_bundle(made: dict[str, Path], dock
             made["folder"], blob["digest"])
     docker(docker_host, "image", "rm", ref, f"{s.addr}/carry/base:1")
     podman_vfs.podman("rmi", ref)
-    _ctr(containerd_address, "images", "rm", ref)
+    _ctr(containerd_address, "images", "rm", "--sync", ref)  # content too, now (not at the next GC)
 
 
 def test_a_damaged_blob_is_stored_by_no_client(made: dict[str, Path], docker_host: str, containerd_address: str,
@@ -123,6 +123,10 @@ def test_a_damaged_blob_is_stored_by_no_client(made: dict[str, Path], docker_hos
     top = app["layers"][1]  # carry/app's own layer; carry/base does not use it
     target = tmp_path / "b"
     shutil.copytree(made["folder"], target)
+    # containerd skips a blob its content store holds (another test may have pulled this image):
+    # make sure it must fetch the damaged layer from the server
+    _ctr(containerd_address, "content", "rm", top["digest"])
+    assert top["digest"] not in _ctr(containerd_address, "content", "ls", "-q").stdout
     with serving(pyz(made), target) as s:
         _flip(target / "blobs" / "sha256" / top["digest"][7:], top["size"] - 10)  # after the server verified
         ref = f"{s.addr}/carry/app:2"
