@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, Type
 
 from importer.errors import EngineUnavailable, SinkError, UsageError
 
@@ -22,8 +22,8 @@ DOCKER_SOCKET = "/var/run/docker.sock"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 K8S_NAMESPACE = "k8s.io"
 
-# option attribute -> (engine it belongs to, how it is spelled)
-_OPTION_ENGINE = {
+#: option attribute -> (engine it belongs to, how it is spelled); the smoke suite uses these too
+OPTION_ENGINE = {
     "docker_host": ("docker", "--docker-host"),
     "address": ("containerd", "--address"),
     "namespace": ("containerd", "--namespace"),
@@ -49,11 +49,11 @@ class EngineOptions:
 
     @classmethod
     def from_args(cls, args: Any) -> EngineOptions:
-        return cls(**{name: getattr(args, name, None) for name in ("engine", *_OPTION_ENGINE)})
+        return cls(**{name: getattr(args, name, None) for name in ("engine", *OPTION_ENGINE)})
 
     def given(self) -> List[Tuple[str, str]]:
         """(engine, option spelling) of every engine option given."""
-        return [_OPTION_ENGINE[name] for name in _OPTION_ENGINE if getattr(self, name)]
+        return [OPTION_ENGINE[name] for name in OPTION_ENGINE if getattr(self, name)]
 
 
 def build_sink(kind: str, opts: EngineOptions) -> Any:
@@ -79,11 +79,21 @@ def build_sink(kind: str, opts: EngineOptions) -> Any:
     raise UsageError(f"choosing an engine: expected one of {', '.join(ENGINES)}, found {kind!r}")
 
 
-def _check_options(kind: str, opts: EngineOptions) -> None:
-    stray = [spelling for engine, spelling in opts.given() if engine != kind]
+def implied_engine(given: List[Tuple[str, str]], what: str, error: Type[UsageError] = UsageError) -> Optional[str]:
+    """The one engine the given options (engine, spelling) belong to; None when none is given."""
+    implied = sorted({engine for engine, _ in given})
+    if len(implied) > 1:
+        raise error(f"{what}: options of {' and '.join(implied)} given together",
+                    hint="pass --engine and only that engine's options")
+    return implied[0] if implied else None
+
+
+def check_own_options(kind: str, given: List[Tuple[str, str]], error: Type[UsageError] = UsageError) -> None:
+    """Only ``kind``'s options among the given (engine, spelling)."""
+    stray = [spelling for engine, spelling in given if engine != kind]
     if stray:
-        raise UsageError(f"choosing the {kind} engine: expected only its own options, found {', '.join(stray)}",
-                         hint=f"drop {', '.join(stray)}, or choose the engine they belong to with --engine")
+        raise error(f"choosing the {kind} engine: expected only its own options, found {', '.join(stray)}",
+                    hint=f"drop {', '.join(stray)}, or choose the engine they belong to with --engine")
 
 
 def _answers(sink: Any) -> bool:
@@ -104,15 +114,12 @@ def choose_sink(
     """(sink, why it was chosen). Raises UsageError for contradicting options and
     EngineUnavailable when nothing answers."""
     if opts.engine:
-        _check_options(opts.engine, opts)
+        check_own_options(opts.engine, opts.given())
         return build_sink(opts.engine, opts), f"--engine {opts.engine}"
-    implied = sorted({engine for engine, _ in opts.given()})
-    if len(implied) > 1:
-        raise UsageError(f"choosing an engine: options of {' and '.join(implied)} given together",
-                         hint="pass --engine and only that engine's options")
+    implied = implied_engine(opts.given(), "choosing an engine")
     if implied:
-        spelling = next(s for e, s in opts.given() if e == implied[0])
-        return build_sink(implied[0], opts), f"{spelling} given"
+        spelling = next(s for e, s in opts.given() if e == implied)
+        return build_sink(implied, opts), f"{spelling} given"
     if os.environ.get("DOCKER_HOST"):
         return build_sink("docker", opts), f"DOCKER_HOST is set ({os.environ['DOCKER_HOST']})"
     tried: List[str] = []

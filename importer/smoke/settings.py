@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from importer.errors import UsageError
+from importer.sinks.choose import OPTION_ENGINE, check_own_options, implied_engine
 from importer.smoke.worker.protocol import FAULTS, SELECTABLE
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -216,29 +217,14 @@ def build_settings(*, device: str, no_container: bool, gpus: Optional[str], env:
     )
 
 
-#: engine option attribute -> (engine, spelling): the import's own names (importer/cli/main.py)
-ENGINE_OPTIONS = {
-    "docker_host": ("docker", "--docker-host"),
-    "address": ("containerd", "--address"),
-    "namespace": ("containerd", "--namespace"),
-    "snapshotter": ("containerd", "--snapshotter"),
-    "podman_root": ("podman", "--podman-root"),
-    "podman_runroot": ("podman", "--podman-runroot"),
-    "storage_driver": ("podman", "--storage-driver"),
-}
+#: engine option attribute -> (engine, spelling): the import's own names, less --oci-dir (no container runs there)
+ENGINE_OPTIONS = {k: v for k, v in OPTION_ENGINE.items() if v[0] != "oci"}
 
 
 def choose_engine(engine: Optional[str], options: Dict[str, Optional[str]]) -> str:
     """``--engine``, else the one engine whose options are given, else docker; options of
     another engine are refused."""
-    given = [(ENGINE_OPTIONS[k][0], ENGINE_OPTIONS[k][1]) for k in ENGINE_OPTIONS if options.get(k)]
-    kinds = sorted({e for e, _ in given})
-    if engine is None and len(kinds) > 1:
-        raise SmokeConfigError(f"choosing the smoke engine: options of {' and '.join(kinds)} given together",
-                               hint="pass --engine and only that engine's options")
-    kind = engine or (kinds[0] if kinds else "docker")
-    stray = [spelling for e, spelling in given if e != kind]
-    if stray:
-        raise SmokeConfigError(f"choosing the {kind} engine: expected only its own options, found {', '.join(stray)}",
-                               hint=f"drop {', '.join(stray)}, or choose the engine they belong to with --engine")
+    given = [ENGINE_OPTIONS[k] for k in ENGINE_OPTIONS if options.get(k)]
+    kind = engine or implied_engine(given, "choosing the smoke engine", SmokeConfigError) or "docker"
+    check_own_options(kind, given, SmokeConfigError)
     return kind
