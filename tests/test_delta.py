@@ -197,10 +197,10 @@ def test_delta_into_podman_completes_from_its_store(base_and_update: dict, podma
     for ref in ("docker.io/delta/train:2", "docker.io/delta/train:1"):
         store.podman("rmi", ref, check=False)  # type: ignore[attr-defined]
     # a store without the base: refused before anything loads
-    before = store.podman("images", "-q", "--no-trunc").stdout  # type: ignore[attr-defined]
+    before = sorted(store.podman("images", "-q", "--no-trunc").stdout.split())  # type: ignore[attr-defined]
     proc = run_pyz(out, *store.importer_args(), "--no-receipt")  # type: ignore[attr-defined]
     assert proc.returncode == 9 and "error[delta-base-missing]" in proc.stderr, proc.stderr
-    assert store.podman("images", "-q", "--no-trunc").stdout == before  # type: ignore[attr-defined]
+    assert sorted(store.podman("images", "-q", "--no-trunc").stdout.split()) == before  # type: ignore[attr-defined]
     # with the base: the left-out layers come back out of podman (podman save), checked, spliced in
     assert run_pyz(base_and_update["full_a"], *store.importer_args(), "--no-receipt").returncode == 0  # type: ignore
     proc = run_pyz(out, "--verify", "--deep", *store.importer_args(), "--json", "--no-receipt")  # type: ignore
