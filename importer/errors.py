@@ -282,6 +282,20 @@ class DeepMismatch(PostLoadMismatch):
     reference = "deep-mismatch"
 
 
+class CheckOnlyMissing(PostLoadMismatch):
+    """``--check-only``: the engine holds no image under a name the bundle gives it (with
+    ``--name-prefix``: under the mirror's name). Nothing was loaded, tagged or removed."""
+
+    reference = "check-only-missing"
+
+
+class CheckOnlyMismatch(PostLoadMismatch):
+    """``--check-only``: a name of the bundle names another image in the engine (another image
+    ID, config or diff_ids). Nothing was loaded, tagged or removed."""
+
+    reference = "check-only-mismatch"
+
+
 class DeltaBaseMissing(BundleError):
     """A delta bundle needs layers the engine does not hold."""
 

@@ -17,6 +17,7 @@ from importer.format.platform import parse_platform
 from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import OpenedBundle, open_bundle
+from importer.pipeline.checkonly import CheckOnlyResult, check_only, receipt_sections
 from importer.pipeline.importing import ImportResult, import_bundle, verify_or_raise
 from importer.pipeline.inplace import sink_for
 from importer.pipeline.legacy import import_legacy_bundle
@@ -61,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/qualification.md)\n"
         "  bundle-import copy SRC DST     copy a bundle (folder, tar or parts) resumably, e.g. from a USB "
         "stick, then verify the copy\n"
-        "  bundle-import serve BUNDLE     serve a verified bundle read-only as an OCI registry (docs/transfer.md)",
+        "  bundle-import serve BUNDLE     serve a verified bundle read-only as an OCI registry (docs/transfer.md)\n"
+        "  bundle-import fleet-report RECEIPT...  one table and verdict from the receipts of many hosts "
+        "(docs/fleet.md)",
         epilog=EXIT_CODES_HELP,
     )
     p.add_argument("bundle", metavar="BUNDLE", nargs="?",
@@ -71,6 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verify every byte before loading and the engine's copy after (always on; "
                    "accepted for explicit scripts)")
     p.add_argument("--verify-only", action="store_true", help="verify the bundle and stop; needs no engine")
+    p.add_argument("--check-only", action="store_true",
+                   help="verify the bundle, then prove the engine already holds each of its images exactly (e.g. "
+                   "pulled from a registry); loads, tags and removes nothing; exit 8 when one is missing or "
+                   "differs (docs/fleet.md)")
+    p.add_argument("--name-prefix", metavar="HOST[:PORT]/NS",
+                   help="with --check-only: look each image up under the name `bundle push BUNDLE HOST[:PORT]/NS` "
+                   "gives it (my/train:1 -> HOST:PORT/NS/my/train:1), the name nodes that pulled from there hold")
     p.add_argument("--shallow", action="store_true",
                    help="with --verify-only on a bundle folder: check every file's size and digest (every "
                    "byte) but do not decompress layers to re-derive their diff_ids (about 4x faster)")
@@ -136,7 +146,8 @@ def _receipt_target(args: argparse.Namespace) -> Optional[str]:
         return None
     if args.receipt:
         return check_receipt_path(args.receipt)
-    return default_receipt_path(args.bundle, "import-receipt.json", on_notice=_say)
+    return default_receipt_path(args.bundle, "check-receipt.json" if args.check_only else "import-receipt.json",
+                                on_notice=_say)
 
 
 def _report_lines(report: VerifyReport) -> str:
@@ -230,7 +241,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         args.smoke_receipt_base = smoke_receipt_base(args)
     sink = make_sink(args)
     _refuse_smoke_engine(args, sink.kind)
-    result = ImportResult(root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
+    result = (CheckOnlyResult if args.check_only else ImportResult)(
+        root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
     error: Optional[BundleError] = None
     try:
         bundle = open_bundle(args.bundle)
@@ -238,7 +250,10 @@ def cmd_import(args: argparse.Namespace) -> int:
         result.signature = sig
         result.bundle_digest = str(bundle.digest)
         major = _legacy_major(bundle)
-        if major is not None:
+        if args.check_only:  # prove what the engine holds, change nothing (importer/pipeline/checkonly.py)
+            check_only(bundle, sink, name_prefix=args.name_prefix, deep=bool(args.deep),
+                       progress=_progress(args.quiet), result=result, signature=sig, legacy_major=major)
+        elif major is not None:
             raw = bundle.raw_bundle_json
             import_legacy_bundle(bundle.path, sink, force=args.force, result=result, raw_bundle_json=raw,
                                  major=major, lock_wait=args.wait_lock, signature_line=sig.line(),
@@ -310,7 +325,8 @@ def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[Bundle
         result="pass" if error is None and res.ok else "fail",
         error=error.to_dict() if error is not None else None,
         extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
-               **({"push": res.registry_push} if getattr(res, "registry_push", None) else {})},  # type: ignore[attr-defined]
+               **({"push": res.registry_push} if getattr(res, "registry_push", None) else {}),  # type: ignore[attr-defined]
+               **(receipt_sections(res) if args.check_only else {})},
     )
 
 
@@ -362,8 +378,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv, namespace=args)
         if not args.inventory and not args.bundle:
             parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
-        if args.smoke and (args.verify_only or args.inventory):
-            parser.error("--smoke runs after an import: not with --verify-only or --inventory")
+        if args.smoke and (args.verify_only or args.inventory or args.check_only):
+            parser.error("--smoke runs after an import: not with --verify-only, --inventory or --check-only "
+                         "(after --check-only: bundle-import smoke IMAGE)")
+        if args.check_only and (args.verify_only or args.inventory or args.force):
+            parser.error("--check-only changes nothing: not with --verify-only, --inventory or --force")
+        if args.name_prefix and not args.check_only:
+            parser.error("--name-prefix goes with --check-only")
         handler: Callable[[argparse.Namespace], int] = (
             cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
         if args.bundle and not args.inventory:
