@@ -631,7 +631,7 @@ class FakeSink:
 def _cli_receipt(bundle: Path, error: Optional[Exception], result: Any) -> Dict[str, Any]:
     from importer.cli.main import _receipt
 
-    args = argparse.Namespace(bundle=str(bundle))
+    args = argparse.Namespace(bundle=str(bundle), check_only=False)
     return _receipt(args, result, error)  # type: ignore[arg-type]
 
 
