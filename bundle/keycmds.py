@@ -7,9 +7,11 @@ import getpass
 import sys
 from typing import Any, Optional
 
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle.keys import generate_keypair, key_is_encrypted, load_signing_key, sign_bundle
+from importer.cli.fleet import add_sign_receipt_arguments, sign_receipts
 from importer.cli.output import emit, success
 from importer.errors import UsageError
 from importer.input.opened import open_bundle
@@ -67,6 +69,11 @@ def add_key_commands(sub: Any) -> None:
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(handler=cmd_sign)
 
+    r = sub.add_parser("sign-receipt", help="sign import, check-only or qualification receipts (RECEIPT.sig) for "
+                       "`bundle-import fleet-report --trust` (docs/fleet.md)")
+    add_sign_receipt_arguments(r)
+    r.set_defaults(handler=cmd_sign_receipt)
+
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     passphrase = read_passphrase_stdin() if args.passphrase_stdin else None
@@ -97,3 +104,12 @@ def cmd_sign(args: argparse.Namespace) -> int:
     else:
         _out(f"verified {report.files_checked} files, signed {args.bundle}/bundle.json with key {fingerprint}")
     return 0
+
+
+def cmd_sign_receipt(args: argparse.Namespace) -> int:
+    """``bundle sign-receipt RECEIPT... --sign-key KEY``: the receipt's exact bytes signed with the
+    same Ed25519 keys as bundles (importer/verify/receiptsig.py)."""
+    key = signing_key_from_args(args)
+    assert key is not None
+    raw_public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return sign_receipts(args.receipts, key.sign, raw_public, as_json=args.json)

@@ -136,6 +136,8 @@ PODMAN = "needs a podman store (tests/test_engine_sinks.py)"
 REGISTRY = "needs a registry (tests/test_registry_push.py, test_delta_registry.py)"
 SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
 SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
+FLEET = ("runs on the nodes of a cluster (tests/test_check_only.py, tests/test_fleet_report.py run each "
+         "command against private engines)")
 NEW = "{W}/new.bundle"
 
 NOT_COMMANDS: Dict[Tuple[str, str], str] = {
@@ -250,6 +252,10 @@ SPECS: Dict[str, Spec] = {
     "bundle-import smoke IMAGE [--device cuda|cpu] [--no-container] [--receipt PATH] [--gpus 0,1] "
     "[--env NAME=VALUE]... [--env-file FILE] [--restart] [--docker-host URL] [--timeout S] [--rank-timeout S] "
     "[--nproc N] [--gates LIST] [--volume HOST:CONTAINER]... [--python PATH] [--json]": skip(GPU),
+    "bundle-import smoke IMAGE --engine containerd [--address SOCKET] [--namespace NS] [--snapshotter NAME]":
+        skip(GPU + "; on containerd's CPU path: tests/test_smoke_engines.py"),
+    "bundle-import smoke IMAGE --engine podman [--podman-root DIR] [--podman-runroot DIR] [--storage-driver NAME] "
+    "[--ulimit NAME=SOFT[:HARD]]": skip(GPU + "; on podman's CPU path: tests/test_smoke_engines.py"),
     "bundle-import BUNDLE --verify --smoke [the same smoke flags] [--smoke-receipt PATH]": skip(GPU),
     "python3 BUNDLE/bundle-import.pyz smoke IMAGE ...": skip(GPU),
     "sneakernet-gpu-check [RECEIPT] [smoke flags]": skip(GPU),
@@ -313,6 +319,29 @@ SPECS: Dict[str, Spec] = {
     "podman pull --tls-verify=false gpu-gw:5000/my/train:1": skip(SERVE),
     "ctr -n k8s.io images pull --plain-http gpu-gw:5000/my/train:1": skip(SERVE),
     "skopeo inspect --tls-verify=false docker://gpu-gw:5000/my/train:1": skip(SERVE),
+    # docs/fleet.md: many hosts, their launchers, a registry (each part runs for real in
+    # tests/test_check_only.py, test_fleet_report.py, test_serve_engines.py, test_smoke_engines.py)
+    "python3 bundle-import.pyz /data/train.bundle --verify-only": skip(REGISTRY + "; the step before a push"),
+    "bundle push /data/train.bundle registry.internal:5000/team": skip(REGISTRY),
+    "python3 bundle-import.pyz /shared/train.bundle --check-only --name-prefix registry.internal:5000/team "
+    "--receipt /shared/receipts/node01/check.json": skip(FLEET),
+    "python3 bundle-import.pyz /shared/train.bundle --check-only --engine containerd --namespace k8s.io "
+    "--name-prefix registry.internal:5000/team": skip(FLEET),
+    "python3 bundle-import.pyz smoke registry.internal:5000/team/my/train:1 "
+    "--receipt /shared/receipts/node01/smoke.json": skip(GPU),
+    "srun -N 16 --ntasks-per-node=1 sh -c 'python3 /shared/bundle-import.pyz /shared/train.bundle --check-only "
+    "--name-prefix registry.internal:5000/team --receipt /shared/receipts/$(hostname)/check.json'": skip(FLEET),
+    "srun -N 16 --ntasks-per-node=1 --gpus-per-node=8 sh -c 'python3 /shared/bundle-import.pyz smoke "
+    "registry.internal:5000/team/my/train:1 --receipt /shared/receipts/$(hostname)/smoke.json'": skip(FLEET),
+    "pdsh -w 'node[01-16]' 'python3 /shared/bundle-import.pyz /shared/train.bundle --check-only --name-prefix "
+    "registry.internal:5000/team --receipt /shared/receipts/$(hostname)/check.json'": skip(FLEET),
+    "python3 /shared/bundle-import.pyz sign-receipt /shared/receipts/node01/check.json "
+    "--sign-key /secure/fleet.key": skip(FLEET),
+    "bundle sign-receipt /shared/receipts/node01/smoke.json --sign-key /secure/fleet.key": skip(FLEET),
+    "python3 bundle-import.pyz fleet-report /shared/receipts --hosts 'node[01-16]' --require image,smoke":
+        skip(FLEET),
+    "python3 bundle-import.pyz fleet-report /shared/receipts --expect-hosts hosts.txt --trust /secure/fleet.pub "
+    "--json > fleet.json": skip(FLEET),
 }
 
 # The docs' placeholders (whole words) and example paths, and what stands for them here.
@@ -582,7 +611,8 @@ def _our_program(segment: str) -> Optional[Tuple[str, ...]]:
     if tokens[0] == "bundle" and len(tokens) > 1:
         return ("bundle", tokens[1])
     if tokens[0] == "bundle-import":
-        return ("importer", tokens[1]) if tokens[1:2] in (["smoke"], ["copy"], ["serve"]) else ("importer",)
+        subcommands = ("smoke", "copy", "serve", "fleet-report", "sign-receipt")
+        return ("importer", tokens[1]) if tokens[1:2] and tokens[1] in subcommands else ("importer",)
     if tokens[0] == "sneakernet-gpu-check":
         return ("importer", "smoke")
     return None

@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         "stick, then verify the copy\n"
         "  bundle-import serve BUNDLE     serve a verified bundle read-only as an OCI registry (docs/transfer.md)\n"
         "  bundle-import fleet-report RECEIPT...  one table and verdict from the receipts of many hosts "
-        "(docs/fleet.md)",
+        "(docs/fleet.md)\n"
+        "  bundle-import sign-receipt RECEIPT... --sign-key KEY  sign receipts for fleet-report --trust",
         epilog=EXIT_CODES_HELP,
     )
     p.add_argument("bundle", metavar="BUNDLE", nargs="?",
@@ -146,8 +147,8 @@ def _receipt_target(args: argparse.Namespace) -> Optional[str]:
         return None
     if args.receipt:
         return check_receipt_path(args.receipt)
-    return default_receipt_path(args.bundle, "check-receipt.json" if args.check_only else "import-receipt.json",
-                                on_notice=_say)
+    suffix = "check-receipt.json" if getattr(args, "check_only", False) else "import-receipt.json"
+    return default_receipt_path(args.bundle, suffix, on_notice=_say)
 
 
 def _report_lines(report: VerifyReport) -> str:
@@ -326,7 +327,7 @@ def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[Bundle
         error=error.to_dict() if error is not None else None,
         extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
                **({"push": res.registry_push} if getattr(res, "registry_push", None) else {}),  # type: ignore[attr-defined]
-               **(receipt_sections(res) if args.check_only else {})},
+               **(receipt_sections(res) if getattr(args, "check_only", False) else {})},
     )
 
 
@@ -372,6 +373,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from importer.cli.serve import main as serve_main
 
         return serve_main(argv[1:])
+    if argv[:1] in (["fleet-report"], ["sign-receipt"]):  # importer/cli/fleet.py (docs/fleet.md)
+        from importer.cli import fleet
+
+        return fleet.main(argv[1:]) if argv[0] == "fleet-report" else fleet.sign_main(argv[1:])
     parser = build_parser()
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, json_done=False)
     try:
