@@ -155,7 +155,21 @@ def test_have_from_the_engine_inventory_and_a_damaged_inventory(docker_store_hos
     assert [x.get("external", False) for x in doc["images"][0]["layers"]] == [True, True, False]
     proc = run_pyz(tmp_path / "d", "--verify", "--docker-host", host, "--no-receipt")
     assert proc.returncode == 0, proc.stderr
-    assert image_facts(host, "delta/train:2") == _carried_facts(host, tmp_path / "d", base_and_update["b"])
+    carried = _carried_facts(host, tmp_path / "d", base_and_update["b"])
+    assert image_facts(host, "delta/train:2") == carried
+    # the user's tag on another image is not moved without --force, on either store (the
+    # containerd store's docker-archive path once skipped this check)
+    docker(host, "tag", "delta/train:1", "delta/train:2")
+    moved = image_facts(host, "delta/train:2")
+    assert moved is not None and moved != carried
+    proc = run_pyz(tmp_path / "d", "--verify", "--docker-host", host, "--no-receipt")
+    assert proc.returncode == 7 and "error[tag-conflict]" in proc.stderr, proc.stderr
+    assert image_facts(host, "delta/train:2") == moved
+    proc = run_pyz(tmp_path / "d", "--verify", "--docker-host", host, "--no-receipt", "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert image_facts(host, "delta/train:2") == carried
+    # and the tag already on the bundle's image is no conflict: a second import just passes
+    assert run_pyz(tmp_path / "d", "--verify", "--docker-host", host, "--no-receipt").returncode == 0
     damaged = json.loads(inventory)
     damaged["images"] = damaged["images"][:-1] or [{"diffIds": []}]
     (tmp_path / "bad.json").write_text(json.dumps(damaged))

@@ -12,7 +12,6 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from importer.errors import (
     BundleError,
     DeepMismatch,
-    PolicyRejected,
     PostLoadMismatch,
     UsageError,
     VerificationFailed,
@@ -26,6 +25,7 @@ from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight
 from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
+from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.verify.archive import verify_opened
@@ -34,10 +34,6 @@ from importer.verify.deep import run_deep
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
-
-
-class TagConflict(PolicyRejected):
-    reference = "tag-conflict"
 
 
 @dataclass
@@ -200,7 +196,7 @@ def _load_verified(
             present.append(check)
         else:
             to_load.append(image)
-        _refuse_tag_conflicts(sink, image, engine, force)
+        refuse_tag_conflicts(sink, image, engine.image_store, force)
     if streams and bundle.archive is None:
         # layers that will not pass through the load stream (their images are already present)
         # still get their diff_id checked, before anything is loaded
@@ -305,21 +301,6 @@ def _check_unstreamed_layers(root: str, manifest: BundleManifest, to_load: List[
 
 def _with_refs(image: ImageRecord, refs: tuple) -> ImageRecord:  # type: ignore[type-arg]
     return ImageRecord(refs, image.manifest, image.config, image.layers, image.platform, label=image.name)
-
-
-def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, engine: EngineInfo, force: bool) -> None:
-    expected = expected_image_id(engine.image_store, image)  # classic: config digest; oci: manifest
-    if force or expected is None:
-        return
-    for ref in image.refs:
-        current = sink.lookup(ref)
-        if current is not None and current.image_id != expected:
-            raise TagConflict(
-                f"tagging {ref}: expected it free or on {expected[:19]}, "
-                f"found it on another image ({current.image_id[:19]})",
-                hint="nothing was loaded; re-run with --force to move the tag, or remove it first "
-                f"(docker image rm {ref})",
-            )
 
 
 def _cleanup(sink: Sink, staging_refs: List[str], image_ids: List[str]) -> List[str]:

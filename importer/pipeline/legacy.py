@@ -30,11 +30,12 @@ from importer.errors import DeepMismatch, PostLoadMismatch, UsageError
 from importer.format.identity import CLASSIC, DOCKER_ARCHIVE
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
-from importer.pipeline.importing import TagConflict, _cleanup
+from importer.pipeline.importing import _cleanup
 from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import run_preflight
 from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
+from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.streams.commands import feed
@@ -92,7 +93,7 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
         raise_if_problems(root, report)
         result.timings["verifySeconds"] = time.monotonic() - started
         for image in manifest.images:
-            _refuse_tag_conflicts(sink, image, force, TagConflict)
+            refuse_tag_conflicts(sink, image, store, force)
         try:
             _load_check_tag(sink, root, manifest, kind, engine, store, present, to_load, result, deep)
         except BaseException:  # e.g. SIGINT/SIGTERM: drop this run's staging tags
@@ -194,23 +195,6 @@ def _held(sink: Sink, image: ImageRecord, engine: EngineInfo, store: str) -> boo
     """The engine already holds ``image`` in verified form."""
     found = sink.lookup(_lookup_name(image, engine))
     return found is not None and check_image(image, found, store).ok
-
-
-def _refuse_tag_conflicts(sink: Sink, image: ImageRecord, force: bool, conflict: Any) -> None:
-    """A tag of the bundle on another image (another config) is not moved without --force."""
-    if force:
-        return
-    for ref in image.refs:
-        current = sink.lookup(ref)
-        if current is None:
-            continue
-        config = current.config_digest or current.image_id
-        if config != str(image.config.digest):
-            raise conflict(
-                f"tagging {ref}: expected it free or on config {image.config.digest.short}, "
-                f"found it on another image ({current.image_id[:19]})",
-                hint=f"nothing was loaded; re-run with --force to move the tag, or remove it first ({ref})",
-            )
 
 
 def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest, kind: str,
