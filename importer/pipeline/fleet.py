@@ -257,7 +257,8 @@ class Host:
                         "configDigest": expected.get("configDigest"),
                         "imageId": found.get("imageId") if found else None,
                         "result": entry.get("result")})
-        return out
+        # receipts list images in the order their run met them; one order for every host
+        return sorted(out, key=lambda i: (i["ref"] or "", i["manifestDigest"] or ""))
 
 
 def _newest(receipts: List[Receipt]) -> Receipt:
