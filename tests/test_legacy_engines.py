@@ -157,3 +157,32 @@ def test_legacy_import_into_docker_holds_the_lock_checks_space_and_tags(docker_h
     assert base["status"] == "already-present" and base["tagsApplied"] == ["fake/base:1"]
     assert image_facts(docker_host, "fake/base:1") is not None
     docker(docker_host, "image", "rm", "legacy/keep:1")
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_legacy_bundle_into_dockers_containerd_store_is_checked_by_that_stores_rule(
+        version: str, docker_host_ctrstore: str, tmp_path: Path) -> None:
+    """Docker's containerd store reports no config digest: a schema 1/2 bundle loaded there is
+    checked by that store's rule (diff_ids; the ID is the manifest the docker-archive load makes,
+    predicted from the archive's sizes), not refused as a mismatch; --deep re-hashes the bytes."""
+    bundle, images = _golden(version, tmp_path)
+    for ref in REFS:
+        docker(docker_host_ctrstore, "image", "rm", ref, check=False)
+    receipt = tmp_path / "r.json"
+    proc = _import(bundle, "--docker-host", docker_host_ctrstore, "--deep", receipt=receipt)
+    assert proc.returncode == 0, proc.stderr  # type: ignore[attr-defined]
+    doc = json.loads(receipt.read_text())
+    assert doc["result"] == "pass" and doc["engine"]["imageStore"] == "containerd"
+    for image in doc["images"]:
+        assert image["identityRule"] == "diff-ids+manifest" and image["result"] == "match", image
+        assert image["idVerified"] is True, image["detail"]  # the predicted docker-archive manifest
+        assert image["deep"]["ok"] is True
+        facts = image_facts(docker_host_ctrstore, image["refs"][0])
+        assert facts is not None and facts[0] == image["found"]["imageId"]
+        assert list(image["found"]["diffIds"]) == images[image["refs"][0]]["diffIds"]
+    # a second run finds them held (no load) and passes by the same rule
+    proc = _import(bundle, "--docker-host", docker_host_ctrstore, receipt=receipt)
+    assert proc.returncode == 0, proc.stderr  # type: ignore[attr-defined]
+    assert {i["status"] for i in json.loads(receipt.read_text())["images"]} == {"already-present"}
+    for ref in REFS:
+        docker(docker_host_ctrstore, "image", "rm", ref, check=False)

@@ -57,7 +57,11 @@ def loads_as_docker_archive(image: ImageRecord) -> bool:
     """On Docker's containerd store: a delta image with a left-out layer described uncompressed
     (digest = diff_id: made with --have from a Docker inventory) is loaded as a docker-archive (its
     ID is the manifest that load makes); every other one, deltas whose left-out layers name the
-    compressed blobs included, as an OCI archive of the bundle's own manifest (ID = its digest)."""
+    compressed blobs included, as an OCI archive of the bundle's own manifest (ID = its digest).
+    An image of a schema 1/2 bundle pins no manifest (its record names the config in its place):
+    it is one docker-archive, loaded as such."""
+    if image.manifest.digest == image.config.digest:  # no manifest pinned: a schema 1/2 bundle's image
+        return True
     return any(layer.external and not layer.names_compressed_blob for layer in image.layers)
 
 

@@ -27,7 +27,7 @@ import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
 from importer.errors import DeepMismatch, PostLoadMismatch, UsageError
-from importer.format.identity import CLASSIC, DOCKER_ARCHIVE
+from importer.format.identity import CLASSIC, CONTAINERD, DOCKER_ARCHIVE
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
 from importer.pipeline.importing import _cleanup
@@ -76,7 +76,7 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
             "re-export them with a tag, or with --schema 3")
     engine = sink.probe()
     result.engine = engine
-    store = CLASSIC if engine.image_store == CLASSIC else DOCKER_ARCHIVE
+    store = _identity_store(engine)
     with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
         result.lock_file = lock_file
         present = {image.config.digest: _held(sink, image, engine, store) for image in manifest.images}
@@ -92,6 +92,8 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
         result.report = report
         raise_if_problems(root, report)
         result.timings["verifySeconds"] = time.monotonic() - started
+        if report.archive_images:  # the archive's sizes: the containerd store's ID is predictable
+            manifest = dataclasses.replace(manifest, images=report.archive_images)
         for image in manifest.images:
             refuse_tag_conflicts(sink, image, store, force)
         try:
@@ -185,6 +187,18 @@ def _remove_loaded(sink: Sink, checks: List[ImageCheck], present: Dict[Any, bool
     present); what could not be removed."""
     loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
     return _cleanup(sink, list(staged.values()), loaded)
+
+
+def _identity_store(engine: EngineInfo) -> str:
+    """Which identity rule checks a docker-archive load: the classic store's (ID = config digest);
+    Docker's containerd store's (it reports no config digest: the diff_ids, and the ID predicted as
+    the manifest the load makes); elsewhere (podman, containerd) the config digest the engine
+    reports and the diff_ids."""
+    if engine.image_store == CLASSIC:
+        return CLASSIC
+    if engine.kind == "docker" and engine.image_store == CONTAINERD:
+        return CONTAINERD
+    return DOCKER_ARCHIVE
 
 
 def _lookup_name(image: ImageRecord, engine: EngineInfo) -> str:

@@ -7,9 +7,10 @@ import, the schema 1/2 import and deltas, on every store.
 1. the image ID the store's identity rule predicts (classic: the config digest; OCI layout and an
    OCI archive on containerd: the manifest digest) -- when there is one, it decides alone;
 2. on Docker's containerd store, an image loaded as a docker-archive (a delta made against a
-   Docker inventory): the manifest such a load makes, else the config digest where the engine
-   reports it, else the diff_ids (what that store's ``docker image inspect`` shows);
-3. a docker-archive load elsewhere (schema 1/2 into podman or containerd): the config digest the
+   Docker inventory, or a schema 1/2 bundle's image): the manifest such a load makes, else the
+   config digest where the engine reports it, else the diff_ids (what that store's ``docker image
+   inspect`` shows);
+3. a docker-archive load elsewhere (schema 1/2 into podman or bare containerd): the config digest the
    engine reports (podman's image ID is the config digest)."""
 
 from __future__ import annotations

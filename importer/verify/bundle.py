@@ -50,6 +50,9 @@ class VerifyReport:
     layers_checked: int = 0
     seconds: float = 0.0
     signature: Optional[Dict[str, Any]] = None
+    #: A schema 1/2 bundle: its images with the sizes the archive holds (config bytes, each layer
+    #: uncompressed), for predicting the manifest a docker-archive load makes on a containerd store.
+    archive_images: Tuple[ImageRecord, ...] = ()
 
     @property
     def ok(self) -> bool:

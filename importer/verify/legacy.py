@@ -266,7 +266,7 @@ def verify_legacy(root: str, manifest: LegacyManifest, raw_bundle_json: bytes) -
                 add(Problem("size-mismatch", rec.path, f"expected {rec.size} bytes, found {found_size}"))
                 continue
             if rec.path == manifest.archive.path:
-                _verify_archive(f, manifest, add)
+                report.archive_images = _verify_archive(f, manifest, add)
             else:
                 got = _hash_pinned(f, rec.size)
                 if got != rec.digest:
@@ -277,7 +277,7 @@ def verify_legacy(root: str, manifest: LegacyManifest, raw_bundle_json: bytes) -
     return report
 
 
-def _verify_archive(f: BinaryIO, manifest: LegacyManifest, add: Any) -> None:
+def _verify_archive(f: BinaryIO, manifest: LegacyManifest, add: Any) -> Tuple[ImageRecord, ...]:
     """One pass over the archive: its digests, every member through the safe tar reader, and
     its manifest.json against bundle.json."""
     path = manifest.archive.path
@@ -290,9 +290,28 @@ def _verify_archive(f: BinaryIO, manifest: LegacyManifest, add: Any) -> None:
             add(Problem("digest-mismatch", path, f"expected {manifest.archive.digest}, found {got}"))
         else:
             add(Problem(e.reference, path, e.message))
-        return
-    for text in compare_archive_manifest(scan, manifest):
+        return ()
+    issues = compare_archive_manifest(scan, manifest)
+    for text in issues:
         add(Problem("archive-manifest-mismatch", path, text))
+    return () if issues else sized_images(scan, manifest)
+
+
+def sized_images(scan: ArchiveScan, manifest: LegacyManifest) -> Tuple[ImageRecord, ...]:
+    """bundle.json's images with the sizes the archive holds (after compare_archive_manifest
+    found them the same): the config's bytes and each layer's uncompressed tar."""
+    entries = json.loads((scan.docs.get(MANIFEST_JSON) or b"[]").decode("utf-8"))
+    out = []
+    for entry, image in zip(entries, manifest.images):
+        config = scan.resolve(entry["Config"])
+        layers = []
+        for member, layer in zip(entry["Layers"], image.layers):
+            facts = scan.resolve(member)
+            size = facts.plain_size if facts is not None else 0
+            layers.append(LayerRecord(layer.media_type, layer.digest, size, layer.diff_id, size))
+        ref = BlobRef(image.config.media_type, image.config.digest, config.size if config is not None else 0)
+        out.append(ImageRecord(image.refs, ref, ref, tuple(layers), image.platform))
+    return tuple(out)
 
 
 class _ArchiveReader:
