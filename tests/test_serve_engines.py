@@ -152,3 +152,64 @@ def test_a_damaged_blob_is_stored_by_no_client(made: dict[str, Path], docker_hos
     assert not (tmp_path / "layout" / "blobs" / "sha256" / top["digest"][7:]).exists()
     docker(docker_host, "image", "rm", f"{s.addr}/carry/base:1")
     assert isinstance(s, Served)
+
+
+def test_nodes_that_pulled_from_serve_prove_it_and_one_report_joins_them(
+        made: dict[str, Path], docker_host: str, containerd_address: str, podman_vfs: Any, tmp_path: Path) -> None:
+    """The cluster workflow end to end (docs/fleet.md): three "nodes" (Docker, podman, containerd,
+    each under its own host name) pull both images from one served bundle at once, prove what they
+    hold with ``--check-only --name-prefix ADDR`` (receipts), and ``fleet-report`` over those
+    receipts passes; when one node loses an image its new receipt fails and so does the report,
+    naming that node."""
+    from tests.test_fleet_report import hosts, on_host, report
+
+    doc = bundle_doc(made)
+    nodes: dict[str, list[str]] = {
+        "node-docker": ["--engine", "docker"],
+        "node-podman": podman_vfs.importer_args(),
+        "node-ctr": ["--engine", "containerd", "--address", containerd_address, "--namespace", NS],
+    }
+    collected = tmp_path / "collected"
+    with serving(pyz(made), made["folder"]) as s:
+        refs = [f"{s.addr}/{image['refs'][0]}" for image in doc["images"]]
+        jobs: dict[str, Callable[[], Any]] = {}
+        for ref in refs:
+            jobs[f"docker {ref}"] = lambda ref=ref: docker(docker_host, "pull", ref, check=False)
+            jobs[f"podman {ref}"] = lambda ref=ref: podman_vfs.podman("pull", "--tls-verify=false", ref, check=False)
+            jobs[f"ctr {ref}"] = lambda ref=ref: _ctr(containerd_address, "images", "pull", "--plain-http", ref)
+        for name, proc in _all_at_once(jobs).items():
+            assert isinstance(proc, subprocess.CompletedProcess) and proc.returncode == 0, (name, proc)
+
+        def prove(host: str) -> subprocess.CompletedProcess[str]:
+            receipt = collected / host / f"{host}.check.json"
+            receipt.parent.mkdir(parents=True, exist_ok=True)
+            return on_host(host, str(made["folder"]), "--check-only", "--name-prefix", s.addr, *nodes[host],
+                           "--receipt", str(receipt), "-q", docker_host=docker_host)
+
+        for host in nodes:
+            proc = prove(host)
+            assert proc.returncode == 0, f"{host}: {proc.stderr}"
+        code, fleet = report(str(collected), "--hosts", ",".join(nodes))
+        assert code == 0 and fleet["verdict"] == "pass", fleet
+        carried = sorted(image["manifest"]["digest"] for image in doc["images"])
+        by_host = hosts(fleet)
+        assert sorted(by_host) == sorted(nodes)
+        assert {h["engine"]["kind"] for h in by_host.values()} == {"docker", "podman", "containerd"}
+        for host in by_host.values():
+            assert host["proof"]["kind"] == "check-only" and host["verdict"] == "pass"
+            assert sorted(i["manifestDigest"] for i in host["images"]) == carried
+
+        # podman loses carry/app:2: its proof now fails (exit 8) and the report names it
+        podman_vfs.podman("rmi", refs[1])
+        proc = prove("node-podman")
+        assert proc.returncode == 8 and "error[check-only-missing]" in proc.stderr, proc.stderr
+        code, fleet = report(str(collected), "--hosts", ",".join(nodes))
+        assert code != 0 and fleet["verdict"] == "fail"
+        by_host = hosts(fleet)
+        assert by_host["node-podman"]["verdict"] == "fail" and by_host["node-podman"]["reasons"]
+        assert by_host["node-docker"]["verdict"] == by_host["node-ctr"]["verdict"] == "pass"
+        assert s.stop() == 0
+    docker(docker_host, "image", "rm", *refs)
+    podman_vfs.podman("rmi", refs[0])
+    for ref in refs:
+        _ctr(containerd_address, "images", "rm", "--sync", ref)
