@@ -155,17 +155,22 @@ def test_a_damaged_blob_is_stored_by_no_client(made: dict[str, Path], docker_hos
 
 
 def test_nodes_that_pulled_from_serve_prove_it_and_one_report_joins_them(
-        made: dict[str, Path], docker_host: str, containerd_address: str, podman_vfs: Any, tmp_path: Path) -> None:
-    """The cluster workflow end to end (docs/fleet.md): three "nodes" (Docker, podman, containerd,
-    each under its own host name) pull both images from one served bundle at once, prove what they
+        made: dict[str, Path], docker_host: str, docker_host_vfs: str, containerd_address: str, podman_vfs: Any,
+        tmp_path: Path) -> None:
+    """The cluster workflow end to end (docs/fleet.md): four "nodes" (Docker overlay2, Docker vfs,
+    podman, containerd, each under its own host name) pull both images from one served bundle at
+    once, prove what they
     hold with ``--check-only --name-prefix ADDR`` (receipts), and ``fleet-report`` over those
     receipts passes; when one node loses an image its new receipt fails and so does the report,
     naming that node."""
     from tests.test_fleet_report import hosts, on_host, report
 
     doc = bundle_doc(made)
+    # Not Docker's containerd image store: it pulls over HTTPS only, insecure-registries or not
+    # (moby/moby#51080; docs/fleet.md says what such nodes do instead)
+    dockers = {"node-docker": docker_host, "node-docker-vfs": docker_host_vfs}
     nodes: dict[str, list[str]] = {
-        "node-docker": ["--engine", "docker"],
+        **{host: ["--engine", "docker", "--docker-host", address] for host, address in dockers.items()},
         "node-podman": podman_vfs.importer_args(),
         "node-ctr": ["--engine", "containerd", "--address", containerd_address, "--namespace", NS],
     }
@@ -174,7 +179,8 @@ def test_nodes_that_pulled_from_serve_prove_it_and_one_report_joins_them(
         refs = [f"{s.addr}/{image['refs'][0]}" for image in doc["images"]]
         jobs: dict[str, Callable[[], Any]] = {}
         for ref in refs:
-            jobs[f"docker {ref}"] = lambda ref=ref: docker(docker_host, "pull", ref, check=False)
+            for host, address in dockers.items():
+                jobs[f"{host} {ref}"] = lambda ref=ref, address=address: docker(address, "pull", ref, check=False)
             jobs[f"podman {ref}"] = lambda ref=ref: podman_vfs.podman("pull", "--tls-verify=false", ref, check=False)
             jobs[f"ctr {ref}"] = lambda ref=ref: _ctr(containerd_address, "images", "pull", "--plain-http", ref)
         for name, proc in _all_at_once(jobs).items():
@@ -207,9 +213,10 @@ def test_nodes_that_pulled_from_serve_prove_it_and_one_report_joins_them(
         assert code != 0 and fleet["verdict"] == "fail"
         by_host = hosts(fleet)
         assert by_host["node-podman"]["verdict"] == "fail" and by_host["node-podman"]["reasons"]
-        assert by_host["node-docker"]["verdict"] == by_host["node-ctr"]["verdict"] == "pass"
+        assert all(by_host[host]["verdict"] == "pass" for host in nodes if host != "node-podman")
         assert s.stop() == 0
-    docker(docker_host, "image", "rm", *refs)
+    for address in dockers.values():
+        docker(address, "image", "rm", *refs)
     podman_vfs.podman("rmi", refs[0])
     for ref in refs:
         _ctr(containerd_address, "images", "rm", "--sync", ref)
