@@ -199,3 +199,47 @@ def test_architecture_doc_lists_every_module_once() -> None:
     assert sorted(set(rows) - wanted) == [], "docs/architecture.md lists modules that do not exist"
     assert sorted(wanted - set(rows)) == [], "docs/architecture.md leaves out these modules"
     assert sorted(r for r in rows if rows.count(r) > 1) == [], "docs/architecture.md lists these twice"
+
+
+SINK_CAPABILITIES = {"loads_docker_archive": "archive_command", "completes_deltas": "prepare_delta",
+                     "lists_tags": "list_tags", "lists_images": "inventory", "reexports": "reexport"}
+
+
+def _sink_classes() -> list[type]:
+    from importer.registry.sink import RegistrySink
+    from importer.sinks.containerd import ContainerdSink
+    from importer.sinks.docker import DockerSink
+    from importer.sinks.oci_layout import OciLayoutSink
+    from importer.sinks.podman import PodmanSink
+
+    return [DockerSink, PodmanSink, ContainerdSink, OciLayoutSink, RegistrySink]
+
+
+@pytest.mark.parametrize("cls", _sink_classes(), ids=lambda c: c.__name__)
+def test_each_sink_declares_exactly_the_capabilities_it_implements(cls: type) -> None:
+    """The Sink contract (importer/sinks/__init__.py): a capability flag is True exactly where the
+    sink implements its method; the pipeline asks the flag, so a flag that lies would either hide
+    a capability or call SinkBase's refusal."""
+    from importer.sinks import SinkBase
+
+    assert issubclass(cls, SinkBase) and cls.kind != SinkBase.kind
+    for flag, method in SINK_CAPABILITIES.items():
+        implemented = getattr(cls, method) is not getattr(SinkBase, method)
+        assert getattr(cls, flag) is implemented, f"{cls.__name__}.{flag} vs {method}"
+
+
+def test_the_pipeline_asks_the_sink_contract_not_getattr() -> None:
+    """No ``getattr(sink, ...)``/``hasattr(sink, ...)`` probing for capabilities left in the code."""
+    probing = re.compile(r"\b(?:getattr|hasattr)\(\s*(?:self\.)?sink\b")
+    found = [f"{p.relative_to(REPO)}:{n}" for p in [*IMPORTER_FILES, *(REPO / "bundle").rglob("*.py")]
+             for n, line in enumerate(p.read_text().splitlines(), 1) if probing.search(line)]
+    assert found == []
+
+
+def test_a_sink_without_a_capability_refuses_it_by_name() -> None:
+    from importer.errors import UsageError
+    from importer.registry.sink import RegistrySink
+
+    sink = RegistrySink("127.0.0.1:5000/team")
+    with pytest.raises(UsageError, match=r"exporting an image again \(--deep\) with the registry engine"):
+        sink.reexport(None, None, None)  # type: ignore[arg-type]

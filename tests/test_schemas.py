@@ -47,6 +47,7 @@ from importer.format.mediatypes import (
     OCI_MANIFEST,
     REF_NAME_ANNOTATION,
 )
+from importer.sinks import SinkBase
 from tests.oci_schemas import OCISchemasMissing, oci_errors, schema_dir, validate_oci
 
 REPO = Path(__file__).resolve().parents[1]
@@ -595,8 +596,10 @@ def test_written_bundle_validates_everywhere(written_bundle: Path) -> None:
     assert report.ok, report.problems
 
 
-class FakeSink:
+class FakeSink(SinkBase):
     """An engine with a classic image store, in memory; its "data root" is a temp folder."""
+
+    kind = "docker"
 
     def __init__(self, data_root: str) -> None:
         from importer.sinks import EngineImage

@@ -217,9 +217,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     try:
         doc = take_inventory(sink, selected_by=args.selected_by)
     finally:
-        close = getattr(sink, "close", None)
-        if callable(close):
-            close()
+        sink.close()
     emit(with_ok(doc))  # --json or not: the inventory is JSON
     return EXIT_OK
 

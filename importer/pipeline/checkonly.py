@@ -126,7 +126,7 @@ def check_only(
     res = result if result is not None else CheckOnlyResult(root=root, bundle_digest="", report=VerifyReport(root=root))
     if isinstance(res, CheckOnlyResult):
         res.name_prefix, res.deep_requested = name_prefix, deep
-    kind = getattr(sink, "kind", "?")
+    kind = sink.kind
     if legacy_major is not None or kind == "registry":
         found = f"a schema {legacy_major} bundle" if legacy_major is not None else "--engine registry"
         raise UsageError(

@@ -76,9 +76,9 @@ def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory]
 def _load_total(sink: Any, manifest: Any, images: Any, external: Any) -> int:
     """The bytes the sink's load reports: its own count where it copies stored blobs (the OCI
     layout), else the uncompressed layers it streams into the engine."""
-    own = getattr(sink, "load_total", None)
-    if callable(own):
-        return int(own(images, external or None))
+    own = sink.load_total(images, external or None)
+    if own is not None:
+        return int(own)
     return sum(x.uncompressed_size for x in manifest.unique_layers())
 
 
@@ -172,7 +172,7 @@ def _load_verified(
     # === verify every byte before touching the engine. A sink whose load stream decompresses each
     # layer once and checks its diff_id and size on the way (aborting the load before the engine
     # can name an image) gets the compressed digests checked here, the diff_ids during the load.
-    streams = bool(getattr(sink, "checks_diff_ids_while_loading", False))
+    streams = sink.checks_diff_ids_while_loading
     res.report = verify_or_raise(bundle, progress=progress, deep=not streams)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
@@ -205,14 +205,12 @@ def _load_verified(
     # === a delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise)
     external = None
     if manifest.is_delta and to_load:
-        prepare = getattr(sink, "prepare_delta", None)
-        if prepare is None:
-            raise UsageError(f"importing a delta bundle into {getattr(sink, 'kind', 'this engine')}: "
+        if not sink.completes_deltas:
+            raise UsageError(f"importing a delta bundle into {sink.kind}: "
                              "expected an engine that can complete it (docker, podman, containerd, an OCI "
-                             "layout, a registry), "
-                             f"found {getattr(sink, 'kind', 'another')}",
+                             f"layout, a registry), found {sink.kind}",
                              hint="nothing was loaded; re-export without --have for this host")
-        external = prepare(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
+        external = sink.prepare_delta(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
 
     # === load under staging tags, then read back and compare
     t_load = time.monotonic()

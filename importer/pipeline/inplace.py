@@ -33,7 +33,7 @@ def sink_for(bundle: OpenedBundle, sink: Any) -> Any:
     """``sink`` itself for a folder; for a tar or parts, a wrapper that loads from them in place."""
     if bundle.archive is None:
         return sink
-    kind = getattr(sink, "kind", "?")
+    kind = sink.kind
     if kind not in READS_ARCHIVES:
         name = os.path.basename(bundle.path)
         raise UsageError(

@@ -87,12 +87,11 @@ def build_inventory(engine: EngineInfo, images: List[EngineImage], *, selected_b
 
 def take_inventory(sink: Sink, *, selected_by: str = "") -> Dict[str, Any]:
     """Probe the engine and list everything it holds."""
-    list_all = getattr(sink, "inventory", None)
-    if not callable(list_all):
-        raise UsageError(f"--inventory with the {getattr(sink, 'kind', 'chosen')} engine: expected an engine "
+    if not sink.lists_images:
+        raise UsageError(f"--inventory with the {sink.kind} engine: expected an engine "
                          "that can list its images, found one that cannot")
     engine = sink.probe()
-    return build_inventory(engine, list_all(), selected_by=selected_by)
+    return build_inventory(engine, sink.inventory(), selected_by=selected_by)
 
 
 def held_diff_ids(doc: Dict[str, Any]) -> List[str]:

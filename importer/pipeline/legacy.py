@@ -59,9 +59,8 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
     when this raises."""
     started = time.monotonic()
     manifest = load_legacy_manifest(raw_bundle_json, major)
-    kind = str(getattr(sink, "kind", "this engine"))
-    new_command = getattr(sink, "archive_command", None)
-    if new_command is None:
+    kind = sink.kind
+    if not sink.loads_docker_archive:
         raise UsageError(
             f"importing the schema {major} bundle {root} into {kind}: expected an engine that loads a "
             f"docker-archive (docker, podman, containerd), found {kind}",
@@ -124,7 +123,7 @@ def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, 
         spell = normalize if kind == "podman" else (lambda ref: ref)
         names = [[spell(staged[n])] if n in staged else None for n in range(len(manifest.images))]
         try:
-            _load(sink.archive_command, root, manifest, kind, names)  # type: ignore[attr-defined]
+            _load(sink.archive_command, root, manifest, kind, names)
         except BaseException:
             result.leftovers = _cleanup(sink, list(staged.values()), [])
             raise

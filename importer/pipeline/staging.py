@@ -33,11 +33,10 @@ def is_staging_ref(ref: str) -> bool:
 
 def find_stale(sink: Sink, exclude: Iterable[str] = ()) -> List[str]:
     """Staging tags in the engine not made by this run (empty when the sink cannot list tags)."""
-    list_tags = getattr(sink, "list_tags", None)
-    if not callable(list_tags):
+    if not sink.lists_tags:
         return []
     mine = set(exclude)
-    return sorted(ref for ref in list_tags() if is_staging_ref(ref) and ref not in mine)
+    return sorted(ref for ref in sink.list_tags() if is_staging_ref(ref) and ref not in mine)
 
 
 def remove_refs(sink: Sink, refs: Sequence[str]) -> Tuple[List[str], List[str]]:

@@ -14,12 +14,13 @@ from importer.registry.auth import Credentials
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.inventory import registry_inventory
 from importer.registry.push import PushReport
-from importer.sinks import EngineImage, EngineInfo
+from importer.sinks import EngineImage, EngineInfo, SinkBase
 from importer.streams.sizes import parse_size
 
 
-class RegistrySink:
+class RegistrySink(SinkBase):
     kind = "registry"
+    lists_images = True
 
     def __init__(self, target: str, *, insecure: bool = False, credentials: Optional[Credentials] = None,
                  concurrency: int = 4, chunk_size: int = DEFAULT_CHUNK,

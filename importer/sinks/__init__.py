@@ -58,7 +58,34 @@ ProgressFn = Callable[[int], None]
 
 
 class Sink(Protocol):
-    """Load verified images into an engine and read back what it holds."""
+    """Load verified images into an engine and read back what it holds.
+
+    Every sink declares its ``kind`` and what it can do beyond loading (the capability flags of
+    :class:`SinkBase`); the pipeline asks the flag, never probes for a method."""
+
+    kind: str
+    loads_docker_archive: bool
+    completes_deltas: bool
+    lists_tags: bool
+    lists_images: bool
+    reexports: bool
+
+    @property
+    def checks_diff_ids_while_loading(self) -> bool: ...
+
+    def archive_command(self, what: str) -> Any: ...
+
+    def prepare_delta(self, manifest: Any) -> Any: ...
+
+    def list_tags(self) -> List[str]: ...
+
+    def inventory(self) -> List[EngineImage]: ...
+
+    def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> Any: ...
+
+    def load_total(self, images: Sequence[ImageRecord], external: Optional[Any] = None) -> Optional[int]: ...
+
+    def close(self) -> None: ...
 
     def probe(self) -> EngineInfo:
         """Check the engine answers; report its kind, version and storage."""
@@ -75,3 +102,55 @@ class Sink(Protocol):
     def tag(self, image_id: str, ref: str) -> None: ...
 
     def remove(self, image_id: str) -> None: ...
+
+
+class SinkBase:
+    """What a sink can do beyond probe/lookup/load/tag/remove, declared once per class: each flag
+    is True exactly where the class implements the method beside it (tests/test_engines_contract.py
+    holds every sink to it); a method a sink lacks refuses with a UsageError naming the sink."""
+
+    kind = "engine"
+    #: ``archive_command``: loads a docker-archive stream (schema 1/2 bundles)
+    loads_docker_archive = False
+    #: ``prepare_delta``: completes a delta bundle from layers it already holds
+    completes_deltas = False
+    #: ``list_tags``: lists its tags (stale staging tags are found and removed)
+    lists_tags = False
+    #: ``inventory``: lists every image it holds (``--inventory``)
+    lists_images = False
+    #: ``reexport``: exports an image again, for ``--deep``
+    reexports = False
+
+    @property
+    def checks_diff_ids_while_loading(self) -> bool:
+        """The load stream decompresses each layer once and checks its diff_id on the way (so the
+        verification before it checks the compressed digests only)."""
+        return False
+
+    def _lacks(self, what: str) -> Exception:
+        from importer.errors import UsageError
+
+        return UsageError(f"{what} with the {self.kind} engine: expected an engine that can, found one that cannot")
+
+    def archive_command(self, what: str) -> Any:
+        raise self._lacks("loading a docker-archive")
+
+    def prepare_delta(self, manifest: Any) -> Any:
+        raise self._lacks("completing a delta bundle")
+
+    def list_tags(self) -> List[str]:
+        raise self._lacks("listing tags")
+
+    def inventory(self) -> List[EngineImage]:
+        raise self._lacks("listing images (--inventory)")
+
+    def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> Any:
+        raise self._lacks("exporting an image again (--deep)")
+
+    def load_total(self, images: Sequence[ImageRecord], external: Optional[Any] = None) -> Optional[int]:
+        """The bytes ``load`` reports to its progress callback where that is not the uncompressed
+        layers it streams (None: it is)."""
+        return None
+
+    def close(self) -> None:
+        """Release what the sink holds open (connections); nothing by default."""

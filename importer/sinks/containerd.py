@@ -26,7 +26,7 @@ from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import pick_platform_manifest
 from importer.format.refs import familiar, normalize
 from importer.input.tarscan import ArchiveScan, hash_member, layer_bound, scan_tar
-from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.containerd_delta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
 from importer.sinks.ociarchive import write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
@@ -45,8 +45,13 @@ def _hint(address: str) -> str:
             f"[--namespace k8s.io] [--snapshotter overlayfs] (tried {address})")
 
 
-class ContainerdSink:
+class ContainerdSink(SinkBase):
     kind = "containerd"
+    loads_docker_archive = True
+    completes_deltas = True
+    lists_tags = True
+    lists_images = True
+    reexports = True
 
     def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None,
                  snapshotter: Optional[str] = None) -> None:

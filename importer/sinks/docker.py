@@ -25,7 +25,7 @@ from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import normalize
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
-from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerapi import ApiLoad, socket_path
 from importer.sinks.dockerarchive import write_docker_archive
@@ -35,8 +35,13 @@ from importer.streams.commands import StdinCommand, command_stdout, feed, run
 _HINT = "start the Docker engine, or point the importer at it with --docker-host unix:///path/docker.sock"
 
 
-class DockerSink:
+class DockerSink(SinkBase):
     kind = "docker"
+    loads_docker_archive = True
+    completes_deltas = True
+    lists_tags = True
+    lists_images = True
+    reexports = True
 
     @property
     def checks_diff_ids_while_loading(self) -> bool:

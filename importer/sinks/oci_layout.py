@@ -22,7 +22,7 @@ from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_js
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
-from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import base_missing, users_of
 from importer.streams.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 
@@ -30,8 +30,12 @@ LAYOUT_VERSION = "1.0.0"
 _HINT = "pass --oci-dir with an empty or missing folder, or one that already holds an OCI layout"
 
 
-class OciLayoutSink:
+class OciLayoutSink(SinkBase):
     kind = "oci"
+    completes_deltas = True
+    lists_tags = True
+    lists_images = True
+    reexports = True
 
     def __init__(self, directory: str) -> None:
         self.dir = os.path.abspath(directory)

@@ -22,7 +22,7 @@ from importer.format.identity import CLASSIC
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import familiar, normalize
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
-from importer.sinks import EngineImage, EngineInfo, ProgressFn
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
@@ -32,8 +32,13 @@ _HINT = ("install podman, or point the importer at its storage: --engine podman 
 _MISSING = ("image not known", "no such image", "image not found")
 
 
-class PodmanSink:
+class PodmanSink(SinkBase):
     kind = "podman"
+    loads_docker_archive = True
+    completes_deltas = True
+    lists_tags = True
+    lists_images = True
+    reexports = True
 
     def __init__(self, root: Optional[str] = None, runroot: Optional[str] = None,
                  storage_driver: Optional[str] = None) -> None:

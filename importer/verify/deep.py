@@ -151,9 +151,8 @@ def run_deep(sink: Any, checks: Sequence[Any], root: str,
              progress: Optional[Callable[[str, int], Callable[[int], None]]] = None) -> List[str]:
     """Re-export every checked image from the engine and compare it with bundle.json; sets
     ``check.deep`` on each ImageCheck and returns one line per failure (empty: all match)."""
-    reexport = getattr(sink, "reexport", None)
-    if not callable(reexport):
-        raise UsageError(f"--deep with the {getattr(sink, 'kind', 'chosen')} engine: expected an engine that can "
+    if not sink.reexports:
+        raise UsageError(f"--deep with the {sink.kind} engine: expected an engine that can "
                          "export images again, found one that cannot", hint="run without --deep")
     failures: List[str] = []
     for check in checks:
@@ -162,7 +161,7 @@ def run_deep(sink: Any, checks: Sequence[Any], root: str,
         total = sum(layer.uncompressed_size for layer in check.image.layers)
         on_bytes = progress(f"deep {check.image.name}", total) if progress is not None else None
         try:
-            scan = reexport(check.found, check.image, on_bytes)
+            scan = sink.reexport(check.found, check.image, on_bytes)
         except CommandFailed as e:
             refused = _INTEGRITY_RE.search(e.stderr_tail or "")
             if refused is None:
