@@ -24,7 +24,6 @@ importer/verify/signature.py (the ``cryptography`` module, else ``openssl pkeyut
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ from importer.verify.signature import (
     TrustedKey,
     fingerprint,
     parse_public_key_pem,
+    signature_fields,
     verify_ed25519,
 )
 
@@ -86,29 +86,8 @@ class ReceiptSignature:
 
 def _parse(raw_sig: bytes) -> Dict[str, Any]:
     """The fields of a receipt signature file; ValueError naming what is wrong."""
-    try:
-        doc = json.loads(raw_sig.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ValueError("not JSON") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"a JSON {type(doc).__name__}")
-    if doc.get("mediaType") != RECEIPT_SIGNATURE_MEDIA_TYPE:
-        raise ValueError(f"mediaType {str(doc.get('mediaType'))[:80]!r}, not a receipt signature")
-    if doc.get("algorithm") != ALGORITHM:
-        raise ValueError(f"algorithm {str(doc.get('algorithm'))[:40]!r}")
-    for name in ("keyFingerprint", "signedDigest"):
-        try:
-            Digest.parse(doc.get(name), what=name)
-        except BundleError:
-            raise ValueError(f"{name} {str(doc.get(name))[:80]!r}") from None
-    sig = doc.get("signature")
-    try:
-        signature = base64.b64decode(sig if isinstance(sig, str) and len(sig) <= 200 else "!", validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError("a signature that is not base64") from None
-    if len(signature) != 64:
-        raise ValueError(f"a signature of {len(signature)} bytes (Ed25519 signatures have 64)")
-    return {"fingerprint": str(doc["keyFingerprint"]), "digest": str(doc["signedDigest"]), "signature": signature}
+    doc = signature_fields(raw_sig, RECEIPT_SIGNATURE_MEDIA_TYPE)
+    return {"fingerprint": doc.key_fingerprint, "digest": doc.signed_digest, "signature": doc.signature}
 
 
 def check_receipt_signature(raw: bytes, raw_sig: Optional[bytes], keys: Sequence[TrustedKey]) -> ReceiptSignature:

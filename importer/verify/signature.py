@@ -169,42 +169,48 @@ def encode_signature(raw_bundle_json: bytes, signature: bytes, raw_public_key: b
     return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
 
 
-def parse_signature(raw: bytes) -> SignatureDoc:
-    """Parse ``bundle.json.sig``; anything unexpected is a BadSignature."""
-
-    def bad(found: str) -> BadSignature:
-        return BadSignature(
-            f"reading {SIGNATURE_FILE}: expected a sneakernet signature document, found {found}",
-            hint="the signature file was damaged or replaced; re-copy the bundle, or ask the publisher to re-sign it",
-        )
-
+def signature_fields(raw: bytes, media_type: str, signed_file: Optional[str] = None) -> SignatureDoc:
+    """The fields every sneakernet signature document has (``bundle.json.sig``, a receipt's
+    ``.sig``): a JSON object of ``media_type``, Ed25519, the key's fingerprint, the signed digest
+    and a 64-byte base64 signature (and ``signedFile`` when given). ValueError names what is wrong."""
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise bad("invalid JSON") from None
+        raise ValueError("invalid JSON") from None
     if not isinstance(doc, dict):
-        raise bad(f"a JSON {type(doc).__name__}")
-    if doc.get("mediaType") != SIGNATURE_MEDIA_TYPE:
-        raise bad(f"mediaType {str(doc.get('mediaType'))[:80]!r}")
+        raise ValueError(f"a JSON {type(doc).__name__}")
+    if doc.get("mediaType") != media_type:
+        raise ValueError(f"mediaType {str(doc.get('mediaType'))[:80]!r}")
     if doc.get("algorithm") != ALGORITHM:
-        raise bad(f"algorithm {str(doc.get('algorithm'))[:40]!r} (only {ALGORITHM} is supported)")
-    if doc.get("signedFile") != BUNDLE_JSON:
-        raise bad(f"signedFile {str(doc.get('signedFile'))[:80]!r}")
+        raise ValueError(f"algorithm {str(doc.get('algorithm'))[:40]!r} (only {ALGORITHM} is supported)")
+    if signed_file is not None and doc.get("signedFile") != signed_file:
+        raise ValueError(f"signedFile {str(doc.get('signedFile'))[:80]!r}")
     fp, digest, sig = doc.get("keyFingerprint"), doc.get("signedDigest"), doc.get("signature")
     for name, value in (("keyFingerprint", fp), ("signedDigest", digest)):
         try:
             Digest.parse(value, what=name)
         except BundleError:
-            raise bad(f"{name} {str(value)[:80]!r}") from None
+            raise ValueError(f"{name} {str(value)[:80]!r}") from None
     if not isinstance(sig, str) or len(sig) > 200:
-        raise bad("no base64 signature")
+        raise ValueError("no base64 signature")
     try:
         signature = base64.b64decode(sig, validate=True)
     except (binascii.Error, ValueError):
-        raise bad("a signature that is not base64") from None
+        raise ValueError("a signature that is not base64") from None
     if len(signature) != 64:
-        raise bad(f"a signature of {len(signature)} bytes (Ed25519 signatures have 64)")
+        raise ValueError(f"a signature of {len(signature)} bytes (Ed25519 signatures have 64)")
     return SignatureDoc(str(fp), str(digest), signature)
+
+
+def parse_signature(raw: bytes) -> SignatureDoc:
+    """Parse ``bundle.json.sig``; anything unexpected is a BadSignature."""
+    try:
+        return signature_fields(raw, SIGNATURE_MEDIA_TYPE, BUNDLE_JSON)
+    except ValueError as e:
+        raise BadSignature(
+            f"reading {SIGNATURE_FILE}: expected a sneakernet signature document, found {e}",
+            hint="the signature file was damaged or replaced; re-copy the bundle, or ask the publisher to re-sign it",
+        ) from None
 
 
 # ============================================================================ backends
