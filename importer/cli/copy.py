@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
-from importer.cli.output import ArgumentParser, emit, fail, success
-from importer.errors import BundleError, InternalError, Interrupted, os_error
+from importer.cli.output import ArgumentParser, emit, guarded, success
+from importer.errors import Interrupted
 from importer.format.text import printable
 from importer.streams.progress import human_bytes, stderr_progress
 from importer.streams.sizes import parse_size
@@ -45,22 +45,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_copy_arguments(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, src=None)
-    try:
-        try:
-            args = p.parse_args(argv, namespace=args)
-            return cmd_copy(args)
-        except OSError as e:  # typed, naming the file: unreadable-file for SRC's, else file-access
-            if args.debug:
-                raise
-            raise os_error(e, args.src) from e
-    except BundleError as e:
-        if args.debug:
-            raise
-        return fail(args, e)
-    except KeyboardInterrupt:
-        return fail(args, Interrupted("copying: stopped by SIGINT",
-                                      hint="run the same command again to finish the copy"))
-    except Exception as e:  # the last resort: never a bare traceback for users
-        if args.debug:
-            raise
-        return fail(args, InternalError.of(e, "bundle-import copy"))
+
+    def body() -> int:
+        p.parse_args(argv, namespace=args)
+        return cmd_copy(args)
+
+    # an OSError is typed naming the file: unreadable-file for SRC's, else file-access
+    return guarded(args, body, what="bundle-import copy", path=lambda: args.src,
+                   interrupted=lambda e: Interrupted("copying: stopped by SIGINT",
+                                                     hint="run the same command again to finish the copy"))

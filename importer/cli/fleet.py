@@ -9,8 +9,8 @@ import argparse
 import sys
 from typing import Any, Callable, List, Optional, Sequence
 
-from importer.cli.output import ArgumentParser, emit, fail, success
-from importer.errors import BundleError, InternalError, UsageError, os_error
+from importer.cli.output import ArgumentParser, emit, guarded, success
+from importer.errors import UsageError
 from importer.pipeline.fleet import (
     REQUIREMENTS,
     build_report,
@@ -20,7 +20,7 @@ from importer.pipeline.fleet import (
     receipt_files,
     render_table,
 )
-from importer.streams.signals import stop_error, stop_on_signals
+from importer.streams.signals import stop_on_signals
 from importer.verify.receiptsig import openssl_signer, sign_receipt_file
 from importer.verify.signature import load_trusted_keys
 
@@ -82,25 +82,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _run(prog: str, parser: argparse.ArgumentParser, handler: Callable[[argparse.Namespace], int],
          argv: Sequence[str]) -> int:
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
-    try:
-        args = parser.parse_args(list(argv), namespace=args)
+
+    def body() -> int:
+        parser.parse_args(list(argv), namespace=args)
         with stop_on_signals():
-            try:
-                return handler(args)
-            except OSError as e:
-                if args.debug:
-                    raise
-                raise os_error(e) from e
-    except BundleError as e:
-        if args.debug:
-            raise
-        return fail(args, e)
-    except KeyboardInterrupt as e:
-        return fail(args, stop_error(e, prog))
-    except Exception as e:  # the last resort: never a bare traceback for users
-        if args.debug:
-            raise
-        return fail(args, InternalError.of(e, prog))
+            return handler(args)
+
+    return guarded(args, body, what=prog)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

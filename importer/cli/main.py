@@ -11,8 +11,8 @@ import sys
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
-from importer.cli.output import ArgumentParser, emit, fail, problem_dict, success
-from importer.errors import BundleError, InternalError, UsageError, VerificationFailed, os_error, os_error_text
+from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success
+from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.format.platform import parse_platform
 from importer.format.text import printable
 from importer.input.archive import locate
@@ -377,8 +377,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return fleet.main(argv[1:]) if argv[0] == "fleet-report" else fleet.sign_main(argv[1:])
     parser = build_parser()
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, json_done=False)
-    try:
-        args = parser.parse_args(argv, namespace=args)
+
+    def body() -> int:
+        parser.parse_args(argv, namespace=args)
         if not args.inventory and not args.bundle:
             parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
         if args.smoke and (args.verify_only or args.inventory or args.check_only):
@@ -393,22 +394,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.bundle and not args.inventory:
             locate(args.bundle)  # a BUNDLE that names nothing (a typo): a usage error before anything else
         with stop_on_signals():
-            try:
-                return handler(args)
-            except OSError as e:  # a file that could not be read or written: typed, naming it
-                if args.debug:
-                    raise
-                raise os_error(e, args.bundle) from e
-    except BundleError as e:
-        if args.debug:
-            raise
-        return fail(args, e)
-    except KeyboardInterrupt as e:
-        return fail(args, stop_error(e, "bundle-import"))
-    except Exception as e:  # the last resort: never a bare traceback for users
-        if args.debug:
-            raise
-        return fail(args, InternalError.of(e, "bundle-import"))
+            return handler(args)
+
+    return guarded(args, body, what="bundle-import", path=lambda: args.bundle)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ import argparse
 import json
 import sys
 import textwrap
-from typing import Any, Dict, NoReturn
+from typing import Any, Callable, Dict, NoReturn, Optional
 
-from importer.errors import BundleError, UsageError
+from importer.errors import BundleError, InternalError, UsageError, os_error
 from importer.format.text import printable, printable_block
 
 
@@ -67,3 +67,32 @@ def fail(args: argparse.Namespace, e: BundleError) -> int:
         emit(failure(e, **({"problems": problems} if problems else {})))
     render_error(e)
     return e.exit_code
+
+
+def guarded(args: argparse.Namespace, body: Callable[[], int], *, what: str,
+            path: Callable[[], Optional[str]] = lambda: None,
+            interrupted: Optional[Callable[[KeyboardInterrupt], BundleError]] = None) -> int:
+    """Every CLI's one error boundary around ``body`` (which parses into ``args`` and runs): an
+    OSError becomes the typed error naming its file (``path()``: the bundle or source), a typed
+    error is printed (and with --json emitted) with its exit code, a stop (SIGINT/SIGTERM) is
+    ``interrupted`` (default: stopped while ``what``), anything else an internal error; never a
+    bare traceback unless --debug."""
+    from importer.streams.signals import stop_error
+
+    try:
+        try:
+            return body()
+        except OSError as e:  # a file that could not be read or written: typed, naming it
+            if getattr(args, "debug", False):
+                raise
+            raise os_error(e, path()) from e
+    except BundleError as e:
+        if getattr(args, "debug", False):
+            raise
+        return fail(args, e)
+    except KeyboardInterrupt as e:
+        return fail(args, interrupted(e) if interrupted is not None else stop_error(e, what))
+    except Exception as e:  # the last resort: never a bare traceback for users
+        if getattr(args, "debug", False):
+            raise
+        return fail(args, InternalError.of(e, what))

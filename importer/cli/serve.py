@@ -8,8 +8,8 @@ import json
 import sys
 from typing import Optional, Sequence
 
-from importer.cli.output import ArgumentParser, fail
-from importer.errors import BundleError, InternalError, UsageError, os_error
+from importer.cli.output import ArgumentParser, guarded
+from importer.errors import UsageError
 from importer.format.manifest import load_bundle_manifest
 from importer.format.text import printable
 from importer.input.archive import locate
@@ -100,23 +100,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, bundle=None, json_done=False)
-    try:
-        try:
-            args = build_parser().parse_args(argv, namespace=args)
-            locate(args.bundle)  # a BUNDLE that names nothing: a usage error before anything else
-            with stop_on_signals():
-                return cmd_serve(args)
-        except OSError as e:
-            if args.debug:
-                raise
-            raise os_error(e, args.bundle) from e
-    except BundleError as e:
-        if args.debug:
-            raise
-        return fail(args, e)
-    except KeyboardInterrupt as e:  # stopped while verifying: nothing was served
-        return fail(args, stop_error(e, "bundle-import serve (verifying, nothing served yet)"))
-    except Exception as e:  # the last resort: never a bare traceback for users
-        if args.debug:
-            raise
-        return fail(args, InternalError.of(e, "bundle-import serve"))
+
+    def body() -> int:
+        build_parser().parse_args(argv, namespace=args)
+        locate(args.bundle)  # a BUNDLE that names nothing: a usage error before anything else
+        with stop_on_signals():
+            return cmd_serve(args)
+
+    # a stop here came while verifying: nothing was served (cmd_serve handles a stop while serving)
+    return guarded(args, body, what="bundle-import serve", path=lambda: args.bundle,
+                   interrupted=lambda e: stop_error(e, "bundle-import serve (verifying, nothing served yet)"))
