@@ -11,26 +11,23 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from importer.errors import (
     BundleError,
-    DeepMismatch,
-    PostLoadMismatch,
     UsageError,
     VerificationFailed,
 )
-from importer.format.identity import expected_image_id, lookup_name
+from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord, load_bundle_manifest
 from importer.format.platform import Platform
 from importer.input.layers import check_layer
 from importer.input.opened import OpenedBundle, open_bundle
-from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight
-from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
+from importer.pipeline.staging import new_run_id, staging_ref
+from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.verify.archive import verify_opened
 from importer.verify.bundle import VerifyReport
-from importer.verify.deep import run_deep
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -129,8 +126,8 @@ def import_bundle(
     engine = sink.probe()
     res.engine = engine
     check_platforms(manifest, engine, platform)  # an engine runs one platform: refuse others now
-    with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
-        res.lock_file = lock_file
+    # === 4. one import per engine at a time; 7. then staging tags runs killed earlier left (steps.engine_run)
+    with engine_run(sink, engine, root, res, lock_wait=lock_wait, on_notice=on_notice):
         # === 5. preflight: free space for what the engine does not hold yet (nothing written so far)
         preflight = run_preflight(manifest, engine, images_to_load(sink, manifest, engine),
                                   signature_line=sig.line())
@@ -140,17 +137,9 @@ def import_bundle(
         # === 6. verify every byte, load under staging tags, check, tag
         try:
             _load_verified(bundle, sink, force=force, progress=progress, result=res, deep=deep)
-        except BaseException:  # e.g. SIGINT/SIGTERM after the load: drop this run's staging tags
-            _, left = remove_refs(sink, res.staging_refs)
-            res.leftovers = sorted(set(res.leftovers) | set(left))
-            raise
         finally:
             if res.report.manifest is not None:
                 res.report.signature = sig.to_dict()
-        # === 7. staging tags of runs killed earlier (their images may just have served as
-        # "already present", so only now); the lock guarantees no other import is running
-        res.stale_removed, left = remove_refs(sink, find_stale(sink, exclude=res.staging_refs))
-        res.leftovers += left
     return res
 
 
@@ -184,16 +173,9 @@ def _load_verified(
     to_load: List[ImageRecord] = []
     present: List[ImageCheck] = []
     for image in manifest.images:
-        existing = sink.lookup(str(image.config.digest)) if engine.image_store == "classic" else None
-        if existing is None and engine.image_store == "containerd" and expected_image_id("containerd", image):
-            # loaded by an earlier run that was stopped before tagging: found by its ID, like the classic store
-            existing = sink.lookup(str(expected_image_id("containerd", image)))
-        if existing is None and image.refs and engine.image_store != "classic":
-            existing = sink.lookup(image.refs[0])
-        check = check_image(image, existing, engine.image_store) if existing is not None else None
-        if check is not None and check.ok:
-            check.status = "already-present"
-            present.append(check)
+        held = find_held(sink, image, engine)
+        if held is not None:
+            present.append(held)
         else:
             to_load.append(image)
         refuse_tag_conflicts(sink, image, engine.image_store, force)
@@ -234,7 +216,7 @@ def _load_verified(
             else:
                 sink.load(root, staged_images, on_bytes)
         except BaseException:
-            res.leftovers = _cleanup(sink, list(staged.values()), [])
+            res.leftovers = cleanup(sink, list(staged.values()), [])
             raise
         res.timings["loadSeconds"] = time.monotonic() - t_load
         testhooks.reached("loaded")
@@ -244,45 +226,23 @@ def _load_verified(
             loaded_checks.append(check_image(image, sink.lookup(name), engine.image_store))
         res.timings["postLoadSeconds"] = time.monotonic() - t_check
     res.checks = present + loaded_checks
-    bad = [c for c in loaded_checks if not c.ok]
-    if bad:
-        ids = [c.found.image_id for c in loaded_checks if c.found is not None]
-        res.leftovers = _cleanup(sink, list(staged.values()), ids)
-        raise PostLoadMismatch(
-            "checking what the engine holds after loading: expected every image to match bundle.json, "
-            f"found {len(bad)} mismatch(es)",
-            context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
-            hint="the images this run loaded were removed; report this with the receipt "
-            "(an engine that rewrites images cannot be verified this way)",
-        )
+    refuse_mismatches(sink, res.checks, list(staged.values()), res,
+                      hint="the images this run loaded were removed; report this with the receipt "
+                      "(an engine that rewrites images cannot be verified this way)")
 
     # === --deep: export every image back out of the engine and hash its layers again
     if deep:
         t_deep = time.monotonic()
-        failures = run_deep(sink, res.checks, bundle.path, progress)
-        res.timings["deepSeconds"] = time.monotonic() - t_deep
-        if failures:
-            ids = [c.found.image_id for c in loaded_checks if c.found is not None]
-            res.leftovers = _cleanup(sink, list(staged.values()), ids)
-            raise DeepMismatch(
-                "re-exporting the images from the engine (--deep): expected every layer to hash to its diff_id, "
-                f"found {sum(1 for c in res.checks if c.deep and not c.deep.ok)} image(s) where one differs",
-                context="\n".join(failures),
-                hint="the engine's stored copy of those layers is damaged: remove the image (and every image "
-                "sharing the layer) from the engine and import again; nothing was tagged by this run",
-            )
+        try:
+            deep_or_raise(sink, res.checks, bundle.path, list(staged.values()), res, progress=progress,
+                          hint="the engine's stored copy of those layers is damaged: remove the image (and every "
+                          "image sharing the layer) from the engine and import again; nothing was tagged by this run")
+        finally:
+            res.timings["deepSeconds"] = time.monotonic() - t_deep
 
     # === tag only now, then drop the staging tags
-    for check in res.checks:
-        target = check.found.image_id if check.found else str(check.image.config.digest)
-        for ref in check.image.refs:
-            current = sink.lookup(ref)
-            if current is not None and current.image_id == target:
-                continue
-            sink.tag(target, ref)
-            check.tags_applied.append(ref)
-            testhooks.reached("tagged")
-    res.leftovers = _cleanup(sink, list(staged.values()), [])
+    apply_tags(sink, res.checks)
+    res.leftovers = cleanup(sink, list(staged.values()), [])
     res.timings["totalSeconds"] = time.monotonic() - started
     return res
 
@@ -299,23 +259,3 @@ def _check_unstreamed_layers(root: str, manifest: BundleManifest, to_load: List[
 
 def _with_refs(image: ImageRecord, refs: tuple) -> ImageRecord:  # type: ignore[type-arg]
     return ImageRecord(refs, image.manifest, image.config, image.layers, image.platform, label=image.name)
-
-
-def _cleanup(sink: Sink, staging_refs: List[str], image_ids: List[str]) -> List[str]:
-    """Remove staging tags (and images loaded by this run); return what could not be removed."""
-    left: List[str] = []
-    for ref in staging_refs:
-        if sink.lookup(ref) is None:
-            continue
-        try:
-            sink.remove(ref)
-        except BundleError:
-            left.append(ref)
-    for image_id in image_ids:
-        if sink.lookup(image_id) is None:
-            continue
-        try:
-            sink.remove(image_id)
-        except BundleError:
-            left.append(image_id)
-    return left

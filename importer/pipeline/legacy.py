@@ -26,20 +26,18 @@ import dataclasses
 import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
-from importer.errors import DeepMismatch, PostLoadMismatch, UsageError
+from importer.errors import UsageError
 from importer.format.identity import CLASSIC, CONTAINERD, DOCKER_ARCHIVE
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
-from importer.pipeline.importing import _cleanup
-from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import run_preflight
-from importer.pipeline.staging import find_stale, new_run_id, remove_refs, staging_ref
+from importer.pipeline.staging import new_run_id, staging_ref
+from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.streams.commands import feed
-from importer.verify.deep import run_deep
 from importer.verify.legacy import (
     LegacyManifest,
     archive_pass,
@@ -76,9 +74,9 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
     engine = sink.probe()
     result.engine = engine
     store = _identity_store(engine)
-    with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
-        result.lock_file = lock_file
-        present = {image.config.digest: _held(sink, image, engine, store) for image in manifest.images}
+    with engine_run(sink, engine, root, result, lock_wait=lock_wait, on_notice=on_notice):
+        present = {image.config.digest: find_held(sink, image, engine, store) is not None
+                   for image in manifest.images}
         to_load = [image for image in manifest.images if not present[image.config.digest]]
         preflight = run_preflight(manifest, engine, to_load, signature_line=signature_line,
                                   data_root_bytes=2 * manifest.uncompressed_bytes() if to_load else None)
@@ -95,15 +93,7 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
             manifest = dataclasses.replace(manifest, images=report.archive_images)
         for image in manifest.images:
             refuse_tag_conflicts(sink, image, store, force)
-        try:
-            _load_check_tag(sink, root, manifest, kind, engine, store, present, to_load, result, deep)
-        except BaseException:  # e.g. SIGINT/SIGTERM: drop this run's staging tags
-            _, left = remove_refs(sink, result.staging_refs)
-            result.leftovers = sorted(set(result.leftovers) | set(left))
-            raise
-        # staging tags of runs killed earlier; the lock guarantees no other import is running
-        result.stale_removed, left = remove_refs(sink, find_stale(sink, exclude=result.staging_refs))
-        result.leftovers += left
+        _load_check_tag(sink, root, manifest, kind, engine, store, present, to_load, result, deep)
     result.timings["totalSeconds"] = time.monotonic() - started
     return result
 
@@ -125,7 +115,7 @@ def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, 
         try:
             _load(sink.archive_command, root, manifest, kind, names)
         except BaseException:
-            result.leftovers = _cleanup(sink, list(staged.values()), [])
+            result.leftovers = cleanup(sink, list(staged.values()), [])
             raise
         testhooks.reached("loaded")
     result.timings["loadSeconds"] = time.monotonic() - t_load
@@ -137,55 +127,35 @@ def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, 
             check.status = "already-present"
         checks.append(check)
     result.checks = checks
-    bad = [c for c in checks if not c.ok]
-    if bad:
-        result.leftovers = _remove_loaded(sink, checks, present, staged)
-        raise PostLoadMismatch(
-            "checking what the engine holds after loading: expected every image to match bundle.json, "
-            f"found {len(bad)} mismatch(es)",
-            context="\n".join(f"{c.image.name}: {c.detail}" for c in bad),
-            hint="the images this run loaded were removed; nothing was tagged",
-        )
+    refuse_mismatches(sink, checks, list(staged.values()), result,
+                      hint="the images this run loaded were removed; nothing was tagged")
     if deep:
         t_deep = time.monotonic()
-        _deep_check(sink, root, manifest, checks, present, staged, result)
-        result.timings["deepSeconds"] = time.monotonic() - t_deep
-    _apply_tags(sink, checks)
-    result.leftovers = _cleanup(sink, list(staged.values()), [])
+        try:
+            _deep_check(sink, root, manifest, checks, staged, result)
+        finally:
+            result.timings["deepSeconds"] = time.monotonic() - t_deep
+    apply_tags(sink, checks)
+    result.leftovers = cleanup(sink, list(staged.values()), [])
 
 
 def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[ImageCheck],
-                present: Dict[Any, bool], staged: Dict[int, str], result: Any) -> None:
-    """``--deep``: export every image back out of the engine and hash each layer again (as for
-    schema 3, importer/verify/deep.py); on a mismatch remove what this run loaded. A legacy bundle
-    records no per-layer sizes: the uncompressed archive bounds every layer."""
+                staged: Dict[int, str], result: Any) -> None:
+    """``--deep`` (steps.deep_or_raise). A legacy bundle records no per-layer sizes: the
+    uncompressed archive bounds every layer."""
     bound = manifest.uncompressed_bytes()
     originals = [c.image for c in checks]
     for check in checks:
         layers = tuple(dataclasses.replace(x, uncompressed_size=bound) for x in check.image.layers)
         check.image = dataclasses.replace(check.image, layers=layers)
     try:
-        failures = run_deep(sink, checks, root)
+        deep_or_raise(sink, checks, root, list(staged.values()), result,
+                      hint="the engine's stored copy of those layers is damaged: remove the image (and every image "
+                      "sharing the layer) from the engine and import again; the images this run loaded were "
+                      "removed, nothing was tagged")
     finally:
         for check, image in zip(checks, originals):
             check.image = image
-    if failures:
-        result.leftovers = _remove_loaded(sink, checks, present, staged)
-        raise DeepMismatch(
-            "re-exporting the images from the engine (--deep): expected every layer to hash to its diff_id, "
-            f"found {sum(1 for c in checks if c.deep and not c.deep.ok)} image(s) where one differs",
-            context="\n".join(failures),
-            hint="the engine's stored copy of those layers is damaged: remove the image (and every image sharing "
-            "the layer) from the engine and import again; the images this run loaded were removed, nothing was tagged",
-        )
-
-
-def _remove_loaded(sink: Sink, checks: List[ImageCheck], present: Dict[Any, bool],
-                   staged: Dict[int, str]) -> List[str]:
-    """Drop this run's staging tags, then remove the images this run loaded (not those already
-    present); what could not be removed."""
-    loaded = [c.found.image_id for c in checks if c.found is not None and not present[c.image.config.digest]]
-    return _cleanup(sink, list(staged.values()), loaded)
 
 
 def _identity_store(engine: EngineInfo) -> str:
@@ -204,12 +174,6 @@ def _lookup_name(image: ImageRecord, engine: EngineInfo) -> str:
     return str(image.config.digest) if engine.image_store == CLASSIC or not image.refs else image.refs[0]
 
 
-def _held(sink: Sink, image: ImageRecord, engine: EngineInfo, store: str) -> bool:
-    """The engine already holds ``image`` in verified form."""
-    found = sink.lookup(_lookup_name(image, engine))
-    return found is not None and check_image(image, found, store).ok
-
-
 def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest, kind: str,
           names: List[Optional[List[str]]]) -> None:
     """Stream the archive (decompressed, hashed as it passes) into the engine's loader through
@@ -221,16 +185,3 @@ def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest
             archive_pass(reader, manifest, out=out, staged=names)
 
     feed(new_command(f"loading {manifest.archive.path} into {kind}"), write)
-
-
-def _apply_tags(sink: Sink, checks: List[ImageCheck]) -> None:
-    """Every ref of the bundle names its image, now that it matched bundle.json (it may also have
-    been present untagged); podman gets the full form the schema-3 import uses."""
-    for check in checks:
-        assert check.found is not None
-        for ref in check.image.refs:
-            current = sink.lookup(ref)
-            if current is None or current.image_id != check.found.image_id:
-                sink.tag(check.found.image_id, ref)
-                check.tags_applied.append(ref)
-                testhooks.reached("tagged")

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from importer.errors import PlatformMismatch, SinkError
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import Platform, host, of_dict
-from importer.pipeline.postload import check_image
+from importer.pipeline.steps import find_held
 from importer.sinks import EngineInfo, Sink
 from importer.streams.progress import human_bytes
 
@@ -155,15 +155,9 @@ def check_space(needs: Sequence[SpaceNeed]) -> List[SpaceCheck]:
 
 
 def images_to_load(sink: Sink, manifest: BundleManifest, engine: EngineInfo) -> List[ImageRecord]:
-    """The images the engine does not hold yet in verified form (the rule import_bundle uses)."""
-    todo: List[ImageRecord] = []
-    for image in manifest.images:
-        existing = sink.lookup(str(image.config.digest)) if engine.image_store == "classic" else None
-        if existing is None and image.refs and engine.image_store != "classic":
-            existing = sink.lookup(image.refs[0])
-        if existing is None or not check_image(image, existing, engine.image_store).ok:
-            todo.append(image)
-    return todo
+    """The images the engine does not hold yet in verified form (the rule every import uses:
+    importer/pipeline/steps.py ``find_held``)."""
+    return [image for image in manifest.images if find_held(sink, image, engine) is None]
 
 
 def data_root_visible(engine: EngineInfo) -> Optional[str]:
