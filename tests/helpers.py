@@ -12,28 +12,39 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(module: str, *args: str, docker_host: str | None = None, check: bool = False,
-            timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m bundle|importer ARGS`` and capture its output."""
-    env = dict(os.environ)
+def _env(drop: tuple[str, ...], docker_host: str | None, extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))}
     if docker_host:
         env["DOCKER_HOST"] = docker_host
-    env["PYTHONPATH"] = str(REPO)
+    env.update(extra or {})
+    return env
+
+
+def run_cli(module: str, *args: str, docker_host: str | None = None, check: bool = False,
+            timeout: float = 900, env: dict[str, str] | None = None, drop_env: tuple[str, ...] = (),
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m bundle|importer ARGS`` from this checkout and capture its output (the one
+    way the tests run a CLI from source). ``drop_env``: prefixes of variables not passed on (e.g.
+    ``DOCKER_`` so that only the options choose the engine); ``env``: variables to set."""
+    full = _env(drop_env, docker_host, {**(env or {}), "PYTHONPATH": str(REPO)})
     proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, check=False)
+                          env=full, timeout=timeout, check=False, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
-def run_pyz(bundle: Path, *args: str, docker_host: str | None = None,
-            timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """Run the bundle's own importer the way a user does: ``python3 -I DIR/bundle-import.pyz``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    if docker_host:
-        env["DOCKER_HOST"] = docker_host
-    return subprocess.run([sys.executable, "-I", str(bundle / "bundle-import.pyz"), str(bundle), *args],
-                          capture_output=True, text=True, env=env, timeout=timeout, check=False)
+def run_pyz(bundle: Path, *args: str, docker_host: str | None = None, timeout: float = 900,
+            pyz: Path | None = None, python: str | None = None, env: dict[str, str] | None = None,
+            drop_env: tuple[str, ...] = ("PYTHON",)) -> subprocess.CompletedProcess[str]:
+    """Run a bundle's own importer the way a user does: ``python3 -I DIR/bundle-import.pyz BUNDLE``
+    (the one way the tests run the zipapp). ``bundle``: the folder, tar or parts index given to
+    it; ``pyz``: the importer (default: the one in the folder ``bundle``); ``python``: another
+    interpreter; ``env``/``drop_env`` as for :func:`run_cli` (no ``PYTHON*`` by default)."""
+    importer = pyz or bundle / "bundle-import.pyz"
+    return subprocess.run([python or sys.executable, "-I", str(importer), str(bundle), *args],
+                          capture_output=True, text=True, env=_env(drop_env, docker_host, env), timeout=timeout,
+                          check=False)
 
 
 def docker_json(docker_host: str, *args: str) -> Any:

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import jsonschema
 import pytest
 
 from tests import engines
-from tests.helpers import docker, image_facts, run_cli
+from tests.helpers import docker, image_facts, run_cli, run_pyz
 from tests.imagegen import simple_context
 from tests.transferkit import random_bundle
 
@@ -41,11 +40,7 @@ def parts(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def pyz(folder: Path, target: Path, *args: str, docker_host: str | None = None) -> subprocess.CompletedProcess[str]:
     """The importer written beside the archive, run as a user does (python3 -I, no PYTHONPATH)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    if docker_host:
-        env["DOCKER_HOST"] = docker_host
-    return subprocess.run([sys.executable, "-I", str(folder / "bundle-import.pyz"), str(target), *args],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    return run_pyz(target, *args, pyz=folder / "bundle-import.pyz", docker_host=docker_host, timeout=600)
 
 
 def _sha(data: bytes) -> str:

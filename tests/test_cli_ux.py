@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -93,9 +91,7 @@ def test_a_typo_is_a_usage_error_that_probes_no_engine_and_writes_nothing(tmp_pa
 
 def run_cli_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m importer ARGS`` run from ``cwd`` (where a receipt used to land)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(cwd / "state"))
-    return subprocess.run([sys.executable, "-m", "importer", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=300, check=False)
+    return run_cli("importer", *args, cwd=cwd, env={"XDG_STATE_HOME": str(cwd / "state")}, timeout=300)
 
 
 # ============================== 3. receipts

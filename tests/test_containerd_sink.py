@@ -22,6 +22,7 @@ from importer.sinks.ociarchive import write_oci_archive
 from importer.verify.bundle import verify_bundle
 from tests.bundlegen import make_bundle
 from tests.engine_stores import ctr
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[1]
@@ -45,11 +46,8 @@ def _import(sock: str, namespace: str, archive: bytes, *extra: str) -> subproces
 
 
 def _importer(bundle: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "CONTAINERD_"))}
-    env["PYTHONPATH"] = str(REPO)
-    env["SNEAKERNET_LOCK_DIR"] = str(tmp / "locks")
-    return subprocess.run([sys.executable, "-m", "importer", str(bundle), *args], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
+    return run_cli("importer", str(bundle), *args, env={"SNEAKERNET_LOCK_DIR": str(tmp / "locks")},
+                   drop_env=("DOCKER_", "CONTAINERD_"), timeout=600)
 
 
 def test_an_oci_archive_without_ref_names_imports_nothing_and_exits_0(containerd_address: str,

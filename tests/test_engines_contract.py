@@ -27,6 +27,7 @@ import pytest
 from importer.format.identity import chain_ids
 from tests import engine_stores, engines
 from tests.engine_stores import PodmanStore
+from tests.helpers import run_pyz
 from tests.imagegen import BASE_DOCKERFILE
 
 pytestmark = pytest.mark.engine
@@ -238,12 +239,10 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 def import_pyz(bundle: Path, target: Target, *args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    """The bundle's own importer, run the way a user runs it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DOCKER_", "CONTAINERD_"))}
-    env.update(target.env)
-    env["SNEAKERNET_LOCK_DIR"] = str(tmp / "locks")
-    return subprocess.run([sys.executable, "-I", str(bundle / "bundle-import.pyz"), str(bundle), *target.args,
-                           *args], capture_output=True, text=True, env=env, timeout=900, check=False)
+    """The bundle's own importer, run the way a user runs it (only ``target``'s options and
+    environment choose the engine)."""
+    return run_pyz(bundle, *target.args, *args, env={**target.env, "SNEAKERNET_LOCK_DIR": str(tmp / "locks")},
+                   drop_env=("PYTHON", "DOCKER_", "CONTAINERD_"))
 
 
 SEEN: dict[str, dict[str, tuple[str, str | None, list[str]]]] = {}

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from bundle.keys import generate_keypair, load_signing_key, sign_bundle
+from tests.helpers import run_pyz
 
 REPO = Path(__file__).resolve().parents[1]
 _ERROR_RE = re.compile(r"^error\[([a-z0-9-]+)\]", re.MULTILINE)
@@ -46,13 +45,7 @@ def run_importer(bundle: Path, *args: str, python: str | None = None, env: dict[
                  docker_host: str | None = None, timeout: float = 600,
                  pyz: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The bundle's own pyz (or ``pyz``, a trusted copy), run the way a user does (``python3 -I``)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    if docker_host:
-        full_env["DOCKER_HOST"] = docker_host
-    full_env.update(env or {})
-    importer = pyz or bundle / "bundle-import.pyz"
-    return subprocess.run([python or sys.executable, "-I", str(importer), str(bundle), *args],
-                          capture_output=True, text=True, env=full_env, timeout=timeout, check=False)
+    return run_pyz(bundle, *args, python=python, env=env, docker_host=docker_host, timeout=timeout, pyz=pyz)
 
 
 def error_id(stderr: str) -> str | None:
