@@ -11,10 +11,14 @@ skipped with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import struct
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -169,6 +173,43 @@ def start_registry(name: str, port: int) -> str:
 
 def stop_registry(name: str, *, purge: bool = False) -> None:
     _run(["bash", str(REGISTRY_SH), "purge" if purge else "stop", name], timeout=60)
+
+
+@dataclass
+class Registry:
+    """A private docker-registry the tests started on 127.0.0.1."""
+
+    name: str
+    port: int
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def private_registry(name: str, port: int = 0, *, htpasswd: Path | None = None) -> Iterator[Registry]:
+    """A fresh private docker-registry ``name`` on 127.0.0.1 (``port``; 0: a free one), with basic
+    auth from ``htpasswd`` when given; purged when the block ends. Fails under CI=true (skips
+    elsewhere) when it cannot start."""
+    require("docker-registry")
+    if not port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+    if htpasswd is not None:
+        os.environ["SNEAKERNET_REGISTRY_HTPASSWD"] = str(htpasswd)
+    try:
+        stop_registry(name, purge=True)  # what a killed run left under this name
+        start_registry(name, port)
+    except EngineError as e:
+        unavailable(f"could not start the private docker-registry {name}: {e}")
+    finally:
+        os.environ.pop("SNEAKERNET_REGISTRY_HTPASSWD", None)
+    try:
+        yield Registry(name, port)
+    finally:
+        stop_registry(name, purge=True)
 
 
 # --- docker CLI ------------------------------------------------------------------------

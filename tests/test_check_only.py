@@ -21,7 +21,6 @@ from tests import engines
 from tests.fakesave import FakeImage, docker_save, layer_tar
 from tests.helpers import bundle_image_id, docker, image_facts, run_cli
 from tests.test_cli_json import validate
-from tests.transferkit import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -144,17 +143,8 @@ def test_name_prefix_is_used_only_with_check_only(bundle: Path, tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def registry() -> Iterator[str]:
-    engines.require("docker-registry")
-    name = f"i18-{os.getpid()}"
-    port = free_port()
-    try:
-        engines.start_registry(name, port)
-    except engines.EngineError as e:
-        engines.unavailable(f"could not start the private docker-registry: {e}")
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        engines.stop_registry(name, purge=True)
+    with engines.private_registry(f"i18-{os.getpid()}") as reg:
+        yield reg.addr
 
 
 def test_name_prefix_proves_what_a_node_pulled_from_the_registry(bundle: Path, registry: str, docker_host: str,

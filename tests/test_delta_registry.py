@@ -16,7 +16,6 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 from importer.format.platform import host_platform
 from importer.pipeline.inventory import load_inventory
 from tests import engines
+from tests.engines import Registry
 from tests.helpers import REPO, run_cli, run_pyz
 from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared
 from tests.transferkit import FlakyProxy, blob_upload_requests, free_port, log_size
@@ -34,16 +34,6 @@ pytestmark = pytest.mark.engine
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 World = dict[str, Any]
-
-
-@dataclass
-class Registry:
-    name: str
-    port: int
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
 
 def _port(preferred: int) -> int:
@@ -55,33 +45,17 @@ def _port(preferred: int) -> int:
     return preferred
 
 
-def _start_registry(name: str, port: int) -> Registry:
-    engines.require("docker-registry")
-    try:
-        engines.stop_registry(name, purge=True)
-        engines.start_registry(name, port)
-    except engines.EngineError as e:
-        engines.unavailable(f"could not start the private docker-registry {name}: {e}")
-    return Registry(name, port)
-
-
 @pytest.fixture(scope="module")
 def registry() -> Iterator[Registry]:
-    reg = _start_registry(f"dreg-{os.getpid()}", _port(5731))
-    try:
+    with engines.private_registry(f"dreg-{os.getpid()}", _port(5731)) as reg:
         yield reg
-    finally:
-        engines.stop_registry(reg.name, purge=True)
 
 
 @pytest.fixture(scope="module")
 def fresh_registry() -> Iterator[Registry]:
     """A second registry that holds nothing: the base is missing everywhere."""
-    reg = _start_registry(f"dreg-fresh-{os.getpid()}", _port(5732))
-    try:
+    with engines.private_registry(f"dreg-fresh-{os.getpid()}", _port(5732)) as reg:
         yield reg
-    finally:
-        engines.stop_registry(reg.name, purge=True)
 
 
 def _get(addr: str, path: str, accept: str = "") -> tuple[int, bytes]:

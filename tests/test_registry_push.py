@@ -14,13 +14,13 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from tests import engines
+from tests.engines import Registry
 from tests.helpers import REPO, docker, image_facts, run_cli
 from tests.imagegen import simple_context
 from tests.transferkit import (
@@ -36,29 +36,10 @@ from tests.transferkit import (
 pytestmark = pytest.mark.engine
 
 
-@dataclass
-class Registry:
-    name: str
-    port: int
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-
 @pytest.fixture(scope="module")
 def registry() -> Iterator[Registry]:
-    engines.require("docker-registry")
-    name = f"i5-{os.getpid()}"
-    port = free_port()
-    try:
-        engines.start_registry(name, port)
-    except engines.EngineError as e:
-        engines.unavailable(f"could not start the private docker-registry: {e}")
-    try:
-        yield Registry(name, port)
-    finally:
-        engines.stop_registry(name, purge=True)
+    with engines.private_registry(f"i5-{os.getpid()}") as reg:
+        yield reg
 
 
 @pytest.fixture(scope="module")
@@ -261,19 +242,8 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry
         engines.unavailable("this libc's crypt() has no bcrypt")
     htpasswd = tmp_path_factory.mktemp("auth") / "htpasswd"
     htpasswd.write_text(f"alice:{hashed}\n")
-    name = f"i5auth-{os.getpid()}"
-    port = free_port()
-    os.environ["SNEAKERNET_REGISTRY_HTPASSWD"] = str(htpasswd)
-    try:
-        engines.start_registry(name, port)
-    except engines.EngineError as e:
-        engines.unavailable(f"could not start the private docker-registry with auth: {e}")
-    finally:
-        del os.environ["SNEAKERNET_REGISTRY_HTPASSWD"]
-    try:
-        yield Registry(name, port)
-    finally:
-        engines.stop_registry(name, purge=True)
+    with engines.private_registry(f"i5auth-{os.getpid()}", htpasswd=htpasswd) as reg:
+        yield reg
 
 
 def _push_with(bundle: Path, target: str, *extra: str, stdin: str = "",
