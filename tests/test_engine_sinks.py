@@ -31,8 +31,9 @@ from importer.pipeline.inventory import build_inventory, checksum, held_diff_ids
 from importer.pipeline.postload import check_image
 from importer.sinks import EngineImage, EngineInfo
 from importer.sinks.choose import EngineOptions, choose_sink
-from importer.sinks.containerd import parse_check_rows, parse_image_rows, server_version, snapshotter_status
-from importer.sinks.docker import engine_image_from_inspect, image_store_of
+from importer.sinks.containerd import parse_check_rows, snapshotter_status
+from importer.sinks.ctrclient import parse_image_rows, server_version
+from importer.sinks.dockerclient import engine_image_from_inspect, image_store_of
 from importer.sinks.ociarchive import index_document
 from importer.sinks.podman import engine_image_from_podman
 from importer.verify.bundle import verify_bundle

@@ -13,12 +13,12 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.blobcopy import copy_image, pick_manifest, pick_manifest_raw
-from importer.errors import CommandFailed, EngineUnavailable, ImageNotFound, SourceError
+from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
 from importer.format.refs import familiar, normalize
 from importer.pipeline.have import HaveLayers
-from importer.sinks.containerd import ContainerdSink, server_version
+from importer.sinks.ctrclient import CtrClient
 from importer.streams.commands import command_stdout
 
 ProgressFn = Any
@@ -28,26 +28,20 @@ class ContainerdSource:
     kind = "containerd"
 
     def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None) -> None:
-        self.ctr = ContainerdSink(address, namespace)
+        self.ctr = CtrClient(address, namespace)
         self.where = f"containerd at {self.ctr.address} (namespace {self.ctr.namespace})"
         self._targets: Dict[str, Dict[str, Any]] = {}
         #: the platform picked from an image index (bundle export --platform; default: this host's)
         self.platform: Platform = host()
 
     def info(self) -> SourceInfo:
-        try:
-            out = self.ctr._ctr("version", what="asking containerd for its version", timeout=60)
-        except CommandFailed as e:
-            last = e.stderr_tail.strip().splitlines()[-1] if e.stderr_tail.strip() else "no answer"
-            raise EngineUnavailable(
-                f"connecting to containerd at {self.ctr.address}: expected a running containerd, found none ({last})",
-                hint="start containerd, or pass --address SOCKET [--namespace NS]") from e
-        return SourceInfo("containerd", {"engine": "containerd", "engineVersion": server_version(out),
+        version = self.ctr.version(hint="start containerd, or pass --address SOCKET [--namespace NS]")
+        return SourceInfo("containerd", {"engine": "containerd", "engineVersion": version,
                                          "namespace": self.ctr.namespace})
 
     def _target(self, ref: str) -> Dict[str, Any]:
         if ref not in self._targets:
-            rows = self.ctr._rows(f"name=={normalize(ref)}")
+            rows = self.ctr.rows(f"name=={normalize(ref)}")
             if not rows:
                 raise ImageNotFound(f"exporting {ref}: expected the image in {self.where}, found none",
                                     hint="check the name with `ctr --address SOCKET -n NS images ls`, "
@@ -66,7 +60,7 @@ class ContainerdSource:
     # === BlobProvider
     def read_json(self, digest: str, limit: int, what: str) -> Any:
         try:
-            return self.ctr._content(digest, what)
+            return self.ctr.content_json(digest, what)
         except CommandFailed as e:
             raise SourceError(f"{what}: expected the blob in {self.where}, found none",
                               context=e.stderr_tail.strip() or None, hint="re-pull the image") from e

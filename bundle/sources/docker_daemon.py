@@ -46,8 +46,8 @@ from importer.format.mediatypes import OCI_LAYER_TAR
 from importer.format.platform import host_platform
 from importer.format.refs import familiar, normalize
 from importer.pipeline.have import HaveLayers
-from importer.sinks.docker import DockerSink
 from importer.sinks.dockerapi import api_save, socket_path
+from importer.sinks.dockerclient import DockerClient
 from importer.streams.commands import command_stdout, run
 from importer.streams.readers import PrefixedReader
 
@@ -74,7 +74,7 @@ class DockerDaemonSource:
     kind = "docker-daemon"
 
     def __init__(self, host: Optional[str] = None) -> None:
-        self.docker = DockerSink(host)
+        self.docker = DockerClient(host)
         self.data_root: Optional[str] = None
         #: how the last export read the layers: "docker-save" or "content-store"
         self.read_from = ""
@@ -179,7 +179,7 @@ class _ContentStore(OciLayoutSource):
         except BundleError:
             return False
 
-    def target(self, docker: DockerSink, ref: str) -> Tuple[str, Tuple[str, ...]]:
+    def target(self, docker: DockerClient, ref: str) -> Tuple[str, Tuple[str, ...]]:
         """(image ID = the target's digest, the name the bundle gives it) for ``ref``."""
         if ref not in self.targets:
             res = run(docker.argv("image", "inspect", "--format", "{{.Id}}", ref), what=f"looking up {ref}",

@@ -168,7 +168,7 @@ def choose_sink(
 
 def _namespaces(sink: Any) -> List[str]:
     try:
-        out = sink._ctr("namespaces", "ls", "-q", what="listing containerd's namespaces", timeout=60)
+        out = sink.client.run("namespaces", "ls", "-q", what="listing containerd's namespaces", timeout=60)
     except SinkError:
         return []
     return [line.strip() for line in str(out).splitlines() if line.strip()]

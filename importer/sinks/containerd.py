@@ -16,33 +16,26 @@ import json
 import os
 import re
 import tarfile
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
+from importer.errors import CommandFailed, EngineUnavailable, SinkError
 from importer.format.digest import Digest, is_digest
 from importer.format.identity import OCI, chain_ids
-from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import pick_platform_manifest
 from importer.format.refs import familiar, normalize
 from importer.input.tarscan import ArchiveScan, hash_member, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.containerd_delta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
+from importer.sinks.ctrclient import CtrClient, ctr_hint
 from importer.sinks.ociarchive import write_oci_archive
-from importer.streams.commands import StdinCommand, command_stdout, feed, run
+from importer.streams.commands import StdinCommand, command_stdout, feed
 
-DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
-DEFAULT_NAMESPACE = "default"
 DEFAULT_SNAPSHOTTER = "overlayfs"
 UNTAGGED_REPO = "docker.io/sneakernet/untagged"
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                 "application/vnd.docker.distribution.manifest.list.v2+json")
 _STATUS_RE = re.compile(r"\b(complete|incomplete|missing|unavailable)\b(?: \((\d+)/(\d+)\))?")
-
-
-def _hint(address: str) -> str:
-    return (f"start containerd, or point the importer at it: --engine containerd --address SOCKET "
-            f"[--namespace k8s.io] [--snapshotter overlayfs] (tried {address})")
 
 
 class ContainerdSink(SinkBase):
@@ -55,33 +48,17 @@ class ContainerdSink(SinkBase):
 
     def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None,
                  snapshotter: Optional[str] = None) -> None:
-        self.address = address or os.environ.get("CONTAINERD_ADDRESS") or DEFAULT_ADDRESS
-        self.namespace = namespace or os.environ.get("CONTAINERD_NAMESPACE") or DEFAULT_NAMESPACE
+        self.client = CtrClient(address, namespace)
+        self.address, self.namespace = self.client.address, self.client.namespace
         self.snapshotter = snapshotter or os.environ.get("CONTAINERD_SNAPSHOTTER") or DEFAULT_SNAPSHOTTER
 
     def argv(self, *args: str) -> List[str]:
-        return ["ctr", "--address", self.address, "--namespace", self.namespace, *args]
-
-    def _ctr(self, *args: str, what: str, timeout: float = 300, check: bool = True) -> str:
-        res = run(self.argv(*args), what=what, timeout=timeout, check=check, hint=_hint(self.address),
-                  limit=64 * 1024 * 1024)
-        return res.stdout.decode("utf-8", "replace")
+        return self.client.argv(*args)
 
     # === probe
     def probe(self) -> EngineInfo:
-        try:
-            out = self._ctr("version", what="asking containerd for its version", timeout=60)
-        except CommandFailed as e:
-            last = e.stderr_tail.strip().splitlines()[-1] if e.stderr_tail.strip() else "no answer"
-            raise EngineUnavailable(
-                f"connecting to containerd at {self.address}: expected a running containerd, found none ({last})",
-                hint=_hint(self.address),
-            ) from e
-        version = server_version(out)
-        if not version:
-            raise EngineUnavailable(f"connecting to containerd at {self.address}: no server answered",
-                                    hint=_hint(self.address))
-        plugins = self._ctr("plugins", "ls", what="listing containerd's plugins", timeout=60)
+        version = self.client.version()
+        plugins = self.client.run("plugins", "ls", what="listing containerd's plugins", timeout=60)
         status = snapshotter_status(plugins)
         if status.get(self.snapshotter) != "ok":
             usable = sorted(name for name, st in status.items() if st == "ok")
@@ -101,47 +78,34 @@ class ContainerdSink(SinkBase):
         )
 
     # === read back
-    def _rows(self, *filters: str) -> List[Tuple[str, str, str]]:
-        """(name, media type, target digest) of the images matching ``filters``."""
-        out = self._ctr("images", "ls", *filters, what="listing containerd's images")
-        return parse_image_rows(out)
-
     def lookup(self, name: str) -> Optional[EngineImage]:
-        rows = self._rows(f"target.digest=={name}" if is_digest(name) else f"name=={normalize(name)}")
+        rows = self.client.rows(f"target.digest=={name}" if is_digest(name) else f"name=={normalize(name)}")
         if not rows:
             return None
         _, media_type, digest = rows[0]
-        names = sorted(r[0] for r in self._rows(f"target.digest=={digest}"))
+        names = sorted(r[0] for r in self.client.rows(f"target.digest=={digest}"))
         image = self._describe(digest, media_type, names)
         image.problems.extend(self._check(names[0] if names else rows[0][0], image))
         return image
 
-    def _content(self, digest: str, what: str) -> Any:
-        out = self._ctr("content", "get", digest, what=what)
-        if len(out) > MAX_CONFIG:
-            raise BundleError(f"{what}: expected at most {MAX_CONFIG} bytes, found more")
-        try:
-            return json.loads(out)
-        except ValueError as e:
-            raise BundleError(f"{what}: expected JSON, found something else ({e})") from e
-
     def _describe(self, digest: str, media_type: str, names: List[str]) -> EngineImage:
         """Manifest -> config -> diff_ids of the image whose target is ``digest``."""
         manifest_digest = digest
-        doc = self._content(digest, f"reading the manifest {digest[:19]} from containerd")
+        doc = self.client.content_json(digest, f"reading the manifest {digest[:19]} from containerd")
         if media_type in _INDEX_TYPES or isinstance(doc.get("manifests"), list):
             chosen = pick_platform_manifest(doc)
             if chosen is None:
                 return EngineImage(digest, [], names, manifest_digest=digest,
                                    problems=["the image is an index with no manifest for this platform"])
             manifest_digest = chosen
-            doc = self._content(chosen, f"reading the manifest {chosen[:19]} from containerd")
+            doc = self.client.content_json(chosen, f"reading the manifest {chosen[:19]} from containerd")
         config = doc.get("config") if isinstance(doc, dict) else None
         config_digest = config.get("digest") if isinstance(config, dict) else None
         if not is_digest(config_digest):
             return EngineImage(digest, [], names, manifest_digest=manifest_digest,
                                problems=["the manifest names no config"])
-        cfg = self._content(str(config_digest), f"reading the config {str(config_digest)[:19]} from containerd")
+        cfg = self.client.content_json(str(config_digest),
+                                       f"reading the config {str(config_digest)[:19]} from containerd")
         rootfs = cfg.get("rootfs") if isinstance(cfg, dict) else None
         diff_ids = [str(x) for x in (rootfs.get("diff_ids") or [])] if isinstance(rootfs, dict) else []
         blobs = [
@@ -154,7 +118,7 @@ class ContainerdSink(SinkBase):
     def _check(self, name: str, image: EngineImage, snapshots: Optional[Set[str]] = None) -> List[str]:
         """Content present and unpacked (``ctr images check``), a snapshot per chain ID."""
         problems: List[str] = []
-        out = self._ctr("images", "check", "--snapshotter", self.snapshotter, f"name=={name}",
+        out = self.client.run("images", "check", "--snapshotter", self.snapshotter, f"name=={name}",
                         what=f"checking {name} in containerd")
         checks = parse_check_rows(out)
         row = checks.get(name)
@@ -174,7 +138,7 @@ class ContainerdSink(SinkBase):
         return problems
 
     def _snapshots(self) -> Set[str]:
-        out = self._ctr("snapshots", "--snapshotter", self.snapshotter, "ls",
+        out = self.client.run("snapshots", "--snapshotter", self.snapshotter, "ls",
                         what=f"listing containerd's {self.snapshotter} snapshots")
         return {line.split()[0] for line in out.splitlines()[1:] if line.strip()}
 
@@ -182,7 +146,7 @@ class ContainerdSink(SinkBase):
     def prepare_delta(self, manifest: BundleManifest) -> ContainerdPlan:
         """How each layer a delta leaves out is completed from the content store; raises
         DeltaBaseMissing (nothing loaded) when one cannot be (importer/sinks/containerd_delta.py)."""
-        out = self._ctr("content", "ls", what="listing containerd's content store")
+        out = self.client.run("content", "ls", what="listing containerd's content store")
         return plan_delta(manifest, parse_content_rows(out), f"containerd ({self.namespace})")
 
     def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
@@ -196,7 +160,7 @@ class ContainerdSink(SinkBase):
         named = [(image, normalize(ref)) for image in images for ref in image.refs]
         named += [(image, f"{UNTAGGED_REPO}@{image.manifest.digest}") for image in images if not image.refs]
         cmd = StdinCommand(self.argv("images", "import", "--snapshotter", self.snapshotter, "-"),
-                           what="importing the bundle into containerd", hint=_hint(self.address))
+                           what="importing the bundle into containerd", hint=ctr_hint(self.address))
         feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes,
                                                 external=writers if external else None))
 
@@ -204,35 +168,35 @@ class ContainerdSink(SinkBase):
         """``ctr images import`` reading a docker-archive (or an OCI archive) from its stdin,
         unpacked into the chosen snapshotter; names come from the archive (``RepoTags``)."""
         return StdinCommand(self.argv("images", "import", "--snapshotter", self.snapshotter, "-"), what=what,
-                            hint=_hint(self.address))
+                            hint=ctr_hint(self.address))
 
     def _source_name(self, image_id: str) -> str:
         if not is_digest(image_id):
             return normalize(image_id)
-        rows = self._rows(f"target.digest=={image_id}")
+        rows = self.client.rows(f"target.digest=={image_id}")
         if not rows:
             raise SinkError(f"tagging {image_id[:19]}: expected an image with that manifest in containerd, found none")
         return rows[0][0]
 
     def tag(self, image_id: str, ref: str) -> None:
         src = self._source_name(image_id)
-        self._ctr("images", "tag", "--force", src, normalize(ref), what=f"tagging {src} as {normalize(ref)}",
+        self.client.run("images", "tag", "--force", src, normalize(ref), what=f"tagging {src} as {normalize(ref)}",
                   timeout=120)
 
     def remove(self, image_id: str) -> None:
         if is_digest(image_id):
-            names = [r[0] for r in self._rows(f"target.digest=={image_id}")]
+            names = [r[0] for r in self.client.rows(f"target.digest=={image_id}")]
             if len(names) != 1:
                 raise SinkError(f"removing {image_id[:19]}: expected one name on it, found {len(names)}",
                                 hint="remove the names you do not want with `ctr images rm NAME`")
             target = names[0]
         else:
             target = normalize(image_id)
-        self._ctr("images", "rm", target, what=f"removing {target} from containerd", timeout=300)
+        self.client.run("images", "rm", target, what=f"removing {target} from containerd", timeout=300)
 
     def list_tags(self) -> List[str]:
         """Every image name in the namespace, in Docker's short form (staging cleanup)."""
-        return sorted({familiar(r[0]) for r in self._rows()})
+        return sorted({familiar(r[0]) for r in self.client.rows()})
 
     # === --deep and --inventory
     def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:
@@ -243,7 +207,7 @@ class ContainerdSink(SinkBase):
         argv = self.argv("images", "export", "-", name)
         try:
             with command_stdout(argv, what=f"re-exporting {name} from containerd (ctr export)",
-                                hint=_hint(self.address)) as out:
+                                hint=ctr_hint(self.address)) as out:
                 return scan_tar(out, f"ctr export {name}", bound=layer_bound(image), on_bytes=on_bytes)
         except CommandFailed as export_failed:
             scan = self._content_scan(found, image)
@@ -266,7 +230,7 @@ class ContainerdSink(SinkBase):
         for digest in digests:
             path = Digest.parse(digest).blob_path
             with command_stdout(self.argv("content", "get", digest), what=f"reading {digest[:19]} from containerd",
-                                hint=_hint(self.address)) as out:
+                                hint=ctr_hint(self.address)) as out:
                 facts, doc = hash_member(out, path, bound=layer_bound(image))
             scan.members[path] = facts
             if doc is not None:
@@ -277,11 +241,11 @@ class ContainerdSink(SinkBase):
         return scan
 
     def inventory(self) -> List[EngineImage]:
-        rows = self._rows()
+        rows = self.client.rows()
         by_digest: Dict[str, Tuple[str, List[str]]] = {}
         for name, media_type, digest in rows:
             by_digest.setdefault(digest, (media_type, []))[1].append(name)
-        checks = parse_check_rows(self._ctr("images", "check", "--snapshotter", self.snapshotter,
+        checks = parse_check_rows(self.client.run("images", "check", "--snapshotter", self.snapshotter,
                                             what="checking containerd's images"))
         snapshots = self._snapshots()
         images: List[EngineImage] = []
@@ -299,17 +263,6 @@ class ContainerdSink(SinkBase):
         return images
 
 
-def server_version(out: str) -> str:
-    """The server version from ``ctr version``."""
-    in_server = False
-    for line in out.splitlines():
-        if line.strip() == "Server:":
-            in_server = True
-        elif in_server and line.strip().startswith("Version:"):
-            return line.split(":", 1)[1].strip()
-    return ""
-
-
 def snapshotter_status(out: str) -> Dict[str, str]:
     """snapshotter name -> status from ``ctr plugins ls``."""
     found: Dict[str, str] = {}
@@ -318,16 +271,6 @@ def snapshotter_status(out: str) -> Dict[str, str]:
         if len(parts) >= 3 and parts[0] == "io.containerd.snapshotter.v1":
             found[parts[1]] = parts[-1]
     return found
-
-
-def parse_image_rows(out: str) -> List[Tuple[str, str, str]]:
-    """(REF, TYPE, DIGEST) rows of ``ctr images ls`` (its SIZE column holds spaces)."""
-    rows: List[Tuple[str, str, str]] = []
-    for line in out.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) >= 3 and is_digest(parts[2]):
-            rows.append((parts[0], parts[1], parts[2]))
-    return rows
 
 
 def parse_check_rows(out: str) -> Dict[str, Tuple[str, int, int, bool]]:

@@ -15,11 +15,9 @@ layers spliced in: there the ID is the manifest Docker makes while loading (impo
 from __future__ import annotations
 
 import json
-import os
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.errors import BundleError, CommandFailed, EngineUnavailable
 from importer.format.digest import Digest
 from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import BundleManifest, ImageRecord
@@ -29,10 +27,11 @@ from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerapi import ApiLoad, socket_path
 from importer.sinks.dockerarchive import write_docker_archive
+from importer.sinks.dockerclient import DOCKER_HINT, DockerClient, engine_image_from_inspect
 from importer.sinks.ociarchive import write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
-_HINT = "start the Docker engine, or point the importer at it with --docker-host unix:///path/docker.sock"
+_HINT = DOCKER_HINT
 
 
 class DockerSink(SinkBase):
@@ -54,51 +53,22 @@ class DockerSink(SinkBase):
         return self.image_store != "containerd"
 
     def __init__(self, host: Optional[str] = None) -> None:
-        self.host = host or os.environ.get("DOCKER_HOST") or None
-        self.image_store = "classic"  # known after probe()
+        self.client = DockerClient(host)
+        self.host = self.client.host
+
+    @property
+    def image_store(self) -> str:
+        """'classic' or 'containerd', known after :meth:`probe`."""
+        return self.client.image_store
 
     def argv(self, *args: str) -> List[str]:
-        base = ["docker"]
-        if self.host:
-            base += ["-H", self.host]
-        return base + list(args)
+        return self.client.argv(*args)
 
-    # === probe
     def probe(self) -> EngineInfo:
-        try:
-            res = run(self.argv("info", "--format", "{{json .}}"), what="asking Docker for its version",
-                      timeout=60, hint=_HINT)
-        except CommandFailed as e:
-            raise EngineUnavailable(
-                f"connecting to Docker at {self.host or 'the default socket'}: expected a running engine, "
-                f"found none ({e.stderr_tail.strip().splitlines()[-1] if e.stderr_tail.strip() else 'no answer'})",
-                hint=_HINT,
-            ) from e
-        info = json.loads(res.stdout.decode("utf-8", "replace") or "{}")
-        if not isinstance(info, dict) or not info.get("ServerVersion"):
-            raise EngineUnavailable(f"connecting to Docker at {self.host or 'the default socket'}: no server answered",
-                                    hint=_HINT)
-        self.image_store = image_store_of(info)
-        return EngineInfo(
-            kind="docker",
-            version=str(info.get("ServerVersion")),
-            storage_driver=str(info.get("Driver", "")),
-            image_store=self.image_store,
-            address=self.host or "unix:///var/run/docker.sock",
-            data_root=info.get("DockerRootDir"),
-            extra={"transport": "api" if socket_path(self.host) else "cli"},
-        )
+        return self.client.probe()
 
-    # === read back
     def lookup(self, name: str) -> Optional[EngineImage]:
-        res = run(self.argv("image", "inspect", "--format", "{{json .}}", name),
-                  what=f"inspecting {name} in Docker", check=False, timeout=120)
-        if res.returncode != 0:
-            if "No such image" in res.stderr or "No such object" in res.stderr:
-                return None
-            raise CommandFailed(self.argv("image", "inspect", name), res.returncode, res.stderr,
-                                what=f"inspecting {name} in Docker")
-        return engine_image_from_inspect(json.loads(res.stdout.decode("utf-8", "replace")), self.image_store)
+        return self.client.inspect(name)
 
     # === load
     def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
@@ -180,42 +150,3 @@ class DockerSink(SinkBase):
             for doc in json.loads(out.stdout.decode("utf-8", "replace") or "[]"):
                 images.append(engine_image_from_inspect(doc, self.image_store))
         return images
-
-
-def image_store_of(info: Any) -> str:
-    """'containerd' when Docker keeps images in containerd (image ID = manifest digest)."""
-    status = info.get("DriverStatus") or []
-    for pair in status:
-        if isinstance(pair, list) and len(pair) == 2 and pair[0] == "driver-type" and "containerd" in str(pair[1]):
-            return "containerd"
-    return "classic"
-
-
-def engine_image_from_inspect(doc: Any, image_store: str = "classic") -> EngineImage:
-    """What ``docker image inspect`` says. Classic store: the ID is the config digest.
-    Containerd store (Docker 25+): the ID is the manifest (or index) digest; Docker 28.1+
-    (API 1.48) also reports the target as ``Descriptor``."""
-    if isinstance(doc, list):
-        doc = doc[0] if doc else {}
-    if not isinstance(doc, dict) or not isinstance(doc.get("Id"), str):
-        raise BundleError("reading `docker image inspect` output: expected an object with Id, found something else")
-    rootfs = doc.get("RootFS") or {}
-    layers = rootfs.get("Layers") or []
-    config_digest: Optional[str] = None
-    manifest_digest: Optional[str] = None
-    if image_store == "classic":
-        config_digest = doc["Id"]
-    else:
-        descriptor = doc.get("Descriptor")
-        target = descriptor.get("digest") if isinstance(descriptor, dict) else None
-        manifest_digest = str(target) if isinstance(target, str) else doc["Id"]
-    return EngineImage(
-        image_id=doc["Id"],
-        diff_ids=[str(x) for x in layers],
-        tags=[str(t) for t in (doc.get("RepoTags") or [])],
-        config_digest=config_digest,
-        manifest_digest=manifest_digest,
-    )
-
-
-
