@@ -167,8 +167,8 @@ def _load_verified(
     manifest = res.report.manifest
     assert manifest is not None
 
-    # === the engine answers; what does it already hold?
-    engine = sink.probe()
+    # === what does the engine already hold? (probed once, by import_bundle, when it ran first)
+    engine = res.engine if res.engine is not None else sink.probe()
     res.engine = engine
     to_load: List[ImageRecord] = []
     present: List[ImageCheck] = []
