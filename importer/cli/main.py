@@ -24,7 +24,8 @@ from importer.pipeline.legacy import import_legacy_bundle
 from importer.pipeline.postload import render_table
 from importer.pipeline.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
 from importer.pipeline.registry import import_to_registry
-from importer.registry.sink import add_registry_arguments, registry_sink
+from importer.registry.sink import RegistrySink, add_registry_arguments, registry_sink
+from importer.sinks import Sink
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
 from importer.smoke.cli import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.smoke.cli import main as smoke_main
@@ -197,7 +198,7 @@ def cmd_verify_only(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def make_sink(args: argparse.Namespace) -> Any:
+def make_sink(args: argparse.Namespace) -> Sink:
     """The engine named by --engine, implied by its options, or detected (docs/engines.md)."""
     if args.engine == "registry" or (not args.engine and getattr(args, "registry", None)):
         args.selected_by = "--engine registry" if args.engine else "--registry given"
@@ -258,7 +259,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                                  major=major, lock_wait=args.wait_lock, signature_line=sig.line(),
                                  deep=bool(getattr(args, "deep", False)),
                                  on_notice=_say)
-        elif sink.kind == "registry":  # push, read back (importer/pipeline/registry.py)
+        elif isinstance(sink, RegistrySink):  # push, read back (importer/pipeline/registry.py)
             import_to_registry(bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
         else:
             import_bundle(bundle, sink_for(bundle, sink), force=args.force,

@@ -106,8 +106,10 @@ class Sink(Protocol):
 
 class SinkBase:
     """What a sink can do beyond probe/lookup/load/tag/remove, declared once per class: each flag
-    is True exactly where the class implements the method beside it (tests/test_engines_contract.py
-    holds every sink to it); a method a sink lacks refuses with a UsageError naming the sink."""
+    is True exactly where the class implements the method beside it (tests/test_architecture.py
+    holds every sink to it); a method a sink lacks refuses with a UsageError naming the sink. The
+    registry sink loads by pushing (importer/pipeline/registry.py), so it has no lookup, load, tag
+    or remove of its own."""
 
     kind = "engine"
     #: ``archive_command``: loads a docker-archive stream (schema 1/2 bundles)
@@ -131,6 +133,18 @@ class SinkBase:
         from importer.errors import UsageError
 
         return UsageError(f"{what} with the {self.kind} engine: expected an engine that can, found one that cannot")
+
+    def lookup(self, name: str) -> Optional[EngineImage]:
+        raise self._lacks(f"looking up {name}")
+
+    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+        raise self._lacks("loading images one by one")
+
+    def tag(self, image_id: str, ref: str) -> None:
+        raise self._lacks(f"tagging {ref}")
+
+    def remove(self, image_id: str) -> None:
+        raise self._lacks(f"removing {image_id}")
 
     def archive_command(self, what: str) -> Any:
         raise self._lacks("loading a docker-archive")

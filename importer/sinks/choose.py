@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Type
 
 from importer.errors import EngineUnavailable, SinkError, UsageError
+from importer.sinks import Sink
 
 ENGINES = ("docker", "containerd", "podman", "oci")
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -56,7 +57,7 @@ class EngineOptions:
         return [OPTION_ENGINE[name] for name in OPTION_ENGINE if getattr(self, name)]
 
 
-def build_sink(kind: str, opts: EngineOptions) -> Any:
+def build_sink(kind: str, opts: EngineOptions) -> Sink:
     if kind == "docker":
         from importer.sinks.docker import DockerSink
 
@@ -96,7 +97,7 @@ def check_own_options(kind: str, given: List[Tuple[str, str]], error: Type[Usage
                     hint=f"drop {', '.join(stray)}, or choose the engine they belong to with --engine")
 
 
-def _answers(sink: Any) -> bool:
+def _answers(sink: Sink) -> bool:
     try:
         sink.probe()
     except SinkError:
@@ -110,7 +111,7 @@ def choose_sink(
     docker_socket: str = DOCKER_SOCKET,
     containerd_socket: str = CONTAINERD_SOCKET,
     which: Callable[[str], Optional[str]] = shutil.which,
-) -> Tuple[Any, str]:
+) -> Tuple[Sink, str]:
     """(sink, why it was chosen). Raises UsageError for contradicting options and
     EngineUnavailable when nothing answers."""
     if opts.engine:
