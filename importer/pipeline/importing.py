@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from importer.errors import (
     BundleError,
@@ -184,47 +184,10 @@ def _load_verified(
         # still get their diff_id checked, before anything is loaded
         _check_unstreamed_layers(root, manifest, to_load)
 
-    # === a delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise)
-    external = None
-    if manifest.is_delta and to_load:
-        if not sink.completes_deltas:
-            raise UsageError(f"importing a delta bundle into {sink.kind}: "
-                             "expected an engine that can complete it (docker, podman, containerd, an OCI "
-                             f"layout, a registry), found {sink.kind}",
-                             hint="nothing was loaded; re-export without --have for this host")
-        external = sink.prepare_delta(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
+    external = _delta_base(sink, manifest, to_load)
 
     # === load under staging tags, then read back and compare
-    t_load = time.monotonic()
-    run_id = new_run_id()
-    staged: Dict[int, str] = {}
-    loaded_checks: List[ImageCheck] = []
-    if to_load:
-        staged_images = []
-        for n, image in enumerate(to_load):
-            if not image.refs:  # untagged in the bundle: loaded untagged, found by config digest
-                staged_images.append(image)
-                continue
-            ref = staging_ref(run_id, n)
-            staged[n] = ref
-            staged_images.append(_with_refs(image, (ref,)))
-        res.staging_refs = list(staged.values())
-        on_bytes = progress("load", _load_total(sink, manifest, staged_images, external)) if progress else None
-        try:
-            if external:
-                sink.load(root, staged_images, on_bytes, external=external)  # type: ignore[call-arg]
-            else:
-                sink.load(root, staged_images, on_bytes)
-        except BaseException:
-            res.leftovers = cleanup(sink, list(staged.values()), [])
-            raise
-        res.timings["loadSeconds"] = time.monotonic() - t_load
-        testhooks.reached("loaded")
-        t_check = time.monotonic()
-        for n, image in enumerate(to_load):
-            name = staged.get(n, lookup_name(engine.image_store, image))
-            loaded_checks.append(check_image(image, sink.lookup(name), engine.image_store))
-        res.timings["postLoadSeconds"] = time.monotonic() - t_check
+    staged, loaded_checks = _load_staged(sink, root, manifest, to_load, external, engine, res, progress)
     res.checks = present + loaded_checks
     refuse_mismatches(sink, res.checks, list(staged.values()), res,
                       hint="the images this run loaded were removed; report this with the receipt "
@@ -245,6 +208,57 @@ def _load_verified(
     res.leftovers = cleanup(sink, list(staged.values()), [])
     res.timings["totalSeconds"] = time.monotonic() - started
     return res
+
+
+def _delta_base(sink: Sink, manifest: BundleManifest, to_load: List[ImageRecord]) -> Any:
+    """A delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise);
+    what the sink's load needs to complete it (None: not a delta, or nothing to load)."""
+    if not (manifest.is_delta and to_load):
+        return None
+    if not sink.completes_deltas:
+        raise UsageError(f"importing a delta bundle into {sink.kind}: "
+                         "expected an engine that can complete it (docker, podman, containerd, an OCI "
+                         f"layout, a registry), found {sink.kind}",
+                         hint="nothing was loaded; re-export without --have for this host")
+    return sink.prepare_delta(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
+
+
+def _load_staged(sink: Sink, root: str, manifest: BundleManifest, to_load: List[ImageRecord], external: Any,
+                 engine: EngineInfo, res: ImportResult,
+                 progress: Optional[ProgressFactory]) -> Tuple[Dict[int, str], List[ImageCheck]]:
+    """Load ``to_load`` under this run's staging tags (untagged images untagged, found by the ID
+    the identity rule predicts) and read each back: (staging tags, their checks)."""
+    staged: Dict[int, str] = {}
+    checks: List[ImageCheck] = []
+    if not to_load:
+        return staged, checks
+    t_load = time.monotonic()
+    run_id = new_run_id()
+    staged_images = []
+    for n, image in enumerate(to_load):
+        if not image.refs:  # untagged in the bundle: loaded untagged, found by config digest
+            staged_images.append(image)
+            continue
+        staged[n] = staging_ref(run_id, n)
+        staged_images.append(_with_refs(image, (staged[n],)))
+    res.staging_refs = list(staged.values())
+    on_bytes = progress("load", _load_total(sink, manifest, staged_images, external)) if progress else None
+    try:
+        if external:
+            sink.load(root, staged_images, on_bytes, external=external)  # type: ignore[call-arg]
+        else:
+            sink.load(root, staged_images, on_bytes)
+    except BaseException:
+        res.leftovers = cleanup(sink, list(staged.values()), [])
+        raise
+    res.timings["loadSeconds"] = time.monotonic() - t_load
+    testhooks.reached("loaded")
+    t_check = time.monotonic()
+    for n, image in enumerate(to_load):
+        name = staged.get(n, lookup_name(engine.image_store, image))
+        checks.append(check_image(image, sink.lookup(name), engine.image_store))
+    res.timings["postLoadSeconds"] = time.monotonic() - t_check
+    return staged, checks
 
 
 def _check_unstreamed_layers(root: str, manifest: BundleManifest, to_load: List[ImageRecord]) -> None:
