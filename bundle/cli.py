@@ -21,8 +21,8 @@ from bundle.export import export_images
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
-from importer.cli.output import ArgumentParser, emit, fail, success
-from importer.errors import BundleError, InternalError, Interrupted, os_error
+from importer.cli.output import ArgumentParser, emit, guarded, success
+from importer.errors import Interrupted
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
 from importer.streams.progress import human_bytes, stderr_progress
@@ -231,25 +231,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
-    try:
+
+    def body() -> int:
+        build_parser().parse_args(argv, namespace=args)
         try:
-            args = build_parser().parse_args(argv, namespace=args)
-            try:
-                rc: int = args.handler(args)
-            finally:
-                stop_progress()
-            return rc
-        except OSError as e:  # a file that could not be read or written: typed, naming it
-            if args.debug:
-                raise
-            raise os_error(e, getattr(args, "bundle", None)) from e
-    except BundleError as e:
-        if args.debug:
-            raise
-        return fail(args, e)
-    except KeyboardInterrupt:
-        return fail(args, Interrupted("bundle: stopped by SIGINT", hint="run the same command again"))
-    except Exception as e:  # the last resort: never a bare traceback for users
-        if args.debug:
-            raise
-        return fail(args, InternalError.of(e, "bundle"))
+            rc: int = args.handler(args)
+        finally:
+            stop_progress()
+        return rc
+
+    # the importer's one error boundary (importer/cli/output.py): the same lines and exit codes
+    return guarded(args, body, what="bundle", path=lambda: getattr(args, "bundle", None),
+                   interrupted=lambda e: Interrupted("bundle: stopped by SIGINT", hint="run the same command again"))
