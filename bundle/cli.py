@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="export images from Docker, containerd or an OCI layout into a bundle")
     e.add_argument("images", nargs="+", metavar="IMAGE",
                    help="image references: name:tag or ID (Docker; also docker-daemon:REF), containerd:REF "
-                   "(blobs copied as stored), oci:DIR[:REF]")
+                   "(blobs copied as stored), oci:DIR[:REF], docker://HOST[:PORT]/REPO:TAG|@DIGEST (a registry)")
     e.add_argument("-o", "--output", metavar="DIR", help="the bundle folder to create (optional with --archive)")
     add_archive_options(e)
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
@@ -60,9 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tag", action="append", default=[], metavar="REF",
                    help="the name the image carries in the bundle, instead of the source's (once per IMAGE, "
                    "in order; e.g. for an OCI layout whose ref name is a bare tag)")
+    e.add_argument("--insecure", action="store_true",
+                   help="docker:// sources: HTTPS without certificate checks, else plain HTTP (the default for a "
+                   "registry on loopback)")
     e.add_argument("--platform", action="append", default=[], metavar="OS/ARCH[/VARIANT]",
                    help="which manifest of a multi-platform image (an index) to carry, e.g. linux/arm64 "
-                   "(containerd: and oci: sources; default: this host's platform; arm64 means arm64/v8 as "
+                   "(docker://, containerd: and oci: sources; default: this host's platform; arm64 means arm64/v8 as "
                    "containerd says). A single-platform image is carried as it is")
     e.add_argument("--force", action="store_true",
                    help="replace an existing bundle folder (one holding bundle.json); anything else is refused")
@@ -138,7 +141,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
-                               tags=args.tag, platforms=args.platform)
+                               tags=args.tag, platforms=args.platform, insecure=args.insecure)
     finally:
         stop_progress()
     if result.recompressed:

@@ -66,6 +66,7 @@ def export_images(
     namespace: Optional[str] = None,
     tags: Sequence[str] = (),
     platforms: Sequence[str] = (),
+    insecure: bool = False,
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -82,7 +83,8 @@ def export_images(
         _check_replaceable(out_dir)
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace)
+    source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
+                                insecure=insecure)
     if schema < 3 and not isinstance(source, DockerDaemonSource):
         raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")

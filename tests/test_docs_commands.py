@@ -134,6 +134,7 @@ GPU = "GPU-only: qualifies a GPU host (CPU and GPU-less paths: tests/test_smoke_
 CONTAINERD = "needs a containerd (tests/test_containerd_sink.py, test_delta_containerd.py)"
 PODMAN = "needs a podman store (tests/test_engine_sinks.py)"
 REGISTRY = "needs a registry (tests/test_registry_push.py, test_delta_registry.py)"
+REGISTRY_SRC = "needs a registry holding the image (tests/test_export_registry.py)"
 SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
 SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
 FLEET = ("runs on the nodes of a cluster (tests/test_check_only.py, tests/test_fleet_report.py run each "
@@ -183,6 +184,10 @@ SPECS: Dict[str, Spec] = {
                                                           setup="rm -rf {W}/new.bundle"),
     "bundle export containerd:REF... --address SOCKET [--namespace NS] -o DIR": skip(CONTAINERD),
     "bundle export oci:LAYOUT[:REF] -o DIR": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
+    "bundle export docker://HOST[:PORT]/REPO:TAG -o DIR": skip(REGISTRY_SRC),
+    "bundle export docker://registry.internal:5000/team/train:7 -o /media/usb/train.bundle": skip(REGISTRY_SRC),
+    "bundle export docker://registry.internal:5000/team/train@sha256:4f1c... --tag team/train:7 -o DIR":
+        skip(REGISTRY_SRC),
     "bundle export oci:LAYOUT:REF --platform linux/arm64 -o DIR": run(subs={"REF": "my/train:1", "DIR": NEW},
                                                                      setup="rm -rf {W}/new.bundle"),
     # docs/engines.md: one platform of an index (a single-platform layout here: carried as it is;

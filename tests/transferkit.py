@@ -105,10 +105,17 @@ class FlakyProxy:
       request starts (the registry got every earlier request whole); once.
     - ``fail_first=K``: answer the first K requests (whose request line starts with
       ``fail_match``) with ``fail_status`` (500 by default), then behave.
-    A TLS ClientHello is refused at once, as a plain-HTTP server does. Counts request lines."""
+    - ``cut_response_at=N``: once N response bytes went back to the client, cut that connection in
+      the middle of the answer (a download that drops); once.
+    A TLS ClientHello is refused at once, as a plain-HTTP server does. Counts request lines and
+    keeps the ``Range`` headers clients sent."""
 
     def __init__(self, upstream: int, *, cut_mid_at: int = 0, cut_between_at: int = 0, fail_first: int = 0,
-                 fail_match: bytes = b"", fail_status: int = 500) -> None:
+                 fail_match: bytes = b"", fail_status: int = 500, cut_response_at: int = 0) -> None:
+        self.cut_response_at = cut_response_at
+        self.received = 0
+        self.response_cuts = 0
+        self.ranges: list[str] = []
         self.upstream = upstream
         self.cut_mid_at = cut_mid_at
         self.cut_between_at = cut_between_at
@@ -153,7 +160,7 @@ class FlakyProxy:
         except OSError:
             client.close()
             return
-        threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+        threading.Thread(target=self._answers, args=(server, client), daemon=True).start()
         reader = client.makefile("rb")
         try:
             if reader.peek(1)[:1] == b"\x16":  # a TLS handshake: this is a plain-HTTP server
@@ -167,6 +174,9 @@ class FlakyProxy:
                     head += line
                 with self._lock:
                     self.lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                    r = re.search(rb"\r\nrange:\s*([^\r\n]*)", head, re.IGNORECASE)
+                    if r:
+                        self.ranges.append(r.group(1).decode("latin-1"))
                     if self.fail_left > 0 and head.startswith(self.fail_match):
                         self.fail_left -= 1
                         self.failed += 1
@@ -219,6 +229,33 @@ class FlakyProxy:
     def _count(self, n: int) -> None:
         with self._lock:
             self.sent += n
+
+    def _answers(self, server: socket.socket, client: socket.socket) -> None:
+        """The registry's answers back to the client, cut once past ``cut_response_at`` bytes."""
+        if not self.cut_response_at:
+            self._pump(server, client)
+            return
+        try:
+            while True:
+                data = server.recv(1 << 16)
+                if not data:
+                    break
+                with self._lock:
+                    cut_here = not self.response_cuts and self.received + len(data) >= self.cut_response_at
+                    if cut_here:
+                        self.response_cuts += 1
+                        data = data[:max(0, self.cut_response_at - self.received)]
+                    self.received += len(data)
+                client.sendall(data)
+                if cut_here:
+                    break
+        except OSError:
+            pass
+        finally:
+            for s in (client, server):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:

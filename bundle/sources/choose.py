@@ -1,6 +1,7 @@
 """Which source an export reads from, by the references' transport prefix (skopeo's spelling):
 ``docker-daemon:REF`` or a bare ``REF`` (the Docker engine), ``containerd:REF`` (containerd's
-content store, blobs copied as stored), ``oci:DIR[:REF]`` (an OCI image layout)."""
+content store, blobs copied as stored), ``oci:DIR[:REF]`` (an OCI image layout),
+``docker://HOST[:PORT]/REPO:TAG`` (a registry, bundle/sources/registry.py)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,25 @@ from typing import Any, List, Optional, Sequence, Tuple
 from bundle.sources.containerd import ContainerdSource
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.sources.oci_layout import OciLayoutSource, split_oci_ref
+from bundle.sources.registry import RegistrySource
 from importer.errors import UsageError
 
-TRANSPORTS = ("docker-daemon", "containerd", "oci")
+TRANSPORTS = ("docker-daemon", "containerd", "oci", "docker")
 
 
 def transport_of(ref: str) -> Tuple[str, str]:
     head, sep, rest = ref.partition(":")
+    if sep and head == "docker":
+        if not rest.startswith("//") or len(rest) <= 2:
+            raise UsageError(f"exporting {ref}: expected docker://HOST[:PORT]/REPO:TAG (or @sha256:...), "
+                             f"found {ref!r}", hint="a registry image is written with two slashes: docker://...")
+        return head, rest[2:]
     if sep and head in TRANSPORTS:
         return head, rest
-    if sep and head in ("docker", "oci-archive", "docker-archive", "podman", "dir"):
+    if sep and head in ("oci-archive", "docker-archive", "podman", "dir"):
         raise UsageError(f"exporting {ref}: the {head}: source is not supported by bundle export",
-                         hint="use docker-daemon:REF (or a bare REF), containerd:REF or oci:DIR[:REF]; "
-                              "for a registry or an archive, `skopeo copy` it into oci:DIR first")
+                         hint="use docker-daemon:REF (or a bare REF), containerd:REF, oci:DIR[:REF] or "
+                              "docker://HOST/REPO:TAG; for an archive, `skopeo copy` it into oci:DIR first")
     if _names_a_folder(ref):
         raise UsageError(f"exporting {ref}: expected an image reference (Docker's, without a transport prefix), "
                          "found a folder of that name",
@@ -41,7 +48,8 @@ def _names_a_folder(ref: str) -> bool:
 
 
 def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
-                address: Optional[str] = None, namespace: Optional[str] = None) -> Tuple[Any, List[Any]]:
+                address: Optional[str] = None, namespace: Optional[str] = None,
+                insecure: bool = False) -> Tuple[Any, List[Any]]:
     """(source, refs as that source names them). All references must come from one source."""
     parsed = [transport_of(r) for r in refs]
     kinds = sorted({k for k, _ in parsed})
@@ -49,6 +57,12 @@ def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
         raise UsageError(f"exporting {', '.join(refs)}: expected images from one source, found {', '.join(kinds)}",
                          hint="export each source into its own bundle")
     kind = kinds[0]
+    if insecure and kind != "docker":
+        raise UsageError(f"exporting from {kind} with --insecure: expected a docker:// (registry) source",
+                         hint="--insecure lets a registry skip certificate checks; drop it for other sources")
+    if kind == "docker":
+        names = [r for _, r in parsed]
+        return RegistrySource(names, insecure=insecure), names
     if kind == "containerd":
         return ContainerdSource(address, namespace), [r for _, r in parsed]
     if kind == "oci":

@@ -502,6 +502,49 @@ class RegistryClient:
             raise RegistryError(f"reading back blob {digest.short}: expected at most {limit} bytes, found more")
         return data
 
+    def open_blob(self, repo: str, digest: Digest, *, offset: int = 0, what: str = "") -> Tuple[Any, int]:
+        """A blob's bytes as a stream, from ``offset`` (``Range``), following a storage redirect:
+        (a readable the caller closes, the offset its first byte is at: 0 when the registry sent
+        the whole blob). The auth handshake runs first (HEAD, with retries); a blob the registry
+        does not hold is a RegistryError naming it."""
+        what = what or f"reading blob {digest.short} of {repo}"
+        if offset == 0 or not self._auth:
+            head = self.request("HEAD", f"/v2/{repo}/blobs/{digest}", ok=(200, 307, 302, 404), repo=repo, what=what)
+            if head.status == 404:
+                raise RegistryError(f"{what}: expected the blob in {self.target.host}/{repo}, found none (HTTP 404)",
+                                    hint="the image's manifest names a blob its repository lacks; push it again")
+        self._check_cancelled()
+        hdrs = {"Host": self.target.host, "User-Agent": USER_AGENT}
+        if offset:
+            hdrs["Range"] = f"bytes={offset}-"
+        auth = self._auth.get(repo) or self._auth.get("")
+        if auth:
+            hdrs["Authorization"] = auth
+        conn = self._new_connection()  # its own connection: the stream holds it while it is read
+        conn.request("GET", f"/v2/{repo}/blobs/{digest}", headers=hdrs)
+        r = conn.getresponse()
+        if r.status in (301, 302, 303, 307, 308):
+            location = r.getheader("Location") or ""
+            r.read()
+            conn.close()
+            if not location.startswith(("http://", "https://")):
+                raise RegistryError(f"{what}: expected a redirect URL, found {location!r}")
+            req = urllib.request.Request(location, headers={"Range": f"bytes={offset}-"} if offset else {})  # noqa: S310 - http(s) checked above
+            ctx = ssl.create_default_context()
+            f = urllib.request.urlopen(req, timeout=self.timeout, context=ctx)  # noqa: S310
+            return f, (offset if f.status == 206 else 0)
+        if r.status not in (200, 206):
+            body = r.read(4096)
+            conn.close()
+            resp = Response(r.status, r.msg, body)
+            if r.status == 401:  # a token that expired mid-export: the next attempt authenticates again
+                self._auth.pop(repo, None)
+                raise http.client.HTTPException(f"{what}: HTTP 401")
+            if r.status == 429 or r.status >= 500:
+                raise http.client.HTTPException(f"{what}: HTTP {r.status} {_error_text(resp)}".strip())
+            raise self._refused(what, resp, (200, 206))
+        return _Owned(r, conn), (offset if r.status == 206 else 0)
+
     def _location(self, resp: Response, current: str = "") -> str:
         loc = resp.header("Location") or current
         if not loc:
@@ -640,6 +683,21 @@ class RegistryClient:
         if r.status == 400 and "DIGEST_INVALID" in _error_text(r):
             raise _Interrupted(f"the registry hashed the upload to something else ({_error_text(r)})")
         raise self._refused(what, r, (201,))
+
+
+class _Owned:
+    """An HTTP response body that closes its own connection."""
+
+    def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> None:
+        self.resp = resp
+        self.conn = conn
+
+    def read(self, n: int = -1) -> bytes:
+        return self.resp.read(n)
+
+    def close(self) -> None:
+        self.resp.close()
+        self.conn.close()
 
 
 def _hash_prefix(src: BinaryIO, offset: int) -> Any:

@@ -1,0 +1,285 @@
+"""The ``docker://`` source: images read straight from a registry over the distribution API, on
+the importer's own client (importer/registry/client.py: token and basic auth from the docker
+config and its credential helpers, ``--insecure``, a loopback registry over plain HTTP).
+
+``docker://HOST[:PORT]/REPO:TAG`` or ``docker://HOST[:PORT]/REPO@sha256:...`` (no host: Docker
+Hub). Manifests and indexes are kept byte for byte (their digests survive); blobs are copied as
+stored and checked on the way like every source's (importer's blobcopy: digest, size, diff_id).
+A blob download that drops is resumed from the bytes already read (``Range``), a few times.
+A tagged reference is carried under its full name (``HOST:PORT/REPO:TAG``, as ``docker pull``
+names it); a reference by digest is carried untagged (``--tag`` names it)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import io
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from bundle.blobstore import BlobStore
+from bundle.sources import SourceImage, SourceInfo
+from bundle.sources.blobcopy import copy_image, pick_manifest, pick_manifest_raw
+from importer.errors import ImageNotFound, InvalidReference, RegistryError, SourceError
+from importer.format.digest import CHUNK, Digest, is_digest
+from importer.format.limits import MAX_CONFIG, parse_json
+from importer.format.manifest import LayerRecord
+from importer.format.platform import Platform, host
+from importer.pipeline.have import HaveLayers
+from importer.registry.client import RegistryClient, RegistryTarget
+
+ProgressFn = Any
+DOCKER_HUB = "registry-1.docker.io"
+RESUMES = 5
+_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    """``HOST[:PORT]/REPO`` and a tag or a digest."""
+
+    host: str
+    repo: str
+    tag: str = ""
+    digest: str = ""
+
+    @property
+    def reference(self) -> str:
+        return self.digest or self.tag
+
+    @property
+    def name(self) -> str:
+        """The name the bundle gives a tagged image (``docker pull`` names it so)."""
+        hub = self.host == DOCKER_HUB
+        repo = self.repo[len("library/"):] if hub and self.repo.startswith("library/") else self.repo
+        return f"{repo}:{self.tag}" if hub else f"{self.host}/{self.repo}:{self.tag}"
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.repo}{'@' + self.digest if self.digest else ':' + self.tag}"
+
+
+def parse_registry_ref(text: str) -> RegistryRef:
+    """``[HOST[:PORT]/]REPO[:TAG|@DIGEST]`` (what follows ``docker://``); no host: Docker Hub."""
+    where = f"docker://{text}"
+    name, _, digest = text.partition("@")
+    if digest and not is_digest(digest):
+        raise InvalidReference(f"reading {where}: expected a digest 'sha256:' + 64 hex after '@', found {digest!r}")
+    tag = ""
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        name, tag = name[:colon], name[colon + 1:]
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
+        host_name, repo = first, rest
+    else:
+        host_name, repo = DOCKER_HUB, (name if "/" in name else f"library/{name}")
+    if host_name in ("docker.io", "index.docker.io"):
+        host_name = DOCKER_HUB
+    if not _REPO_RE.fullmatch(repo):
+        raise InvalidReference(f"reading {where}: expected a repository of lowercase path components, found {repo!r}",
+                               hint="write it as docker://HOST[:PORT]/REPO:TAG or docker://HOST[:PORT]/REPO@sha256:...")
+    if tag and not _TAG_RE.fullmatch(tag):
+        raise InvalidReference(f"reading {where}: expected a tag of [A-Za-z0-9_.-] (at most 128), found {tag!r}")
+    if not tag and not digest:
+        tag = "latest"
+    return RegistryRef(host_name, repo, tag, digest)
+
+
+class _ResumingBlob:
+    """A blob read to its end: when the connection drops (an error, or an end before ``size``)
+    the download is opened again at the bytes already read, up to RESUMES times; the caller
+    hashes what it reads, so a resumed blob is checked as a whole."""
+
+    def __init__(self, client: RegistryClient, repo: str, digest: Digest, size: Optional[int], what: str) -> None:
+        self.client, self.repo, self.digest, self.size, self.what = client, repo, digest, size, what
+        self.pos = 0
+        self.resumes = 0
+        self.f: Any = None
+        self._open()
+
+    def _open(self) -> None:
+        f, start = self.client.open_blob(self.repo, self.digest, offset=self.pos, what=self.what)
+        skip = self.pos - start  # the registry sent the blob from its start: drop what was read already
+        while skip > 0:
+            chunk = f.read(min(CHUNK, skip))
+            if not chunk:
+                f.close()
+                raise http.client.IncompleteRead(b"")
+            skip -= len(chunk)
+        self.f = f
+
+    def _resume(self, why: str) -> None:
+        self.resumes += 1
+        if self.f is not None:
+            with contextlib.suppress(Exception):
+                self.f.close()
+            self.f = None
+        if self.resumes > RESUMES:
+            raise RegistryError(
+                f"{self.what}: expected the whole blob ({self.size if self.size is not None else '?'} bytes), "
+                f"found the download cut {self.resumes} times (last at byte {self.pos}: {why})",
+                hint="check the network path to the registry (proxy, tunnel) and run the export again")
+        self.client.log(f"{self.what}: download cut at byte {self.pos} ({why}); resuming")
+        try:
+            self._open()
+        except (OSError, http.client.HTTPException) as e:
+            self._resume(f"{type(e).__name__}: {e}")
+
+    def read(self, n: int = -1) -> bytes:
+        want = n if n is not None and n > 0 else CHUNK
+        while True:
+            try:
+                data: bytes = self.f.read(want)
+            except (OSError, http.client.HTTPException) as e:
+                self._resume(f"{type(e).__name__}: {e}")
+                continue
+            if data:
+                self.pos += len(data)
+                return data
+            if self.size is None or self.pos >= self.size:
+                return b""
+            self._resume("the connection ended early")
+
+    def close(self) -> None:
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+
+class RegistrySource:
+    """Images in one or more registries (one client per registry host)."""
+
+    kind = "registry"
+
+    def __init__(self, refs: Sequence[str] = (), *, insecure: bool = False) -> None:
+        self.insecure = insecure
+        #: the registries the references name (checked before anything is read)
+        self.hosts = sorted({parse_registry_ref(r).host for r in refs})
+        self.platform: Platform = host()
+        self.clients: Dict[str, RegistryClient] = {}
+        self.where = "the registry"
+        self._targets: Dict[str, Tuple[RegistryRef, Dict[str, Any]]] = {}
+        self._manifests: Dict[str, bytes] = {}  # digest -> exact bytes (manifests and indexes)
+        self._sizes: Dict[str, int] = {}  # blob digest -> size its descriptor gives
+        self._current: Optional[RegistryRef] = None
+        self._lock = threading.Lock()
+        #: how many times a dropped blob download was resumed (layers are read in parallel)
+        self.resumed = 0
+
+    def client(self, host_name: str) -> RegistryClient:
+        if host_name not in self.clients:
+            client = RegistryClient(RegistryTarget(host_name), insecure=self.insecure)
+            client.ping()
+            self.clients[host_name] = client
+        return self.clients[host_name]
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+    def info(self) -> SourceInfo:
+        """The registries, each asked ``GET /v2/`` (plain HTTP or HTTPS, the login it wants)."""
+        return SourceInfo("registry", {"registries": self.hosts,
+                                       "schemes": {h: self.client(h).scheme for h in self.hosts}})
+
+    # === references
+    def _target(self, text: str) -> Tuple[RegistryRef, Dict[str, Any]]:
+        """The reference's manifest (or index) descriptor, its bytes kept."""
+        if text not in self._targets:
+            ref = parse_registry_ref(text)
+            client = self.client(ref.host)
+            what = f"exporting docker://{text}"
+            got = client.get_manifest(ref.repo, ref.reference, MAX_CONFIG)
+            if got is None:
+                raise ImageNotFound(f"{what}: expected {ref} in the registry, found none (HTTP 404)",
+                                    hint="check the name and tag (skopeo list-tags docker://HOST/REPO)")
+            raw, media_type, _header = got
+            digest = str(Digest.of_bytes(raw))
+            if ref.digest and digest != ref.digest:
+                raise SourceError(f"{what}: expected the manifest to hash to {ref.digest}, found {digest}",
+                                  hint="the registry answered with other bytes; do not trust this registry")
+            self._keep_manifest(digest, raw)
+            self._targets[text] = (ref, {"mediaType": media_type.split(";")[0].strip(), "digest": digest,
+                                         "size": len(raw)})
+        return self._targets[text]
+
+    def _keep_manifest(self, digest: str, raw: bytes) -> None:
+        self._manifests[digest] = raw
+        doc = parse_json(raw, f"the manifest {digest[:19]}")
+        if isinstance(doc, dict):  # the blobs and sub-manifests it names: their sizes, for resuming
+            for desc in [doc.get("config"), *(doc.get("layers") or []), *(doc.get("manifests") or [])]:
+                if isinstance(desc, dict) and is_digest(desc.get("digest")) and isinstance(desc.get("size"), int):
+                    self._sizes[str(desc["digest"])] = int(desc["size"])
+            for desc in doc.get("manifests") or []:
+                if isinstance(desc, dict) and is_digest(desc.get("digest")):
+                    self._manifests.setdefault(str(desc["digest"]), b"")  # fetched from /manifests/ when read
+
+    def check_refs(self, refs: Sequence[str]) -> int:
+        total = 0
+        for text in refs:
+            ref, target = self._target(text)
+            self._current = ref
+            manifest = pick_manifest(self, target, self.platform, f"exporting docker://{text}")
+            total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
+        return total
+
+    # === BlobProvider
+    def read_json(self, digest: str, limit: int, what: str) -> Any:
+        with self.open_blob(digest, what) as f:
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise SourceError(f"{what}: expected at most {limit} bytes, found more")
+        return parse_json(raw, what)
+
+    @contextlib.contextmanager
+    def open_blob(self, digest: str, what: str) -> Iterator[BinaryIO]:
+        ref = self._current
+        assert ref is not None, "open_blob before a reference was resolved"
+        client = self.client(ref.host)
+        if digest in self._manifests:  # a manifest or an index: from /manifests/, bytes kept
+            raw = self._manifests[digest]
+            if not raw:
+                got = client.get_manifest(ref.repo, digest, MAX_CONFIG)
+                if got is None:
+                    raise SourceError(f"{what}: expected the manifest {digest[:19]} in {ref.host}/{ref.repo}, "
+                                      "found none (HTTP 404)", hint="the index names a manifest the registry lacks")
+                raw = got[0]
+                self._keep_manifest(digest, raw)
+            yield io.BytesIO(raw)
+            return
+        blob = _ResumingBlob(client, ref.repo, Digest.parse(digest, what=what), self._sizes.get(digest), what)
+        try:
+            yield blob  # type: ignore[misc]
+        finally:
+            with self._lock:
+                self.resumed += blob.resumes
+            blob.close()
+
+    # === export
+    def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
+               on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+        copied: Dict[str, LayerRecord] = {}
+        by_target: Dict[str, Tuple[str, ...]] = {}
+        for text in refs:  # one image per manifest digest, all its requested names
+            ref, target = self._target(text)
+            names = (ref.name,) if ref.tag else ()
+            by_target[target["digest"]] = (*by_target.get(target["digest"], ()), *names)
+        images = []
+        try:
+            for text in refs:
+                ref, target = self._target(text)
+                if target["digest"] not in by_target:
+                    continue
+                self._current = ref
+                what = f"exporting docker://{text}"
+                manifest, raw = pick_manifest_raw(self, target, self.platform, what)
+                images.append(copy_image(self, manifest, by_target.pop(target["digest"]), store,
+                                         compression=compression, level=level, what=what, on_bytes=on_bytes,
+                                         have=have, copied=copied, raw_manifest=raw))
+        finally:
+            self.close()
+        return images
+

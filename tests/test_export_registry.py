@@ -1,0 +1,181 @@
+"""`bundle export docker://HOST[:PORT]/REPO:TAG|@DIGEST` (issue 17, point 1): images read straight
+from a real docker-registry on 127.0.0.1 (no auth, and basic auth from a docker config), pushed
+there by skopeo (an independent writer) from a private dockerd. The manifest digest survives
+byte for byte; the bundle imports into Docker with the config's image ID and into an OCI layout
+that skopeo reads back as the registry's bytes; a download cut mid-blob is resumed with a Range
+request; a bad reference or a missing tag fails with its exit code and leaves nothing behind."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import engines
+from tests.engines import Registry
+from tests.helpers import docker, image_facts, run_cli
+from tests.imagegen import simple_context
+from tests.test_cli_json import validate
+from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared
+from tests.transferkit import FlakyProxy
+
+pytestmark = pytest.mark.engine
+
+
+def skopeo(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([engines.require("skopeo"), "--insecure-policy", *args], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def raw_manifest(ref: str, *extra: str) -> bytes:
+    """The registry's manifest bytes as skopeo reads them (an independent reader)."""
+    proc = subprocess.run([engines.require("skopeo"), "--insecure-policy", "inspect", "--raw", *extra, ref],
+                          capture_output=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def images(docker_host: str, busybox: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Two images built FROM scratch in the private dockerd; ``big`` holds 3 MiB of random bytes
+    (one blob large enough to cut its download in the middle)."""
+    root = tmp_path_factory.mktemp("regsrc")
+    small = simple_context(root / "small", busybox, "registry source\n")
+    big = simple_context(root / "big", busybox, "big\n")
+    (big / "random.bin").write_bytes(os.urandom(3 << 20))
+    (big / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY random.bin /random.bin\n")
+    engines.build_image(docker_host, small, "regsrc/small:1")
+    engines.build_image(docker_host, big, "regsrc/big:1")
+    return {"small": "regsrc/small:1", "big": "regsrc/big:1"}
+
+
+def push(docker_host: str, image: str, dest: str, *extra: str) -> None:
+    skopeo("copy", "--src-daemon-host", docker_host, "--dest-tls-verify=false", *extra, f"docker-daemon:{image}",
+           f"docker://{dest}")
+
+
+@pytest.fixture(scope="module")
+def registry(docker_host: str, images: dict[str, str]) -> Iterator[Registry]:
+    with engines.private_registry(f"regsrc-{os.getpid()}") as reg:
+        for name, image in images.items():
+            push(docker_host, image, f"{reg.addr}/sn/{name}:1")
+        yield reg
+
+
+def export(*args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    proc = run_cli("bundle", "export", *args, "--json", "-q")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
+    if doc is not None:
+        validate("export" if proc.returncode == 0 else "error", doc)
+    return proc, doc
+
+
+def test_export_from_a_registry_keeps_the_manifest_and_imports_everywhere(
+        registry: Registry, docker_host: str, tmp_path: Path) -> None:
+    ref = f"{registry.addr}/sn/small:1"
+    pinned = raw_manifest(f"docker://{ref}", "--tls-verify=false")
+    out = tmp_path / "b"
+    proc, _ = export(f"docker://{ref}", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    bundle = json.loads((out / "bundle.json").read_text())
+    assert bundle["source"]["kind"] == "registry" and bundle["source"]["registries"] == [registry.addr]
+    [image] = bundle["images"]
+    assert image["refs"] == [ref]
+    assert image["manifest"]["digest"] == "sha256:" + hashlib.sha256(pinned).hexdigest()  # byte for byte
+    assert (out / "blobs" / "sha256" / image["manifest"]["digest"][7:]).read_bytes() == pinned
+    # Docker: the config's image ID and the diff_ids; an OCI layout: the registry's exact bytes
+    docker(docker_host, "image", "rm", ref, check=False)
+    imported = run_cli("importer", str(out), "--verify", "--docker-host", docker_host, "--no-receipt", "-q")
+    assert imported.returncode == 0, imported.stderr
+    facts = image_facts(docker_host, ref)
+    assert facts is not None and facts[0] == image["config"]["digest"]
+    assert facts[1] == [layer["diffId"] for layer in image["layers"]]
+    layout = tmp_path / "layout"
+    imported = run_cli("importer", str(out), "--verify", "--engine", "oci", "--oci-dir", str(layout),
+                       "--no-receipt", "-q")
+    assert imported.returncode == 0, imported.stderr
+    index = json.loads((layout / "index.json").read_text())
+    [entry] = [m for m in index["manifests"] if m["annotations"]["org.opencontainers.image.ref.name"] == ref]
+    assert entry["digest"] == image["manifest"]["digest"]
+    assert (layout / "blobs" / "sha256" / entry["digest"][7:]).read_bytes() == pinned
+    docker(docker_host, "image", "rm", ref)
+
+
+def test_a_reference_by_digest_is_carried_untagged_or_under_tag(registry: Registry, tmp_path: Path) -> None:
+    pinned = raw_manifest(f"docker://{registry.addr}/sn/small:1", "--tls-verify=false")
+    digest = "sha256:" + hashlib.sha256(pinned).hexdigest()
+    proc, _ = export(f"docker://{registry.addr}/sn/small@{digest}", "-o", str(tmp_path / "u"))
+    assert proc.returncode == 0, proc.stderr
+    [image] = json.loads((tmp_path / "u" / "bundle.json").read_text())["images"]
+    assert image["refs"] == [] and image["manifest"]["digest"] == digest
+    proc, _ = export(f"docker://{registry.addr}/sn/small@{digest}", "--tag", "sn/small:pinned",
+                     "-o", str(tmp_path / "t"))
+    assert proc.returncode == 0, proc.stderr
+    [image] = json.loads((tmp_path / "t" / "bundle.json").read_text())["images"]
+    assert image["refs"] == ["sn/small:pinned"] and image["manifest"]["digest"] == digest
+
+
+def test_a_download_cut_mid_blob_is_resumed(registry: Registry, tmp_path: Path) -> None:
+    """A proxy cuts the registry's answer once, 1 MiB into the export (inside the 3 MiB layer):
+    the export asks for the rest with a Range request and the bundle verifies."""
+    with FlakyProxy(registry.port, cut_response_at=1 << 20) as proxy:
+        ref = f"127.0.0.1:{proxy.port}/sn/big:1"
+        proc, _ = export(f"docker://{ref}", "-o", str(tmp_path / "b"))
+        assert proc.returncode == 0, proc.stderr
+        assert proxy.response_cuts == 1
+        assert any(r.startswith("bytes=") and not r.startswith("bytes=0-") for r in proxy.ranges), proxy.ranges
+    pinned = raw_manifest(f"docker://{registry.addr}/sn/big:1", "--tls-verify=false")
+    [image] = json.loads((tmp_path / "b" / "bundle.json").read_text())["images"]
+    assert image["manifest"]["digest"] == "sha256:" + hashlib.sha256(pinned).hexdigest()
+    verified = run_cli("importer", str(tmp_path / "b"), "--verify-only", "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True, verified.stderr
+
+
+@pytest.mark.parametrize("ref, code, error_id", [
+    ("sn/small:nosuchtag", 5, "image-not-found"),
+    ("sn/NotLower:1", 2, "invalid-reference"),
+])
+def test_a_bad_reference_fails_clearly_and_leaves_nothing(registry: Registry, tmp_path: Path, ref: str, code: int,
+                                                           error_id: str) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry.addr}/{ref}", "-o", str(out))
+    assert proc.returncode == code and doc["error"]["id"] == error_id, proc.stderr
+    assert f"error[{error_id}]" in proc.stderr and ref.split(":")[0] in proc.stderr
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith("b.partial-")]
+
+
+def test_docker_scheme_needs_two_slashes(tmp_path: Path) -> None:
+    proc, doc = export("docker:127.0.0.1:5000/sn/small:1", "-o", str(tmp_path / "b"))
+    assert proc.returncode == 2 and doc["error"]["id"] == "usage" and "docker://" in proc.stderr
+
+
+def test_basic_auth_from_the_docker_config(docker_host: str, images: dict[str, str], tmp_path: Path,
+                                          auth_registry: Registry) -> None:  # noqa: F811 - the fixture
+    """A registry with htpasswd: the export logs in with the docker config's credentials; without
+    them it fails with the auth error, naming what to do."""
+    push(docker_host, images["small"], f"{auth_registry.addr}/sn/small:1", "--dest-creds", "alice:s3cret-pw")
+    config = tmp_path / "docker"
+    config.mkdir()
+    auth = base64.b64encode(b"alice:s3cret-pw").decode()
+    (config / "config.json").write_text(json.dumps({"auths": {auth_registry.addr: {"auth": auth}}}))
+    ref = f"docker://{auth_registry.addr}/sn/small:1"
+    proc = run_cli("bundle", "export", ref, "-o", str(tmp_path / "ok"), "--json", "-q",
+                   env={"DOCKER_CONFIG": str(config)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "ok" / "bundle.json").read_text())["images"][0]["refs"] == [ref[len("docker://"):]]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run_cli("bundle", "export", ref, "-o", str(tmp_path / "no"), "--json", "-q",
+                   env={"DOCKER_CONFIG": str(empty)})
+    assert proc.returncode == 6 and json.loads(proc.stdout)["error"]["id"] == "registry-auth", proc.stderr
+    assert "docker login" in proc.stderr and not (tmp_path / "no").exists()
