@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from rich.console import Console
 from rich.progress import (
@@ -18,11 +18,12 @@ from rich.table import Table
 from rich.text import Text
 
 from bundle.export import export_images
+from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
 from importer.cli.output import ArgumentParser, emit, guarded, success
-from importer.errors import Interrupted
+from importer.errors import Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
 from importer.streams.progress import human_bytes, stderr_progress
@@ -36,9 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     e = sub.add_parser("export", help="export images from Docker, containerd or an OCI layout into a bundle")
-    e.add_argument("images", nargs="+", metavar="IMAGE",
+    e.add_argument("images", nargs="*", metavar="IMAGE",
                    help="image references: name:tag or ID (Docker; also docker-daemon:REF), containerd:REF "
                    "(blobs copied as stored), oci:DIR[:REF], docker://HOST[:PORT]/REPO:TAG|@DIGEST (a registry)")
+    e.add_argument("--images-from", action="append", default=[], metavar="FILE",
+                   help="the images listed in FILE too (repeatable): one reference per line (# comments), a "
+                   "hauler `kind: Images` manifest or a zarf.yaml (their bare names are read from the registry, "
+                   "docker://); docs/engines.md")
     e.add_argument("-o", "--output", metavar="DIR", help="the bundle folder to create (optional with --archive)")
     add_archive_options(e)
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
@@ -133,15 +138,27 @@ def summary_line(m: BundleManifest) -> str:
             f"of {human_bytes(plain)}{ratio}, bundle {human_bytes(m.compressed_bytes())}")
 
 
+def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
+    """The IMAGE arguments, then those of every ``--images-from`` list (each once, first order
+    kept); the platform the lists name (hauler), agreeing with ``--platform``."""
+    listed = read_image_lists(args.images_from)
+    images = list(dict.fromkeys([*args.images, *(i.ref for i in listed)]))
+    if not images:
+        raise UsageError("exporting: expected at least one IMAGE or --images-from FILE, found none",
+                         hint="bundle export IMAGE... -o DIR, or bundle export --images-from images.txt -o DIR")
+    return images, list(platform_of(listed, args.platform))
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    images, platforms = _listed_images(args)
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     try:
-        result = export_images(args.images, out_dir, docker_host=args.docker_host,
+        result = export_images(images, out_dir, docker_host=args.docker_host,
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
-                               tags=args.tag, platforms=args.platform, insecure=args.insecure)
+                               tags=args.tag, platforms=platforms, insecure=args.insecure)
     finally:
         stop_progress()
     if result.recompressed:

@@ -134,6 +134,7 @@ GPU = "GPU-only: qualifies a GPU host (CPU and GPU-less paths: tests/test_smoke_
 CONTAINERD = "needs a containerd (tests/test_containerd_sink.py, test_delta_containerd.py)"
 PODMAN = "needs a podman store (tests/test_engine_sinks.py)"
 REGISTRY = "needs a registry (tests/test_registry_push.py, test_delta_registry.py)"
+LISTS = "needs the listed images (tests/test_images_from.py exports plain, hauler and zarf lists)"
 REGISTRY_SRC = "needs a registry holding the image (tests/test_export_registry.py)"
 SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
 SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
@@ -185,6 +186,10 @@ SPECS: Dict[str, Spec] = {
     "bundle export containerd:REF... --address SOCKET [--namespace NS] -o DIR": skip(CONTAINERD),
     "bundle export oci:LAYOUT[:REF] -o DIR": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
     "bundle export docker://HOST[:PORT]/REPO:TAG -o DIR": skip(REGISTRY_SRC),
+    "bundle export --images-from images.txt -o DIR": skip(LISTS),
+    "bundle export --images-from images.txt -o /media/usb/stack.bundle": skip(LISTS),
+    "bundle export --images-from hauler-manifest.yaml --images-from zarf.yaml -o /media/usb/stack.bundle":
+        skip(LISTS),
     "bundle export docker://registry.internal:5000/team/train:7 -o /media/usb/train.bundle": skip(REGISTRY_SRC),
     "bundle export docker://registry.internal:5000/team/train@sha256:4f1c... --tag team/train:7 -o DIR":
         skip(REGISTRY_SRC),
