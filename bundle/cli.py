@@ -71,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--platform", action="append", default=[], metavar="OS/ARCH[/VARIANT]",
                    help="which manifest of a multi-platform image (an index) to carry, e.g. linux/arm64 "
                    "(docker://, containerd: and oci: sources; default: this host's platform; arm64 means arm64/v8 as "
-                   "containerd says). A single-platform image is carried as it is")
+                   "containerd says). Repeat it (or a comma list) to carry several platforms of one image. A "
+                   "single-platform image is carried as it is")
+    e.add_argument("--all-platforms", action="store_true",
+                   help="carry every platform of a multi-platform image and its index byte for byte (docker://, "
+                   "containerd: and oci: sources; bundle schema 3.2); an engine imports the platform it runs")
     e.add_argument("--force", action="store_true",
                    help="replace an existing bundle folder (one holding bundle.json); anything else is refused")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
@@ -158,7 +162,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
-                               tags=args.tag, platforms=platforms, insecure=args.insecure)
+                               tags=args.tag, platforms=platforms, insecure=args.insecure,
+                               all_platforms=args.all_platforms)
     finally:
         stop_progress()
     if result.recompressed:
@@ -228,8 +233,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     table = Table("IMAGE", "PLATFORM", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
     for image in info["images"]:
         shared = sum(1 for layer in image["layers"] if layer["sharedWith"])
-        plat = image.get("platform") or {}
-        platform = "/".join(str(plat[k]) for k in ("os", "architecture", "variant") if plat.get(k)) or "-"
+        plats = image.get("platforms") or [image.get("platform") or {}]
+        platform = ", ".join("/".join(str(p[k]) for k in ("os", "architecture", "variant") if p.get(k)) or "-"
+                             for p in plats)  # a multi-platform image: every platform carried, primary first
         table.add_row(_t(", ".join(image["refs"]) or "(untagged)"), _t(platform), _t(image["configDigest"][:19]),
                       str(len(image["layers"])), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))

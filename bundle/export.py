@@ -20,6 +20,7 @@ from bundle.blobstore import BlobStore
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources import SourceImage
+from bundle.sources.blobcopy import PlatformChoice
 from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
@@ -67,6 +68,7 @@ def export_images(
     tags: Sequence[str] = (),
     platforms: Sequence[str] = (),
     insecure: bool = False,
+    all_platforms: bool = False,
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -88,8 +90,8 @@ def export_images(
     if schema < 3 and not isinstance(source, DockerDaemonSource):
         raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
-    if platforms:
-        _pick_platform(source, platforms)
+    if platforms or all_platforms:
+        _pick_platform(source, platforms, all_platforms)
     elif have and not isinstance(source, DockerDaemonSource):
         offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
         if offline is not None:
@@ -156,13 +158,22 @@ def _ordered(images: List[SourceImage], names: Sequence[str], tags: Sequence[str
     return _renamed(images, tags) if tags else images
 
 
-def _pick_platform(source: Any, values: Sequence[str]) -> None:
-    """``--platform``: which manifest of an image index the source carries (default: this host's)."""
-    wanted = parse_platforms(values)
-    if len(wanted) > 1:
-        raise UsageError(f"exporting with --platform {','.join(str(p) for p in wanted)}: expected one platform, "
-                         f"found {len(wanted)}", hint="carrying several platforms of one image is not supported yet; "
-                         "export one bundle per platform")
+def _pick_platform(source: Any, values: Sequence[str], all_platforms: bool = False) -> None:
+    """``--platform``: which manifest of an image index the source carries (default: this host's);
+    several ``--platform`` or ``--all-platforms``: a multi-platform image (bundle schema 3.2), the
+    host's platform (else the first named) as the primary that older importers load."""
+    wanted = parse_platforms(values) if values else []
+    if all_platforms and wanted:
+        raise UsageError(f"exporting with --all-platforms and --platform {','.join(str(p) for p in wanted)}: "
+                         "expected one of them", hint="--all-platforms carries every platform of the index")
+    if isinstance(source, DockerDaemonSource) and (all_platforms or len(wanted) > 1):
+        raise UsageError("exporting from Docker with several platforms: expected one (Docker exports the platform "
+                         "its engine runs)", hint="read multi-platform images from docker://, containerd: or an "
+                         "OCI layout (oci:DIR[:REF])")
+    if all_platforms or len(wanted) > 1:
+        source.choice = PlatformChoice(every=all_platforms, wanted=tuple(wanted))
+        source.platform = next((p for p in wanted if p.matches(host())), wanted[0]) if wanted else host()
+        return
     if isinstance(source, DockerDaemonSource):
         if not wanted[0].matches(host()):
             raise UsageError(f"exporting from Docker with --platform {wanted[0]}: expected this host's platform "

@@ -54,29 +54,24 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
     records: List[ImageRecord] = []
     index_entries: List[Dict[str, Any]] = []
     for image in images:
-        config = store.write_bytes(image.raw_config)
-        if image.raw_manifest is not None:  # the source's manifest, byte for byte: same digest, same image ID
-            raw_manifest = image.raw_manifest
-            manifest_type, config_type = image.manifest_media_type, image.config_media_type
-        else:
-            raw_manifest = oci_manifest(config, image)
-            manifest_type, config_type = OCI_MANIFEST, OCI_CONFIG
-        manifest = store.write_bytes(raw_manifest)
-        records.append(ImageRecord(
-            refs=image.refs,
-            manifest=BlobRef(manifest_type, manifest.digest, manifest.size),
-            config=BlobRef(config_type, config.digest, config.size),
-            layers=image.layers,
-            platform=dict(image.platform),
-        ))
-        base: Dict[str, Any] = {"mediaType": manifest_type, "digest": str(manifest.digest), "size": manifest.size}
-        if image.platform.get("os") and image.platform.get("architecture"):
-            base["platform"] = dict(image.platform)
-        if image.refs:
-            for ref in image.refs:
-                index_entries.append({**base, "annotations": {REF_NAME_ANNOTATION: ref}})
-        else:
-            index_entries.append(base)
+        variants = [_record(store, v) for v in (image, *image.others)]
+        index = None
+        if image.raw_index is not None:
+            blob = store.write_bytes(image.raw_index)
+            index = BlobRef(image.index_media_type, blob.digest, blob.size)
+        primary = variants[0]
+        records.append(ImageRecord(refs=image.refs, manifest=primary.manifest, config=primary.config,
+                                   layers=primary.layers, platform=primary.platform, index=index,
+                                   others=tuple(variants[1:])))
+        for n, rec in enumerate(variants):
+            base: Dict[str, Any] = rec.manifest.to_dict()
+            if rec.platform.get("os") and rec.platform.get("architecture"):
+                base["platform"] = dict(rec.platform)
+            if image.refs and n == 0:  # the refs name the primary; the other platforms are listed unnamed
+                for ref in image.refs:
+                    index_entries.append({**base, "annotations": {REF_NAME_ANNOTATION: ref}})
+            else:
+                index_entries.append(base)
     for path, blob in store.written.items():
         record(path, blob.digest, blob.size)
 
@@ -90,8 +85,7 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         record(path, Digest.of_bytes(data), len(data))
 
     manifest_model = BundleManifest(
-        # 3.1: delta bundles (external layers); full bundles stay 3.0 for older 3.x importers
-        schema_version=f"{SCHEMA_MAJOR}.{1 if any(x.external for r in records for x in r.layers) else 0}",
+        schema_version=f"{SCHEMA_MAJOR}.{_minor(records)}",
         created=created or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         tool_version=__version__,
         source=source,
@@ -105,6 +99,30 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
     fsync_dir(store.dir)
     fsync_dir(root)
     return manifest_model
+
+
+def _record(store: BlobStore, image: SourceImage) -> ImageRecord:
+    """One platform of an image: its config and manifest written (the source's manifest byte for
+    byte when it kept one: same digest, same image ID; else one of the bundle's own)."""
+    config = store.write_bytes(image.raw_config)
+    if image.raw_manifest is not None:
+        raw_manifest = image.raw_manifest
+        manifest_type, config_type = image.manifest_media_type, image.config_media_type
+    else:
+        raw_manifest = oci_manifest(config, image)
+        manifest_type, config_type = OCI_MANIFEST, OCI_CONFIG
+    manifest = store.write_bytes(raw_manifest)
+    return ImageRecord(refs=(), manifest=BlobRef(manifest_type, manifest.digest, manifest.size),
+                       config=BlobRef(config_type, config.digest, config.size), layers=image.layers,
+                       platform=dict(image.platform))
+
+
+def _minor(records: Sequence[ImageRecord]) -> int:
+    """The lowest minor that says what the bundle holds, so older 3.x importers read the rest:
+    3.2 multi-platform images, 3.1 delta bundles (external layers), else 3.0."""
+    if any(r.others or r.index is not None for r in records):
+        return 2
+    return 1 if any(x.external for r in records for v in r.variants for x in v.layers) else 0
 
 
 def write_sums(root: str, manifest: BundleManifest, raw_bundle_json: bytes,

@@ -135,6 +135,7 @@ CONTAINERD = "needs a containerd (tests/test_containerd_sink.py, test_delta_cont
 PODMAN = "needs a podman store (tests/test_engine_sinks.py)"
 REGISTRY = "needs a registry (tests/test_registry_push.py, test_delta_registry.py)"
 LISTS = "needs the listed images (tests/test_images_from.py exports plain, hauler and zarf lists)"
+MULTI = "needs a multi-platform image (tests/test_multiplatform.py builds one and exports it)"
 REGISTRY_SRC = "needs a registry holding the image (tests/test_export_registry.py)"
 SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
 SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
@@ -186,6 +187,10 @@ SPECS: Dict[str, Spec] = {
     "bundle export containerd:REF... --address SOCKET [--namespace NS] -o DIR": skip(CONTAINERD),
     "bundle export oci:LAYOUT[:REF] -o DIR": run(subs={"DIR": NEW}, setup="rm -rf {W}/new.bundle"),
     "bundle export docker://HOST[:PORT]/REPO:TAG -o DIR": skip(REGISTRY_SRC),
+    "bundle export SRC... --all-platforms -o DIR": skip(MULTI),
+    "bundle export docker://registry.internal:5000/team/train:7 --all-platforms -o /media/usb/train.bundle":
+        skip(REGISTRY_SRC),
+    "bundle export oci:/srv/layout:team/app:1 --platform linux/amd64,linux/arm64 -o DIR": skip(MULTI),
     "bundle export --images-from images.txt -o DIR": skip(LISTS),
     "bundle export --images-from images.txt -o /media/usb/stack.bundle": skip(LISTS),
     "bundle export --images-from hauler-manifest.yaml --images-from zarf.yaml -o /media/usb/stack.bundle":

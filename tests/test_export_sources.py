@@ -200,8 +200,10 @@ def test_an_oci_layout_needs_a_ref_when_it_holds_several(src: dict, tmp_path: Pa
 def test_sources_cannot_be_mixed_or_unsupported(tmp_path: Path) -> None:
     proc = run_cli("bundle", "export", "src/app:1", "containerd:src/app:2", "-o", str(tmp_path / "x"))
     assert proc.returncode == 2 and "expected images from one source" in proc.stderr, proc.stderr
-    proc = run_cli("bundle", "export", "docker://registry.example/x:1", "-o", str(tmp_path / "x"))
-    assert proc.returncode == 2 and "the docker: source is not supported" in proc.stderr, proc.stderr
+    proc = run_cli("bundle", "export", "docker-archive:/tmp/x.tar", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "the docker-archive: source is not supported" in proc.stderr, proc.stderr
+    proc = run_cli("bundle", "export", "docker://127.0.0.1:5000/x:1", "src/app:1", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "expected images from one source" in proc.stderr, proc.stderr
     proc = run_cli("bundle", "export", f"oci:{tmp_path}:x", "--schema", "1", "-o", str(tmp_path / "y"))
     assert proc.returncode == 2 and "need a Docker source" in proc.stderr, proc.stderr
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

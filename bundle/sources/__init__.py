@@ -23,6 +23,11 @@ class SourceImage:
     raw_manifest: Optional[bytes] = None
     manifest_media_type: str = ""
     config_media_type: str = ""
+    #: a multi-platform image (bundle schema 3.2): the source's image index byte for byte when
+    #: every platform was asked for (``--all-platforms``), and the other platforms carried
+    raw_index: Optional[bytes] = None
+    index_media_type: str = ""
+    others: Tuple[SourceImage, ...] = ()
 
 
 @dataclass(frozen=True)

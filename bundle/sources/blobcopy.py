@@ -34,7 +34,7 @@ from importer.format.mediatypes import (
     OCI_LAYER_ZSTD,
     compression_of,
 )
-from importer.format.platform import Platform, index_platforms, pick_entry
+from importer.format.platform import Platform, index_platforms, of_dict, pick_entry
 from importer.pipeline.have import HaveLayers
 from importer.streams.readers import HashingReader, Readable
 from importer.streams.signals import stop_requested
@@ -318,6 +318,69 @@ def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], sto
         return SourceImage(refs=refs, raw_config=raw_config, layers=kept[0], platform=platform_of(config),
                            raw_manifest=raw_manifest, manifest_media_type=kept[1], config_media_type=kept[2])
     return SourceImage(refs=refs, raw_config=raw_config, layers=tuple(layers), platform=platform_of(config))
+
+
+def copy_target(provider: BlobProvider, target: Dict[str, Any], refs: Tuple[str, ...], store: BlobStore, *,
+                platform: Any, choice: Optional[PlatformChoice], what: str, **copy: Any) -> SourceImage:
+    """The image ``target`` names (a manifest, or an index). Without ``choice``: the manifest for
+    ``platform`` (:func:`pick_manifest_raw`). With one (``--all-platforms`` or several
+    ``--platform``) and an index: every platform chosen, the primary (``platform``, this host's,
+    when chosen; else the first) carrying the refs and the others beside it; with every platform,
+    the index itself byte for byte. A single-manifest image is carried as it is."""
+    raw = read_blob_bytes(provider, str(target["digest"]), MAX_CONFIG, f"{what}: manifest {str(target['digest'])[:19]}")
+    doc = parse_json(raw, f"{what}: manifest")
+    is_index = target.get("mediaType") in INDEX_TYPES or (
+        isinstance(doc, dict) and isinstance(doc.get("manifests"), list))
+    if choice is None or not is_index:
+        manifest, raw_manifest = pick_manifest_raw(provider, target, platform, what)
+        return copy_image(provider, manifest, refs, store, what=what, raw_manifest=raw_manifest, **copy)
+    entries = choice.entries(doc, what)
+    primary = next((e for e in entries if _entry_platform(e).matches(platform)), entries[0])
+    images = []
+    for entry in [primary, *[e for e in entries if e is not primary]]:
+        sub_what = f"{what} ({_entry_platform(entry)})"
+        manifest, raw_manifest = pick_manifest_raw(provider, entry, platform, sub_what)
+        images.append(copy_image(provider, manifest, refs if entry is primary else (), store, what=sub_what,
+                                 raw_manifest=raw_manifest, **copy))
+    return dataclasses.replace(images[0], others=tuple(images[1:]),
+                               raw_index=raw if choice.every else None,
+                               index_media_type=str(target.get("mediaType") or doc.get("mediaType") or ""))
+
+
+def _entry_platform(entry: Dict[str, Any]) -> Platform:
+    return of_dict(entry.get("platform")) or Platform("unknown", "unknown")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlatformChoice:
+    """Several platforms of a multi-platform image: ``every`` (``--all-platforms``: the whole
+    index, kept byte for byte) or those ``wanted`` (several ``--platform``)."""
+
+    every: bool = False
+    wanted: Tuple[Platform, ...] = ()
+
+    def entries(self, index: Any, what: str) -> List[Dict[str, Any]]:
+        listed = [e for e in index.get("manifests") or [] if isinstance(e, dict)]
+        if self.every:
+            # attestation manifests (buildkit: platform unknown/unknown) describe, they run nowhere
+            chosen = [e for e in listed if _entry_platform(e).os != "unknown"]
+            if len(chosen) != len(listed):
+                raise SourceError(f"{what}: expected every manifest of the index to be an image for a platform, "
+                                  f"found {len(listed) - len(chosen)} attestation or unknown entries",
+                                  hint="--all-platforms keeps the index as it is, so it needs all of it; pick the "
+                                  "platforms with --platform OS/ARCH (repeatable) instead")
+            return chosen
+        chosen = []
+        for want in self.wanted:
+            entry = pick_entry(index, want)
+            if entry is None:
+                found = [str(p) for p in index_platforms(index)]
+                raise PlatformNotFound(f"{what}: expected a manifest for {want} in the index, "
+                                       f"found {', '.join(found) or 'none'}",
+                                       hint="pick among those with --platform OS/ARCH[/VARIANT]")
+            if entry not in chosen:
+                chosen.append(entry)
+        return chosen
 
 
 #: layers read at once (each streamed: a read buffer and a decompressor's window apiece)

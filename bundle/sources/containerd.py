@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import copy_image, pick_manifest, pick_manifest_raw
+from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
 from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
@@ -33,6 +33,8 @@ class ContainerdSource:
         self._targets: Dict[str, Dict[str, Any]] = {}
         #: the platform picked from an image index (bundle export --platform; default: this host's)
         self.platform: Platform = host()
+        #: several platforms of a multi-platform image (--all-platforms, several --platform)
+        self.choice: Optional[PlatformChoice] = None
 
     def info(self) -> SourceInfo:
         version = self.ctr.version(hint="start containerd, or pass --address SOCKET [--namespace NS]")
@@ -89,8 +91,7 @@ class ContainerdSource:
             if target["digest"] not in by_target:
                 continue
             what = f"exporting {ref} from {self.where}"
-            manifest, raw = pick_manifest_raw(self, target, self.platform, what)
-            images.append(copy_image(self, manifest, by_target.pop(target["digest"]), store,
-                                     compression=compression, level=level, what=what, on_bytes=on_bytes,
-                                     have=have, copied=copied, raw_manifest=raw))
+            images.append(copy_target(self, target, by_target.pop(target["digest"]), store, platform=self.platform,
+                                      choice=self.choice, compression=compression, level=level, what=what,
+                                      on_bytes=on_bytes, have=have, copied=copied))
         return images

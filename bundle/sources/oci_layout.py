@@ -16,7 +16,13 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import INDEX_TYPES, MANIFEST_TYPES, copy_image, pick_manifest, pick_manifest_raw
+from bundle.sources.blobcopy import (
+    INDEX_TYPES,
+    MANIFEST_TYPES,
+    PlatformChoice,
+    copy_target,
+    pick_manifest,
+)
 from importer.errors import ImageNotFound, SourceError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
@@ -45,6 +51,8 @@ class OciLayoutSource:
         self._index: Optional[List[Dict[str, Any]]] = None
         #: the platform picked from an image index (bundle export --platform; default: this host's)
         self.platform: Platform = host()
+        #: several platforms of a multi-platform image (--all-platforms, several --platform)
+        self.choice: Optional[PlatformChoice] = None
 
     def _entries(self) -> List[Dict[str, Any]]:
         if self._index is None:
@@ -127,8 +135,7 @@ class OciLayoutSource:
         for ref in refs:
             entry = self._target(ref)
             what = f"exporting {ref or 'the image'} from {self.where}"
-            manifest, raw = pick_manifest_raw(self, entry, self.platform, what)
-            images.append(copy_image(self, manifest, self.image_refs(entry), store, compression=compression,
-                                     level=level, what=what, on_bytes=on_bytes, have=have, copied=copied,
-                                     raw_manifest=raw))
+            images.append(copy_target(self, entry, self.image_refs(entry), store, platform=self.platform,
+                                      choice=self.choice, compression=compression, level=level, what=what,
+                                      on_bytes=on_bytes, have=have, copied=copied))
         return images

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import copy_image, pick_manifest, pick_manifest_raw
+from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
 from importer.errors import ImageNotFound, InvalidReference, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_CONFIG, parse_json
@@ -159,6 +159,8 @@ class RegistrySource:
         #: the registries the references name (checked before anything is read)
         self.hosts = sorted({parse_registry_ref(r).host for r in refs})
         self.platform: Platform = host()
+        #: several platforms of a multi-platform image (--all-platforms, several --platform)
+        self.choice: Optional[PlatformChoice] = None
         self.clients: Dict[str, RegistryClient] = {}
         self.where = "the registry"
         self._targets: Dict[str, Tuple[RegistryRef, Dict[str, Any]]] = {}
@@ -275,10 +277,9 @@ class RegistrySource:
                     continue
                 self._current = ref
                 what = f"exporting docker://{text}"
-                manifest, raw = pick_manifest_raw(self, target, self.platform, what)
-                images.append(copy_image(self, manifest, by_target.pop(target["digest"]), store,
-                                         compression=compression, level=level, what=what, on_bytes=on_bytes,
-                                         have=have, copied=copied, raw_manifest=raw))
+                images.append(copy_target(self, target, by_target.pop(target["digest"]), store,
+                                          platform=self.platform, choice=self.choice, compression=compression,
+                                          level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
         finally:
             self.close()
         return images

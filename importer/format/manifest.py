@@ -79,20 +79,38 @@ class ImageRecord:
     platform: Dict[str, str] = field(default_factory=dict)
     #: what messages call the image when ``refs`` are stand-ins (the importer's staging tags)
     label: str = field(default="", compare=False)
+    #: schema 3.2, a multi-platform image: the source's image index, byte for byte (its digest
+    #: survives), and the other platforms carried beside this one (the primary: the exporting
+    #: host's platform when carried). Each other record has no refs of its own.
+    index: Optional[BlobRef] = None
+    others: Tuple[ImageRecord, ...] = ()
 
     @property
     def name(self) -> str:
         """How to call this image in messages: its label or first ref, else its config digest."""
         return self.label or (self.refs[0] if self.refs else self.config.digest.short)
 
+    @property
+    def variants(self) -> Tuple[ImageRecord, ...]:
+        """This record and every other platform carried with it."""
+        return (self, *self.others)
+
+    def platform_text(self) -> str:
+        return "/".join(self.platform[k] for k in ("os", "architecture", "variant") if self.platform.get(k)) or "?"
+
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        doc: Dict[str, Any] = {
             "refs": list(self.refs),
             "platform": dict(self.platform),
             "manifest": self.manifest.to_dict(),
             "config": self.config.to_dict(),
             "layers": [layer.to_dict() for layer in self.layers],
         }
+        if self.index is not None:
+            doc["index"] = self.index.to_dict()
+        if self.others:
+            doc["platforms"] = [{k: v for k, v in other.to_dict().items() if k != "refs"} for other in self.others]
+        return doc
 
 
 @dataclass(frozen=True)
@@ -129,10 +147,18 @@ class BundleManifest:
         """Schema 3.1 and later may leave layers out (``external``); 3.0 is always a full bundle."""
         return (self.major, self.minor) >= (3, 1)
 
+    def records(self) -> List[ImageRecord]:
+        """Every image record, the other platforms of multi-platform images (3.2) included."""
+        return [variant for image in self.images for variant in image.variants]
+
+    @property
+    def multi_platform(self) -> bool:
+        return any(image.others or image.index is not None for image in self.images)
+
     def unique_layers(self) -> List[LayerRecord]:
-        """Every distinct layer, stored or external."""
+        """Every distinct layer, stored or external (of every carried platform)."""
         seen: Dict[Digest, LayerRecord] = {}
-        for image in self.images:
+        for image in self.records():
             for layer in image.layers:
                 seen.setdefault(layer.digest, layer)
         return list(seen.values())
@@ -322,7 +348,17 @@ def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optio
         all_refs.add(ref)
     if manifest is None or config is None:
         return None
-    return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform)
+    index = c.blobref(img["index"], f"{where}.index") if "index" in img else None
+    others: List[ImageRecord] = []
+    for k, raw_other in enumerate(c.lst(img.get("platforms", []), f"{where}.platforms")):
+        other = _check_image(c, {**c.obj(raw_other, f"{where}.platforms[{k}]"), "refs": []},
+                             f"{where}.platforms[{k}]", set())
+        if other is not None:
+            if other.index is not None or other.others:
+                c.fail(f"{where}.platforms[{k}]", "expected one platform's manifest, config and layers, "
+                       "found an index or platforms inside it")
+            others.append(other)
+    return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform, index=index, others=tuple(others))
 
 
 def _check_layer(c: _Checker, raw_layer: Any, lw: str) -> Optional[LayerRecord]:
@@ -368,10 +404,13 @@ def _check_listed(c: _Checker, images: List[ImageRecord], files: List[FileRecord
     """Every blob an image names (but external layers) and the importer are listed in ``files``,
     with the same size."""
     by_path = {f.path: f for f in files}
-    for i, img_rec in enumerate(images):
-        blobs = [("manifest", img_rec.manifest), ("config", img_rec.config)]
-        blobs += [(f"layers[{k}]", BlobRef(lr.media_type, lr.digest, lr.size))
-                  for k, lr in enumerate(img_rec.layers) if not lr.external]
+    for i, img in enumerate(images):
+        blobs = [("index", img.index)] if img.index is not None else []
+        for n, img_rec in enumerate(img.variants):
+            at = f"platforms[{n - 1}]." if n else ""
+            blobs += [(f"{at}manifest", img_rec.manifest), (f"{at}config", img_rec.config)]
+            blobs += [(f"{at}layers[{k}]", BlobRef(lr.media_type, lr.digest, lr.size))
+                      for k, lr in enumerate(img_rec.layers) if not lr.external]
         for what, ref in blobs:
             listed = by_path.get(ref.digest.blob_path)
             if listed is None:

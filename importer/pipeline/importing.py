@@ -20,7 +20,7 @@ from importer.format.platform import Platform
 from importer.input.layers import check_layer
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.postload import ImageCheck, check_image
-from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight
+from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight, select_platform
 from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import refuse_tag_conflicts
@@ -125,6 +125,7 @@ def import_bundle(
     # === 3. the engine answers; 4. one import per engine at a time
     engine = sink.probe()
     res.engine = engine
+    manifest = select_platform(manifest, engine, platform)  # a multi-platform image: the one the engine runs
     check_platforms(manifest, engine, platform)  # an engine runs one platform: refuse others now
     # === 4. one import per engine at a time; 7. then staging tags runs killed earlier left (steps.engine_run)
     with engine_run(sink, engine, root, res, lock_wait=lock_wait, on_notice=on_notice):
@@ -136,7 +137,7 @@ def import_bundle(
         preflight.raise_if_short()
         # === 6. verify every byte, load under staging tags, check, tag
         try:
-            _load_verified(bundle, sink, force=force, progress=progress, result=res, deep=deep)
+            _load_verified(bundle, sink, force=force, progress=progress, result=res, deep=deep, platform=platform)
         finally:
             if res.report.manifest is not None:
                 res.report.signature = sig.to_dict()
@@ -151,6 +152,7 @@ def _load_verified(
     progress: Optional[ProgressFactory] = None,
     result: Optional[ImportResult] = None,
     deep: bool = False,
+    platform: Optional[Platform] = None,
 ) -> ImportResult:
     """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
     started = time.monotonic()
@@ -170,6 +172,7 @@ def _load_verified(
     # === what does the engine already hold? (probed once, by import_bundle, when it ran first)
     engine = res.engine if res.engine is not None else sink.probe()
     res.engine = engine
+    manifest = select_platform(manifest, engine, platform)  # every platform verified; the engine's loaded
     to_load: List[ImageRecord] = []
     present: List[ImageCheck] = []
     for image in manifest.images:

@@ -23,6 +23,7 @@ root exists on this host; otherwise the check says it was skipped and why.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -210,6 +211,44 @@ def run_preflight(
 
 #: engines that run images (an OCI layout or a registry holds any platform)
 RUNNING_ENGINES = ("docker", "containerd", "podman")
+
+
+def select_platform(manifest: BundleManifest, engine: EngineInfo, want: Optional[Platform] = None) -> BundleManifest:
+    """An engine runs one platform: each multi-platform image (schema 3.2) is imported as the
+    carried platform it runs (``want``: ``bundle-import --platform``, default this host's; OS and
+    architecture compared, variant too when both name one). Refused before any change when an
+    image carries none for it, naming the platforms it has. Other targets (an OCI layout, a
+    registry) and single-platform bundles: unchanged (then :func:`check_platforms`)."""
+    if engine.kind not in RUNNING_ENGINES or not manifest.multi_platform:
+        return manifest
+    runs = (want or host()).normalized()
+    images: List[ImageRecord] = []
+    missing: List[str] = []
+    for image in manifest.images:
+        if not image.others:
+            images.append(image)
+            continue
+        match = [v for v in image.variants if _runs(of_dict(v.platform), runs)]
+        if not match:
+            missing.append(f"{image.name} (carries {', '.join(v.platform_text() for v in image.variants)})")
+            continue
+        chosen = match[0]
+        images.append(ImageRecord(image.refs, chosen.manifest, chosen.config, chosen.layers, chosen.platform,
+                                  label=image.label))
+    if missing:
+        raise PlatformMismatch(
+            f"importing into {engine.kind} at {engine.address}: expected a manifest for {Platform(*runs)} in "
+            f"every multi-platform image, found none in {len(missing)}: {'; '.join(missing[:10])}",
+            hint="export the platform this host runs (bundle export --platform OS/ARCH, or --all-platforms), or "
+                 "pass --platform OS/ARCH for an engine that runs it emulated; nothing was changed")
+    return dataclasses.replace(manifest, images=tuple(images))
+
+
+def _runs(plat: Optional[Platform], runs: Platform) -> bool:
+    if plat is None:
+        return False
+    p = plat.normalized()
+    return p[:2] == runs[:2] and (not p.variant or not runs.variant or p.variant == runs.variant)
 
 
 def check_platforms(manifest: BundleManifest, engine: EngineInfo, want: Optional[Platform] = None) -> None:

@@ -399,7 +399,8 @@ class RegistryClient:
                 raise RegistryError(
                     f"{what}: expected an answer from {self.target.host}, found failures {attempt} times in a row "
                     f"(last: {last})",
-                    hint="check that the registry (and the tunnel, if any) is up; re-running resumes the push",
+                    hint="check that the registry (and the tunnel, if any) is up and run the command again "
+                    "(a push resumes: blobs already there are skipped)",
                 )
             self.stats.add(retries=1)
             self.log(f"{what}: {last}; retrying")

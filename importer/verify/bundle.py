@@ -303,7 +303,7 @@ def check_records(manifest: BundleManifest, present: Set[str], add: Callable[[Pr
     """
     first: Dict[Digest, Tuple[str, LayerRecord]] = {}
     external: Dict[Digest, str] = {}
-    for image in manifest.images:
+    for image in manifest.records():
         for i, layer in enumerate(image.layers):
             where = f"{image.name} (layer {i + 1}/{len(image.layers)})"
             if layer.external:
@@ -338,7 +338,7 @@ def _shown(value: Any) -> str:
 
 def _layer_names(manifest: BundleManifest) -> Dict[Digest, str]:
     names: Dict[Digest, str] = {}
-    for image in manifest.images:
+    for image in manifest.records():
         for i, layer in enumerate(image.layers):
             names.setdefault(layer.digest, f"layer {i + 1}/{len(image.layers)} of {image.name}")
     return names
@@ -423,7 +423,7 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
             issue = _descriptor_issue(entry, f"manifests[{k}]")
             if issue is not None:
                 add(Problem("invalid-manifest", "index.json", issue))
-    for image in manifest.images:
+    for image in manifest.records():
         _check_image(root, image, entries, bad, add)
 
 

@@ -39,6 +39,9 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
                 {**layer.to_dict(), "sharedWith": [n for n in users[layer.digest] if n != image.name]}
                 for layer in image.layers
             ],
+            # schema 3.2: every platform carried (the primary first) and the source's index digest
+            "platforms": [dict(v.platform) for v in image.variants],
+            "indexDigest": str(image.index.digest) if image.index is not None else None,
         })
     shared = [
         {"digest": str(d), "images": names} for d, names in users.items() if len(names) > 1

@@ -1,0 +1,171 @@
+"""Multi-platform images (issue 17, points 2 and 3; bundle schema 3.2): an OCI layout holding one
+image index for linux/amd64, linux/arm64 and linux/ppc64le (tiny layers and configs written by
+the test) exported with ``--all-platforms`` keeps the index byte for byte and every platform's
+blobs; several ``--platform`` carry just those; the amd64 Docker in CI imports the amd64 image
+from it (the config's image ID); a bundle without the host's platform is refused before any
+change, naming the platforms it has; a damaged blob of a platform the host does not run still
+fails verification; bundle.json validates against schemas/bundle/v3.schema.json."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import platform
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from tests.helpers import REPO, docker, image_facts, image_ids, run_cli
+from tests.test_cli_json import validate
+
+pytestmark = pytest.mark.engine
+REF = "multi/app:1"
+ARCHES = ("amd64", "arm64", "ppc64le")
+
+
+def _blob(layout: Path, data: bytes) -> dict[str, Any]:
+    digest = hashlib.sha256(data).hexdigest()
+    (layout / "blobs" / "sha256" / digest).write_bytes(data)
+    return {"digest": f"sha256:{digest}", "size": len(data)}
+
+
+def _layer(text: str) -> tuple[bytes, str]:
+    """A gzip layer holding /arch.txt; (compressed bytes, diff_id)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        data = text.encode() * 200
+        info = tarfile.TarInfo("arch.txt")
+        info.size, info.mode, info.mtime = len(data), 0o644, 0
+        tar.addfile(info, io.BytesIO(data))
+    plain = raw.getvalue()
+    return gzip.compress(plain, mtime=0), "sha256:" + hashlib.sha256(plain).hexdigest()
+
+
+def write_layout(layout: Path) -> dict[str, Any]:
+    """An OCI layout whose ``multi/app:1`` is an index of three platforms; what was written."""
+    (layout / "blobs" / "sha256").mkdir(parents=True)
+    (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+    entries, facts = [], {}
+    for arch in ARCHES:
+        layer, diff_id = _layer(f"built for {arch}\n")
+        layer_desc = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **_blob(layout, layer)}
+        config = json.dumps({"architecture": arch, "os": "linux", "config": {"Cmd": ["/arch.txt"]},
+                             "rootfs": {"type": "layers", "diff_ids": [diff_id]}}, sort_keys=True).encode()
+        config_desc = {"mediaType": "application/vnd.oci.image.config.v1+json", **_blob(layout, config)}
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "config": config_desc, "layers": [layer_desc]}).encode()
+        manifest_desc = {"mediaType": "application/vnd.oci.image.manifest.v1+json", **_blob(layout, manifest)}
+        entries.append({**manifest_desc, "platform": {"architecture": arch, "os": "linux"}})
+        facts[arch] = {"config": config_desc["digest"], "layer": layer_desc["digest"],
+                       "manifest": manifest_desc["digest"]}
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                        "manifests": entries}, indent=1).encode()
+    index_desc = {"mediaType": "application/vnd.oci.image.index.v1+json", **_blob(layout, index)}
+    (layout / "index.json").write_text(json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{**index_desc, "annotations": {"org.opencontainers.image.ref.name": REF}}]}))
+    return {"index": index_desc["digest"], "index_bytes": index, "arch": facts}
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    if platform.machine() not in ("x86_64", "amd64"):
+        pytest.skip("the test's host platform is amd64 (the CI machine's)")
+    root = tmp_path_factory.mktemp("multi") / "layout"
+    return root, write_layout(root)
+
+
+def export(layout: Path, out: Path, *args: str) -> dict[str, Any]:
+    proc = run_cli("bundle", "export", f"oci:{layout}:{REF}", "-o", str(out), "--json", "-q", *args)
+    assert proc.returncode == 0, proc.stderr
+    validate("export", json.loads(proc.stdout))
+    doc = json.loads((out / "bundle.json").read_text())
+    schema = json.loads((REPO / "schemas" / "bundle" / "v3.schema.json").read_text())
+    assert not [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
+    return doc
+
+
+def stored(bundle: Path) -> set[str]:
+    return {f"sha256:{p.name}" for p in (bundle / "blobs" / "sha256").iterdir()}
+
+
+def test_all_platforms_keeps_the_index_and_docker_gets_its_own(layout: tuple[Path, dict[str, Any]],
+                                                               docker_host: str, tmp_path: Path) -> None:
+    src, facts = layout
+    out = tmp_path / "all.bundle"
+    doc = export(src, out, "--all-platforms")
+    assert doc["schemaVersion"] == "3.2"
+    [image] = doc["images"]
+    assert image["refs"] == [REF] and image["platform"]["architecture"] == "amd64"  # this host's is the primary
+    assert image["index"]["digest"] == facts["index"]
+    assert (out / "blobs" / "sha256" / facts["index"][7:]).read_bytes() == facts["index_bytes"]  # byte for byte
+    assert [p["platform"]["architecture"] for p in image["platforms"]] == ["arm64", "ppc64le"]
+    for arch in ARCHES:
+        assert {facts["arch"][arch][k] for k in ("config", "layer", "manifest")} <= stored(out)
+    inspected = json.loads(run_cli("bundle", "inspect", str(out), "--json").stdout)
+    assert [p["architecture"] for p in inspected["images"][0]["platforms"]] == list(ARCHES)
+    assert inspected["images"][0]["indexDigest"] == facts["index"]
+    table = run_cli("bundle", "inspect", str(out)).stdout
+    assert "linux/amd64, linux/arm64, linux/ppc64le" in table
+    # Docker (amd64) imports the amd64 image: the config's image ID, every platform verified first
+    docker(docker_host, "image", "rm", REF, check=False)
+    receipt = tmp_path / "r.json"
+    proc = run_cli("importer", str(out), "--verify", "--docker-host", docker_host, "--receipt", str(receipt), "-q")
+    assert proc.returncode == 0, proc.stderr
+    found = image_facts(docker_host, REF)
+    assert found is not None and found[0] == facts["arch"]["amd64"]["config"]
+    checked = json.loads(receipt.read_text())
+    assert checked["verification"]["filesChecked"] == len(doc["files"])  # the arm64 and ppc64le blobs too
+    docker(docker_host, "image", "rm", REF)
+
+
+def test_several_platforms_carry_just_those(layout: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    src, facts = layout
+    out = tmp_path / "two.bundle"
+    doc = export(src, out, "--platform", "linux/arm64", "--platform", "linux/amd64")
+    [image] = doc["images"]
+    assert doc["schemaVersion"] == "3.2" and "index" not in image  # a subset cannot keep the index digest
+    assert image["platform"]["architecture"] == "amd64"
+    assert [p["platform"]["architecture"] for p in image["platforms"]] == ["arm64"]
+    assert facts["arch"]["arm64"]["layer"] in stored(out) and facts["arch"]["amd64"]["layer"] in stored(out)
+    assert facts["arch"]["ppc64le"]["layer"] not in stored(out)
+
+
+def test_a_bundle_without_the_hosts_platform_is_refused_before_any_change(
+        layout: tuple[Path, dict[str, Any]], docker_host: str, tmp_path: Path) -> None:
+    src, _ = layout
+    out = tmp_path / "foreign.bundle"
+    doc = export(src, out, "--platform", "linux/arm64,linux/ppc64le")
+    assert doc["images"][0]["platform"]["architecture"] == "arm64"  # no host platform: the first asked
+    before = image_ids(docker_host)
+    proc = run_cli("importer", str(out), "--verify", "--docker-host", docker_host, "--no-receipt", "--json")
+    assert proc.returncode == 7 and json.loads(proc.stdout)["error"]["id"] == "platform-mismatch", proc.stderr
+    assert "linux/arm64, linux/ppc64le" in proc.stderr and "linux/amd64" in proc.stderr
+    assert image_ids(docker_host) == before
+
+
+def test_a_damaged_blob_of_another_platform_fails_verification(layout: tuple[Path, dict[str, Any]],
+                                                                tmp_path: Path) -> None:
+    src, facts = layout
+    out = tmp_path / "all.bundle"
+    export(src, out, "--all-platforms")
+    blob = out / "blobs" / "sha256" / facts["arch"]["ppc64le"]["layer"][7:]
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    proc = run_cli("importer", str(out), "--verify-only", "--json")
+    assert proc.returncode == 3, proc.stderr
+    assert facts["arch"]["ppc64le"]["layer"][7:] in proc.stdout
+
+
+def test_docker_cannot_carry_several_platforms(tmp_path: Path) -> None:
+    proc = run_cli("bundle", "export", "some/image:1", "--all-platforms", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "several platforms" in proc.stderr and not (tmp_path / "x").exists()
+    proc = run_cli("bundle", "export", "oci:/nowhere:x", "--all-platforms", "--platform", "linux/amd64",
+                   "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "expected one of them" in proc.stderr
