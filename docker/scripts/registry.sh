@@ -10,6 +10,10 @@
 #   config.yml  data/  registry.pid  registry.log
 # Plain HTTP on loopback only; blob/manifest deletion enabled.
 # SNEAKERNET_REGISTRY_HTPASSWD=FILE at start: require basic auth against that htpasswd (bcrypt).
+# SNEAKERNET_REGISTRY_TOKEN_REALM=URL at start: require bearer tokens (auth: token) from that realm,
+#   with SNEAKERNET_REGISTRY_TOKEN_SERVICE (default sneakernet-test), SNEAKERNET_REGISTRY_TOKEN_ISSUER
+#   (default sneakernet-test-issuer) and SNEAKERNET_REGISTRY_TOKEN_ROOTCERTS=FILE (PEM certificates whose
+#   keys sign the tokens: rootcertbundle).
 set -euo pipefail
 
 die() { echo "registry.sh: $*" >&2; exit 1; }
@@ -111,6 +115,14 @@ EOF
     if [ -n "${SNEAKERNET_REGISTRY_HTPASSWD:-}" ]; then
         [ -f "$SNEAKERNET_REGISTRY_HTPASSWD" ] || die "SNEAKERNET_REGISTRY_HTPASSWD: no file $SNEAKERNET_REGISTRY_HTPASSWD"
         printf 'auth:\n  htpasswd:\n    realm: sneakernet-test\n    path: %s\n' "$SNEAKERNET_REGISTRY_HTPASSWD" >>"$CONFIG"
+    fi
+    if [ -n "${SNEAKERNET_REGISTRY_TOKEN_REALM:-}" ]; then
+        [ -z "${SNEAKERNET_REGISTRY_HTPASSWD:-}" ] || die "SNEAKERNET_REGISTRY_HTPASSWD and _TOKEN_REALM: pick one auth"
+        local certs=${SNEAKERNET_REGISTRY_TOKEN_ROOTCERTS:-}
+        [ -n "$certs" ] && [ -f "$certs" ] || die "SNEAKERNET_REGISTRY_TOKEN_ROOTCERTS: no file '$certs'"
+        printf 'auth:\n  token:\n    realm: "%s"\n    service: "%s"\n    issuer: "%s"\n    rootcertbundle: "%s"\n' \
+            "$SNEAKERNET_REGISTRY_TOKEN_REALM" "${SNEAKERNET_REGISTRY_TOKEN_SERVICE:-sneakernet-test}" \
+            "${SNEAKERNET_REGISTRY_TOKEN_ISSUER:-sneakernet-test-issuer}" "$certs" >>"$CONFIG"
     fi
     echo "=== $(date -Is) registry.sh start $name $port" >>"$LOG"
     local launcher=()
