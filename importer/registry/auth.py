@@ -122,15 +122,17 @@ def _from_helper(helper: str, host: str) -> Optional[Credentials]:
 def fetch_token(params: Dict[str, str], scopes: List[str], creds: Optional[Credentials], *,
                 insecure: bool, timeout: float) -> str:
     """The bearer token flow: GET realm?service=..&scope=.. (with basic auth when we have
-    credentials); returns the ``Authorization`` header value."""
+    credentials); returns the ``Authorization`` header value. A challenge's ``scope`` that holds
+    several scopes, space-separated (distribution asks so for a cross-repository mount), is sent
+    as one ``scope`` parameter each, as the distribution token spec says."""
     realm = params.get("realm", "")
     if not realm.startswith(("https://", "http://")):
         raise RegistryAuthError(f"authenticating: expected a token realm URL in WWW-Authenticate, found {realm!r}")
     query: List[Tuple[str, str]] = []
     if params.get("service"):
         query.append(("service", params["service"]))
-    for scope in scopes:
-        query.append(("scope", scope))
+    for scope in dict.fromkeys(s for item in scopes for s in item.split()):  # a challenge's scope may hold
+        query.append(("scope", scope))  # several, space-separated: one `scope` parameter each (token spec)
     url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
     req = urllib.request.Request(url, headers={"User-Agent": "sneakernet"})  # noqa: S310 - http(s) checked above
     if creds is not None:
