@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from tests import engines
-from tests.helpers import REPO
+from tests.helpers import REPO, run_cli
 from tests.transferkit import free_port, random_bundle
 
 pytestmark = pytest.mark.engine
@@ -295,6 +295,15 @@ def test_push_with_docker_config_credentials_through_the_token_flow(token_regist
         assert "sha256:" + hashlib.sha256(raw).hexdigest() == digest
     status, raw, _ = _get(reg, "/v2/_catalog", token, "application/json")
     assert status == 200 and {"tok/carry/base", "tok/carry/app"} <= set(json.loads(raw)["repositories"])
+    # and `bundle export docker://` reads it back through the same flow (a pull token), digest kept
+    reg.issuer.seen.clear()
+    out_dir = tmp_path / "exported"
+    exported = run_cli("bundle", "export", f"docker://{reg.addr}/tok/carry/app:2", "-o", str(out_dir), "--json",
+                       "-q", env={"DOCKER_CONFIG": str(config)})
+    assert exported.returncode == 0, exported.stderr
+    [image] = json.loads((out_dir / "bundle.json").read_text())["images"]
+    assert image["manifest"]["digest"] == doc["images"][1]["manifest"]["digest"]
+    assert {"repository:tok/carry/app:pull"} <= {s for r in reg.issuer.seen for s in r["scopes"]}
 
 
 def test_a_wrong_password_fails_with_registry_auth(token_registry: TokenRegistry, bundle: Path,
