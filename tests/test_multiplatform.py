@@ -12,14 +12,18 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import platform
+import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
+from tests import engines
 from tests.helpers import REPO, docker, image_facts, image_ids, run_cli
 from tests.test_cli_json import validate
 
@@ -169,3 +173,32 @@ def test_docker_cannot_carry_several_platforms(tmp_path: Path) -> None:
     proc = run_cli("bundle", "export", "oci:/nowhere:x", "--all-platforms", "--platform", "linux/amd64",
                    "-o", str(tmp_path / "x"))
     assert proc.returncode == 2 and "expected one of them" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def registry_index(layout: tuple[Path, dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The same index pushed into a real docker-registry by skopeo (``copy --all``, digests kept)."""
+    src, facts = layout
+    with engines.private_registry(f"multi-{os.getpid()}") as reg:
+        proc = subprocess.run([engines.require("skopeo"), "--insecure-policy", "copy", "--all",
+                               "--dest-tls-verify=false", f"oci:{src}:{REF}", f"docker://{reg.addr}/{REF}"],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr
+        yield f"{reg.addr}/{REF}", facts
+
+
+def test_a_registry_index_is_carried_whole_or_one_platform(registry_index: tuple[str, dict[str, Any]],
+                                                           tmp_path: Path) -> None:
+    ref, facts = registry_index
+    proc = run_cli("bundle", "export", f"docker://{ref}", "--all-platforms", "-o", str(tmp_path / "all"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    [image] = json.loads((tmp_path / "all" / "bundle.json").read_text())["images"]
+    assert image["index"]["digest"] == facts["index"]  # the registry's index, byte for byte
+    assert (tmp_path / "all" / "blobs" / "sha256" / facts["index"][7:]).read_bytes() == facts["index_bytes"]
+    assert image["refs"] == [ref] and len(image["platforms"]) == 2
+    proc = run_cli("bundle", "export", f"docker://{ref}", "--platform", "linux/arm64", "-o", str(tmp_path / "arm"),
+                   "-q")
+    assert proc.returncode == 0, proc.stderr
+    blobs = stored(tmp_path / "arm")
+    assert {facts["arch"]["arm64"][k] for k in ("config", "layer", "manifest")} <= blobs
+    assert not {facts["arch"][a][k] for a in ("amd64", "ppc64le") for k in ("config", "layer", "manifest")} & blobs
