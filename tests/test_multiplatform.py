@@ -202,3 +202,33 @@ def test_a_registry_index_is_carried_whole_or_one_platform(registry_index: tuple
     blobs = stored(tmp_path / "arm")
     assert {facts["arch"]["arm64"][k] for k in ("config", "layer", "manifest")} <= blobs
     assert not {facts["arch"][a][k] for a in ("amd64", "ppc64le") for k in ("config", "layer", "manifest")} & blobs
+
+
+def test_an_oci_layout_target_keeps_the_whole_index(layout: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """An OCI layout gets every platform and the index, its digest unchanged, named by the ref;
+    skopeo reads it back (an independent reader) as the original index bytes."""
+    src, facts = layout
+    out = tmp_path / "all.bundle"
+    export(src, out, "--all-platforms")
+    target = tmp_path / "target"
+    receipt = tmp_path / "r.json"
+    proc = run_cli("importer", str(out), "--verify", "--engine", "oci", "--oci-dir", str(target),
+                   "--receipt", str(receipt), "-q")
+    assert proc.returncode == 0, proc.stderr
+    index = json.loads((target / "index.json").read_text())
+    [entry] = [e for e in index["manifests"] if e.get("annotations", {}).get("org.opencontainers.image.ref.name")
+               == REF]
+    assert entry["digest"] == facts["index"] and entry["mediaType"] == "application/vnd.oci.image.index.v1+json"
+    held = {f"sha256:{p.name}" for p in (target / "blobs" / "sha256").iterdir()}
+    for arch in ARCHES:
+        assert {facts["arch"][arch][k] for k in ("config", "layer", "manifest")} <= held
+    raw = subprocess.run([engines.require("skopeo"), "--insecure-policy", "inspect", "--raw", f"oci:{target}:{REF}"],
+                         capture_output=True, timeout=120, check=False)
+    assert raw.returncode == 0 and raw.stdout == facts["index_bytes"], raw.stderr
+    assert json.loads(receipt.read_text())["images"][0]["result"] == "match"
+    # a second import finds it whole (already present), nothing rewritten
+    proc = run_cli("importer", str(out), "--verify", "--engine", "oci", "--oci-dir", str(target),
+                   "--receipt", str(receipt), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(receipt.read_text())["images"][0]["status"] == "already-present"
+    assert json.loads((target / "index.json").read_text()) == index

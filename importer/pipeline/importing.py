@@ -5,6 +5,7 @@ only after post-load verification passed. On any failure what this run loaded is
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -274,5 +275,6 @@ def _check_unstreamed_layers(root: str, manifest: BundleManifest, to_load: List[
             streamed.add(layer.digest)
 
 
-def _with_refs(image: ImageRecord, refs: tuple) -> ImageRecord:  # type: ignore[type-arg]
-    return ImageRecord(refs, image.manifest, image.config, image.layers, image.platform, label=image.name)
+def _with_refs(image: ImageRecord, refs: Tuple[str, ...]) -> ImageRecord:
+    """``image`` under other names (its index and other platforms kept: an OCI layout stores them)."""
+    return dataclasses.replace(image, refs=refs, label=image.name)

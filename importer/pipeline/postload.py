@@ -10,6 +10,7 @@ the bundle's manifest digest and the config digest the bundle's config digest.""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -86,6 +87,13 @@ def check_image(image: ImageRecord, found: Optional[EngineImage], image_store: s
     rule = IDENTITY_RULES.get(image_store, "diff-ids+manifest")
     if found is None:
         return ImageCheck(image, None, rule, "missing", "the engine does not report the image")
+    if image.others:  # a multi-platform image kept whole (an OCI layout): compare the platform it reports
+        same = next((v for v in image.variants if str(v.manifest.digest) == found.manifest_digest), None)
+        if same is not None and same is not image:
+            checked = check_image(dataclasses.replace(same, refs=image.refs, label=image.name, others=()), found,
+                                  image_store)
+            checked.image = image
+            return checked
     problems: List[str] = []
     note = ""
     expected_id = expected_image_id(image_store, image)

@@ -21,12 +21,14 @@ from importer.format.identity import OCI
 from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
+from importer.format.platform import pick_platform_manifest
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
 from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import base_missing, users_of
 from importer.streams.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 
 LAYOUT_VERSION = "1.0.0"
+_INDEX_TYPES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")
 _HINT = "pass --oci-dir with an empty or missing folder, or one that already holds an OCI layout"
 
 
@@ -103,7 +105,39 @@ class OciLayoutSink(SinkBase):
             return None
         digest = str(matches[0]["digest"])
         tags = sorted({r for r in (self._ref(e) for e in entries if e.get("digest") == digest) if r})
+        if matches[0].get("mediaType") in _INDEX_TYPES:  # a multi-platform image: the manifest it holds
+            return self._describe_index(digest, tags)
         return self._describe(digest, tags)
+
+    def _describe_index(self, digest: str, tags: List[str]) -> EngineImage:
+        """An index the layout names: the image of its manifest for this host's platform (else its
+        first), with the problems of every manifest the index lists (each must be whole)."""
+        if not os.path.isfile(self._blob(digest)):
+            return EngineImage(digest, [], tags, problems=[f"index blob {digest} missing"])
+        doc = self._json_blob(digest, MAX_INDEX, f"index {digest}")
+        listed = [e for e in (doc.get("manifests") or []) if isinstance(e, dict) and is_digest(e.get("digest"))]
+        if not listed:
+            return EngineImage(digest, [], tags, problems=[f"index {digest} lists no manifest"])
+        images = [self._describe(str(e["digest"]), tags) for e in listed]
+        mine = pick_platform_manifest(doc)  # this host's platform, else the first listed
+        first = next((i for i in images if i.image_id == mine), images[0])
+        problems = list(first.problems) + [p for i in images if i is not first for p in i.problems]
+        return EngineImage(first.image_id, first.diff_ids, tags, config_digest=first.config_digest,
+                           manifest_digest=first.manifest_digest, blobs=first.blobs, problems=problems)
+
+    def _entry_for(self, index: Dict[str, Any], image_id: str) -> Optional[Dict[str, Any]]:
+        """The entry naming ``image_id``: a manifest itself, or an index holding it (multi-platform)."""
+        entries = [e for e in index["manifests"] if isinstance(e, dict)]
+        direct = next((e for e in entries if e.get("digest") == image_id), None)
+        if direct is not None:
+            return direct
+        for e in entries:
+            if e.get("mediaType") in _INDEX_TYPES and is_digest(e.get("digest")) and os.path.isfile(
+                    self._blob(str(e["digest"]))):
+                doc = self._json_blob(str(e["digest"]), MAX_INDEX, f"index {e['digest']}")
+                if any(isinstance(m, dict) and m.get("digest") == image_id for m in doc.get("manifests") or []):
+                    return e
+        return None
 
     def _describe(self, digest: str, tags: List[str]) -> EngineImage:
         problems: List[str] = []
@@ -151,8 +185,10 @@ class OciLayoutSink(SinkBase):
         """The bytes :meth:`load` reports to its progress callback: every blob it copies, once."""
         sizes: Dict[Digest, int] = {}
         for image in images:
-            blobs = [(image.manifest.digest, image.manifest.size), (image.config.digest, image.config.size)]
-            blobs += [(x.digest, x.size) for x in image.layers]
+            blobs = [(image.index.digest, image.index.size)] if image.index is not None else []
+            for v in image.variants:
+                blobs += [(v.manifest.digest, v.manifest.size), (v.config.digest, v.config.size)]
+                blobs += [(x.digest, x.size) for x in v.layers]
             for digest, size in blobs:
                 if not (external and digest in external):
                     sizes[digest] = size
@@ -167,10 +203,14 @@ class OciLayoutSink(SinkBase):
             atomic_write_bytes(layout, json.dumps({"imageLayoutVersion": LAYOUT_VERSION}).encode())
         done: Dict[Digest, bool] = {}
         for image in images:
-            blobs = [(image.manifest.digest, image.manifest.size, f"manifest of {image.name}"),
-                     (image.config.digest, image.config.size, f"config of {image.name}")]
-            blobs += [(x.digest, x.size, f"layer {i + 1}/{len(image.layers)} of {image.name}")
-                      for i, x in enumerate(image.layers)]
+            # a multi-platform image (schema 3.2): every platform carried, and the index byte for byte
+            blobs = [(image.index.digest, image.index.size, f"index of {image.name}")] if image.index else []
+            for v in image.variants:
+                name = f"{image.name} ({v.platform_text()})" if image.others else image.name
+                blobs += [(v.manifest.digest, v.manifest.size, f"manifest of {name}"),
+                          (v.config.digest, v.config.size, f"config of {name}")]
+                blobs += [(x.digest, x.size, f"layer {i + 1}/{len(v.layers)} of {name}")
+                          for i, x in enumerate(v.layers)]
             for digest, size, what in blobs:
                 if digest not in done and not (external and digest in external):
                     self._copy_blob(root, digest, size, what, on_bytes)
@@ -180,7 +220,9 @@ class OciLayoutSink(SinkBase):
         for image in images:
             desc: Dict[str, Any] = {"mediaType": image.manifest.media_type, "digest": str(image.manifest.digest),
                                     "size": image.manifest.size}
-            if image.platform.get("os") and image.platform.get("architecture"):
+            if image.index is not None:  # the whole index, its digest unchanged, is what the ref names
+                desc = image.index.to_dict()
+            elif image.platform.get("os") and image.platform.get("architecture"):
                 desc["platform"] = dict(image.platform)
             for ref in image.refs:
                 _put(index, desc, ref)
@@ -213,7 +255,7 @@ class OciLayoutSink(SinkBase):
 
     def tag(self, image_id: str, ref: str) -> None:
         index = self._index()
-        source = next((e for e in index["manifests"] if isinstance(e, dict) and e.get("digest") == image_id), None)
+        source = self._entry_for(index, image_id)
         if source is None:
             raise SinkError(f"tagging {image_id[:19]} as {ref}: expected it in {self.dir}/index.json, found none")
         desc = {k: v for k, v in source.items() if k != "annotations"}
@@ -223,7 +265,9 @@ class OciLayoutSink(SinkBase):
     def remove(self, image_id: str) -> None:
         index = self._index()
         if is_digest(image_id):
-            keep = [e for e in index["manifests"] if not (isinstance(e, dict) and e.get("digest") == image_id)]
+            entry = self._entry_for(index, image_id)
+            named = entry.get("digest") if entry is not None else image_id
+            keep = [e for e in index["manifests"] if not (isinstance(e, dict) and e.get("digest") == named)]
         else:
             keep = [e for e in index["manifests"] if self._ref(e) != image_id]
         index["manifests"] = keep
