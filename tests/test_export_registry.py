@@ -179,3 +179,28 @@ def test_basic_auth_from_the_docker_config(docker_host: str, images: dict[str, s
                    env={"DOCKER_CONFIG": str(empty)})
     assert proc.returncode == 6 and json.loads(proc.stdout)["error"]["id"] == "registry-auth", proc.stderr
     assert "docker login" in proc.stderr and not (tmp_path / "no").exists()
+
+
+def test_a_delta_and_a_signature_from_a_registry(registry: Registry, tmp_path: Path) -> None:
+    """--have and --sign-key work for docker:// as for every source (issue 17, point 5): the layer
+    the earlier bundle holds (busybox, shared by both images) is left out, the rest verifies and
+    the signature checks with the public key."""
+    from tests.trustkit import keypair
+
+    base = tmp_path / "big.bundle"
+    proc, _ = export(f"docker://{registry.addr}/sn/big:1", "-o", str(base))
+    assert proc.returncode == 0, proc.stderr
+    key, pub = keypair(tmp_path, "site")
+    delta = tmp_path / "small.delta"
+    proc, _ = export(f"docker://{registry.addr}/sn/small:1", "--have", str(base / "bundle.json"),
+                     "--sign-key", str(key), "-o", str(delta))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((delta / "bundle.json").read_text())
+    shared = {x["diffId"] for x in json.loads((base / "bundle.json").read_text())["images"][0]["layers"]}
+    [image] = doc["images"]
+    external = [x for x in image["layers"] if x.get("external")]
+    assert doc["schemaVersion"] == "3.1" and external and {x["diffId"] for x in external} <= shared
+    assert all(not (delta / "blobs" / "sha256" / x["digest"][7:]).exists() for x in external)
+    verified = run_cli("importer", str(delta), "--verify-only", "--trust", str(pub), "--require-signature", "--json")
+    assert verified.returncode == 0, verified.stderr
+    assert json.loads(verified.stdout)["verification"]["signature"]["status"] == "verified"
