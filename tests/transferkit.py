@@ -96,6 +96,13 @@ def stop_sshd(name: str) -> None:
 # --- a flaky link ------------------------------------------------------------------------
 
 
+def _close(*socks: socket.socket) -> None:
+    for s in socks:
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_RDWR)
+        s.close()
+
+
 class FlakyProxy:
     """HTTP-aware loopback proxy in front of a registry.
 
@@ -221,10 +228,7 @@ class FlakyProxy:
         except OSError:
             return
         finally:
-            for s in (client, server):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
+            _close(client, server)
 
     def _count(self, n: int) -> None:
         with self._lock:
@@ -252,10 +256,7 @@ class FlakyProxy:
         except OSError:
             pass
         finally:
-            for s in (client, server):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
+            _close(client, server)
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:
