@@ -120,7 +120,8 @@ def test_delta_against_a_host_without_the_base_loads_nothing(docker_store_host: 
     proc = run_pyz(out, "--verify", "--docker-host", host, "--no-receipt")
     assert proc.returncode == 9, proc.stderr
     assert "error[delta-base-missing]" in proc.stderr
-    assert f"host lacks layer {base_and_update['a'][1][0]} required by delta/train:2" in proc.stderr
+    # the first layer the host lacks is named (another test's image may hold the busybox base layer)
+    assert any(f"host lacks layer {d} required by delta/train:2" in proc.stderr for d in base_and_update["a"][1])
     assert "import the base bundle first" in proc.stderr
     assert image_ids(host) == before
     # importing the base bundle first makes the same delta import

@@ -232,3 +232,26 @@ def test_an_oci_layout_target_keeps_the_whole_index(layout: tuple[Path, dict[str
     assert proc.returncode == 0, proc.stderr
     assert json.loads(receipt.read_text())["images"][0]["status"] == "already-present"
     assert json.loads((target / "index.json").read_text()) == index
+
+
+def test_a_registry_target_gets_the_whole_index(layout: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """`bundle-import --engine registry` (the push) puts every platform's manifest by digest, then
+    the index under the tag, its digest unchanged; skopeo reads it back as the original bytes."""
+    src, facts = layout
+    out = tmp_path / "all.bundle"
+    export(src, out, "--all-platforms")
+    with engines.private_registry(f"multi-target-{os.getpid()}") as reg:
+        receipt = tmp_path / "r.json"
+        proc = run_cli("importer", str(out), "--verify", "--engine", "registry", "--registry", f"{reg.addr}/site",
+                       "--receipt", str(receipt), "-q")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(receipt.read_text())["images"][0]["result"] == "match"
+        raw = subprocess.run([engines.require("skopeo"), "--insecure-policy", "inspect", "--raw",
+                              "--tls-verify=false", f"docker://{reg.addr}/site/{REF}"],
+                             capture_output=True, timeout=120, check=False)
+        assert raw.returncode == 0 and raw.stdout == facts["index_bytes"], raw.stderr
+        for arch in ARCHES:  # each platform resolves through the index (skopeo picks by --override-arch)
+            cfg = subprocess.run([engines.require("skopeo"), "--insecure-policy", "--override-arch", arch,
+                                  "inspect", "--config", "--raw", "--tls-verify=false",
+                                  f"docker://{reg.addr}/site/{REF}"], capture_output=True, timeout=120, check=False)
+            assert cfg.returncode == 0 and json.loads(cfg.stdout)["architecture"] == arch, cfg.stderr

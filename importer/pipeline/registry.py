@@ -37,9 +37,11 @@ def checks_from_push(report: PushReport) -> List[ImageCheck]:
         image = refs[0].image
         problems = [p for r in refs for p in r.readback.problems]
         first = next((r.readback for r in refs if r.readback.manifest_digest), refs[0].readback)
-        found = EngineImage(image_id=first.manifest_digest, diff_ids=list(first.diff_ids),
+        # a multi-platform image: the tag names the index; the image is its primary platform's manifest
+        found = EngineImage(image_id=first.platform_manifest or first.manifest_digest, diff_ids=list(first.diff_ids),
                             tags=[r.pullable for r in refs], config_digest=first.config_digest or None,
-                            manifest_digest=first.manifest_digest or None, problems=problems)
+                            manifest_digest=first.platform_manifest or first.manifest_digest or None,
+                            problems=problems)
         check = check_image(image, found if first.manifest_digest else None, OCI)
         check.status = "already-present" if all(r.status == "already-present" for r in refs) else "loaded"
         check.tags_applied = [r.pullable for r in refs if r.status != "already-present"]

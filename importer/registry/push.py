@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from importer.errors import DigestMismatch, PolicyRejected, UsageError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_CONFIG, MAX_MANIFEST
-from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
 from importer.input.opened import BundleRoot, open_bundle_file, read_bundle_file
 from importer.registry.client import Destination, RegistryClient, map_ref
 from importer.registry.delta import DeltaPlan, external_blobs, mount_external, plan_external
@@ -39,6 +39,9 @@ class ReadBack:
     config_digest: str = ""
     diff_ids: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
+    #: a multi-platform image (bundle schema 3.2): the tag names its index (``manifest_digest``);
+    #: this is the primary platform's manifest read back through it
+    platform_manifest: str = ""
 
     @property
     def ok(self) -> bool:
@@ -118,13 +121,37 @@ def plan_refs(manifest: BundleManifest, client: RegistryClient) -> Tuple[List[Pu
     return refs, untagged
 
 
-def _manifest_bytes(root: BundleRoot, image: ImageRecord) -> Tuple[bytes, str]:
-    raw = read_bundle_file(root, image.manifest.digest.blob_path, MAX_MANIFEST, f"the manifest of {image.name}")
+def top_digest(image: ImageRecord) -> Digest:
+    """What a tag of ``image`` names: its image index when the bundle carries it (schema 3.2:
+    every platform is pushed, the index's digest unchanged), else its manifest."""
+    return image.index.digest if image.index is not None else image.manifest.digest
+
+
+def _manifest_blobs(image: ImageRecord) -> List[Tuple[BlobRef, str]]:
+    """The manifests a push of ``image`` puts: every platform's, then the index (the tag's)."""
+    out = [(v.manifest, f"the manifest of {image.name}" + (f" ({_plat(v.platform)})" if image.index else ""))
+           for v in (image.variants if image.index is not None else [image])]
+    if image.index is not None:
+        out.append((image.index, f"the index of {image.name}"))
+    return out
+
+
+def _plat(platform: Dict[str, str]) -> str:
+    return "/".join(platform[k] for k in ("os", "architecture", "variant") if platform.get(k))
+
+
+def _carried(image: ImageRecord) -> List[Any]:
+    """The platforms whose blobs a push of ``image`` sends: all of them when the index goes too."""
+    return list(image.variants) if image.index is not None else [image]
+
+
+def _manifest_bytes(root: BundleRoot, blob: BlobRef, what: str) -> Tuple[bytes, str]:
+    raw = read_bundle_file(root, blob.digest.blob_path, MAX_MANIFEST, what)
     got = Digest.of_bytes(raw)
-    if got != image.manifest.digest:
-        raise DigestMismatch(f"reading the manifest of {image.name}: expected {image.manifest.digest}, found {got}",
+    if got != blob.digest:
+        raise DigestMismatch(f"reading {what}: expected {blob.digest}, found {got}",
                              hint="the bundle changed after it was verified; re-copy it")
-    media_type = image.manifest.media_type
+    media_type = blob.media_type
     try:
         doc = json.loads(raw.decode("utf-8"))
         if isinstance(doc, dict) and isinstance(doc.get("mediaType"), str):
@@ -151,7 +178,8 @@ def push_bundle(
     if not refs:
         raise UsageError("pushing: expected at least one image with a name, found only untagged images",
                          hint="a registry names images by repository:tag; re-export them tagged")
-    raw_manifests = {r.image.manifest.digest: _manifest_bytes(root, r.image) for r in refs}
+    raw_manifests = {blob.digest: _manifest_bytes(root, blob, what)
+                     for r in refs for blob, what in _manifest_blobs(r.image)}
     workers = max(1, concurrency)
     _check_tags(client, refs, workers, move_tags)
 
@@ -186,11 +214,11 @@ def _check_tags(client: RegistryClient, refs: List[PushedRef], workers: int, mov
 
     for r, digest in zip(refs, _each(workers, tag_now, refs, client.cancel)):
         r.tag_was = digest
-    conflicts = [r for r in refs if r.tag_was and r.tag_was != str(r.image.manifest.digest)]
+    conflicts = [r for r in refs if r.tag_was and r.tag_was != str(top_digest(r.image))]
     if conflicts and not move_tags:
         first = conflicts[0]
         raise RegistryTagConflict(
-            f"tagging {first.pullable}: expected it free or on {first.image.manifest.digest.short}, "
+            f"tagging {first.pullable}: expected it free or on {top_digest(first.image).short}, "
             f"found it on another manifest ({first.tag_was})",
             context="\n".join(f"{r.pullable}: {r.tag_was}" for r in conflicts),
             hint="nothing was pushed; re-run with --force to move the tag",
@@ -204,7 +232,8 @@ def _missing_blobs(client: RegistryClient, refs: List[PushedRef], elsewhere: Set
     sizes: Dict[Digest, int] = {}
     needed: Dict[Tuple[str, Digest], None] = {}
     for r in refs:
-        blobs = [(r.image.config.digest, r.image.config.size)] + [(x.digest, x.size) for x in r.image.layers]
+        blobs = [(v.config.digest, v.config.size) for v in _carried(r.image)]
+        blobs += [(x.digest, x.size) for v in _carried(r.image) for x in v.layers]
         for blob_digest, blob_size in blobs:
             sizes[blob_digest] = blob_size
             if (r.destination.repository, blob_digest) not in elsewhere:  # never upload an external blob
@@ -257,20 +286,21 @@ def _put_manifests(client: RegistryClient, refs: List[PushedRef], raw_manifests:
     """Manifests by digest, then the tags; each ref's status."""
     sent_manifests = set()
     for r in refs:
-        key = (r.destination.repository, r.image.manifest.digest)
-        if key in sent_manifests:
-            continue
-        sent_manifests.add(key)
-        if client.manifest_digest(r.destination.repository, str(r.image.manifest.digest)) is None:
-            raw, media_type = raw_manifests[r.image.manifest.digest]
-            client.put_manifest(r.destination.repository, str(r.image.manifest.digest), raw, media_type)
+        for blob, _ in _manifest_blobs(r.image):  # every platform's manifest before the index naming them
+            key = (r.destination.repository, blob.digest)
+            if key in sent_manifests:
+                continue
+            sent_manifests.add(key)
+            if client.manifest_digest(r.destination.repository, str(blob.digest)) is None:
+                raw, media_type = raw_manifests[blob.digest]
+                client.put_manifest(r.destination.repository, str(blob.digest), raw, media_type)
     for r in refs:
-        want = str(r.image.manifest.digest)
+        want = str(top_digest(r.image))
         if r.tag_was == want:
             r.status = "already-present"
             continue
         if r.destination.tag:
-            raw, media_type = raw_manifests[r.image.manifest.digest]
+            raw, media_type = raw_manifests[top_digest(r.image)]
             client.put_manifest(r.destination.repository, r.destination.tag, raw, media_type)
         r.status = "tag-moved" if r.tag_was else "pushed"
     if report.blobs_uploaded or report.blobs_mounted:
@@ -280,7 +310,7 @@ def _put_manifests(client: RegistryClient, refs: List[PushedRef], raw_manifests:
 
 
 def _uses_any(r: PushedRef, pairs: List[Tuple[str, Digest]]) -> bool:
-    mine = {r.image.config.digest} | {x.digest for x in r.image.layers}
+    mine = {v.config.digest for v in _carried(r.image)} | {x.digest for v in _carried(r.image) for x in v.layers}
     return any(repo == r.destination.repository and d in mine for repo, d in pairs)
 
 
@@ -288,18 +318,34 @@ def read_back(client: RegistryClient, r: PushedRef, sizes: Dict[Digest, int]) ->
     """Read the tag back: exact manifest bytes, config and diff_ids, every layer present."""
     rb = ReadBack()
     repo = r.destination.repository
-    reference = r.destination.tag or str(r.image.manifest.digest)
+    reference = r.destination.tag or str(top_digest(r.image))
     got = client.get_manifest(repo, reference, MAX_MANIFEST)
     if got is None:
         rb.problems.append(f"{r.pullable}: the registry does not have it")
         return rb
     raw, _media_type, header_digest = got
     rb.manifest_digest = str(Digest.of_bytes(raw))
-    want = str(r.image.manifest.digest)
+    want = str(top_digest(r.image))
     if rb.manifest_digest != want:
         rb.problems.append(f"manifest: expected {want}, found {rb.manifest_digest}")
     if header_digest and header_digest != rb.manifest_digest:
         rb.problems.append(f"manifest: the registry names it {header_digest}, its bytes hash to {rb.manifest_digest}")
+    if r.image.index is not None:  # the index: every platform's manifest by digest, the primary's compared
+        for v in r.image.others:
+            if client.manifest_digest(repo, str(v.manifest.digest)) is None:
+                rb.problems.append(f"manifest {v.manifest.digest.short} ({_plat(v.platform)}): missing from {repo}")
+        for v in r.image.others:
+            for layer in v.layers:
+                if client.blob_size(repo, layer.digest) is None:
+                    rb.problems.append(f"layer {layer.digest.short} ({_plat(v.platform)}): missing from {repo}")
+        got = client.get_manifest(repo, str(r.image.manifest.digest), MAX_MANIFEST)
+        if got is None:
+            rb.problems.append(f"manifest {r.image.manifest.digest.short}: missing from {repo}")
+            return rb
+        raw = got[0]
+        rb.platform_manifest = str(Digest.of_bytes(raw))
+        if rb.platform_manifest != str(r.image.manifest.digest):
+            rb.problems.append(f"manifest: expected {r.image.manifest.digest}, found {rb.platform_manifest}")
     try:
         doc = json.loads(raw.decode("utf-8"))
     except ValueError:
