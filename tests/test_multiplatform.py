@@ -125,6 +125,9 @@ def test_all_platforms_keeps_the_index_and_docker_gets_its_own(layout: tuple[Pat
     assert found is not None and found[0] == facts["arch"]["amd64"]["config"]
     checked = json.loads(receipt.read_text())
     assert checked["verification"]["filesChecked"] == len(doc["files"])  # the arm64 and ppc64le blobs too
+    # --check-only proves the engine holds the platform it runs
+    proc = run_cli("importer", str(out), "--check-only", "--docker-host", docker_host, "--no-receipt", "-q")
+    assert proc.returncode == 0, proc.stderr
     docker(docker_host, "image", "rm", REF)
 
 

@@ -39,6 +39,7 @@ from importer.format.manifest import ImageRecord, load_bundle_manifest
 from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult, verify_or_raise
 from importer.pipeline.postload import ImageCheck, check_image
+from importer.pipeline.preflight import select_platform
 from importer.registry.client import map_ref, parse_target
 from importer.sinks import Sink
 from importer.verify.bundle import VerifyReport
@@ -146,6 +147,7 @@ def check_only(
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
+    manifest = select_platform(manifest, engine)  # a multi-platform image: the platform this engine runs
 
     t_check = time.monotonic()
     for image in manifest.images:
