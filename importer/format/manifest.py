@@ -354,6 +354,9 @@ def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optio
         other = _check_image(c, {**c.obj(raw_other, f"{where}.platforms[{k}]"), "refs": []},
                              f"{where}.platforms[{k}]", set())
         if other is not None:
+            if not (other.platform.get("os") and other.platform.get("architecture")):
+                c.fail(f"{where}.platforms[{k}].platform", "expected os and architecture (which platform this is), "
+                       f"found {other.platform!r}"[:300])
             if other.index is not None or other.others:
                 c.fail(f"{where}.platforms[{k}]", "expected one platform's manifest, config and layers, "
                        "found an index or platforms inside it")

@@ -27,6 +27,7 @@ OUT = HERE / "manifests"
 BUNDLE_MEDIA_TYPE = "application/vnd.sneakernet.bundle.v3+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
@@ -76,9 +77,12 @@ def bundle(images: List[Doc], *, with_importer: bool = True, version: str = "3.0
         files[path] = {"path": path, "digest": dg, "size": size}
 
     for img in images:
-        stored = [x for x in img["layers"] if not x.get("external")]  # delta: external layers have no file
-        for blob in [img["manifest"], img["config"], *stored]:
-            add(blob_path(blob["digest"]), blob["digest"], blob["size"])
+        for one in [img, *img.get("platforms", [])]:  # 3.2: every platform carried
+            stored = [x for x in one["layers"] if not x.get("external")]  # delta: external layers have no file
+            for blob in [one["manifest"], one["config"], *stored]:
+                add(blob_path(blob["digest"]), blob["digest"], blob["size"])
+        if "index" in img:
+            add(blob_path(img["index"]["digest"]), img["index"]["digest"], img["index"]["size"])
     add("index.json", digest("index.json"), 311 * len(images))
     add("oci-layout", digest("oci-layout"), 30)
     importer = {"path": "bundle-import.pyz", "digest": digest("bundle-import.pyz"), "size": 81234}
@@ -167,6 +171,35 @@ def delta_compressed() -> Doc:
     ])], version="3.1")
 
 
+def multi_platform() -> Doc:
+    """Schema 3.2: an image carried for two platforms with its image index (the primary, amd64,
+    in the image's own fields; arm64 in ``platforms``)."""
+    arm = image("multi arm64", [], [layer("multi arm64 layer", LAYER_GZIP, 1_201, 10_240)],
+                platform={"os": "linux", "architecture": "arm64", "variant": "v8"})
+    del arm["refs"]
+    img = image("multi amd64", ["registry.example/team/multi:1"], [layer("multi amd64 layer", LAYER_GZIP, 1_180,
+                                                                          10_240)])
+    img["index"] = {"mediaType": OCI_INDEX, "digest": digest("multi index"), "size": 734}
+    img["platforms"] = [arm]
+    return bundle([img], version="3.2")
+
+
+def _multi_with(change: Callable[[Doc], None]) -> Callable[[Doc], Doc]:
+    """Break a fresh multi_platform() document (``change`` gets its other platform)."""
+    def apply(_: Doc) -> Doc:
+        doc = multi_platform()
+        change(doc["images"][0]["platforms"][0])
+        return doc
+    return apply
+
+
+def _multi_unlisted(_: Doc) -> Doc:
+    doc = multi_platform()
+    gone = doc["images"][0]["platforms"][0]["layers"][0]["digest"]
+    doc["files"] = [f for f in doc["files"] if f["digest"] != gone]
+    return doc
+
+
 def minimal() -> Doc:
     """Only what readers require: no importer, no platform, an image without layers."""
     doc = bundle([image("minimal", ["minimal:1"], [])], with_importer=False)
@@ -182,6 +215,7 @@ VALID: Dict[str, Callable[[], Doc]] = {
     "minimal-no-importer": minimal,
     "delta-external-layer": delta,
     "delta-external-compressed-blob": delta_compressed,
+    "multi-platform-index": multi_platform,
 }
 
 
@@ -365,6 +399,9 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "xref-blob-digest-differs-from-path": _blob_file_digest_differs,
     "xref-layer-external-digest-not-diffid": _delta_with(lambda lay: lay.update(digest=digest("other"))),
     "xref-layer-external-tar-size-not-usize": _delta_with(lambda lay: lay.update(size=lay["size"] + 1)),
+    "platforms-manifest-missing": _multi_with(lambda p: p.pop("manifest")),
+    "platforms-platform-without-architecture": _multi_with(lambda p: p["platform"].pop("architecture")),
+    "xref-platforms-layer-not-listed": _multi_unlisted,
     # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
     "stdlib-size-float": _size_everywhere(1469.0),
 }
