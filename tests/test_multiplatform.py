@@ -237,9 +237,11 @@ def test_an_oci_layout_target_keeps_the_whole_index(layout: tuple[Path, dict[str
     assert json.loads((target / "index.json").read_text()) == index
 
 
-def test_a_registry_target_gets_the_whole_index(layout: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+def test_a_registry_target_gets_the_whole_index(layout: tuple[Path, dict[str, Any]], docker_host: str,
+                                                tmp_path: Path) -> None:
     """`bundle-import --engine registry` (the push) puts every platform's manifest by digest, then
-    the index under the tag, its digest unchanged; skopeo reads it back as the original bytes."""
+    the index under the tag, its digest unchanged; skopeo reads it back as the original bytes, and
+    `docker pull` (another independent reader) gets the amd64 image."""
     src, facts = layout
     out = tmp_path / "all.bundle"
     export(src, out, "--all-platforms")
@@ -258,3 +260,8 @@ def test_a_registry_target_gets_the_whole_index(layout: tuple[Path, dict[str, An
                                   "inspect", "--config", "--raw", "--tls-verify=false",
                                   f"docker://{reg.addr}/site/{REF}"], capture_output=True, timeout=120, check=False)
             assert cfg.returncode == 0 and json.loads(cfg.stdout)["architecture"] == arch, cfg.stderr
+        pulled = f"{reg.addr}/site/{REF}"
+        docker(docker_host, "pull", pulled)
+        found = image_facts(docker_host, pulled)
+        assert found is not None and found[0] == facts["arch"]["amd64"]["config"]
+        docker(docker_host, "image", "rm", pulled)
