@@ -8,14 +8,10 @@ fails verification; bundle.json validates against schemas/bundle/v3.schema.json.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import json
 import os
 import platform
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,28 +22,11 @@ import pytest
 from tests import engines
 from tests.helpers import REPO, docker, image_facts, image_ids, run_cli
 from tests.test_cli_json import validate
+from tests.test_platforms import _blob, _layer
 
 pytestmark = pytest.mark.engine
 REF = "multi/app:1"
 ARCHES = ("amd64", "arm64", "ppc64le")
-
-
-def _blob(layout: Path, data: bytes) -> dict[str, Any]:
-    digest = hashlib.sha256(data).hexdigest()
-    (layout / "blobs" / "sha256" / digest).write_bytes(data)
-    return {"digest": f"sha256:{digest}", "size": len(data)}
-
-
-def _layer(text: str) -> tuple[bytes, str]:
-    """A gzip layer holding /arch.txt; (compressed bytes, diff_id)."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        data = text.encode() * 200
-        info = tarfile.TarInfo("arch.txt")
-        info.size, info.mode, info.mtime = len(data), 0o644, 0
-        tar.addfile(info, io.BytesIO(data))
-    plain = raw.getvalue()
-    return gzip.compress(plain, mtime=0), "sha256:" + hashlib.sha256(plain).hexdigest()
 
 
 def write_layout(layout: Path) -> dict[str, Any]:
@@ -56,7 +35,7 @@ def write_layout(layout: Path) -> dict[str, Any]:
     (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
     entries, facts = [], {}
     for arch in ARCHES:
-        layer, diff_id = _layer(f"built for {arch}\n")
+        layer, diff_id = _layer(f"built for {arch}\n" * 200)
         layer_desc = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **_blob(layout, layer)}
         config = json.dumps({"architecture": arch, "os": "linux", "config": {"Cmd": ["/arch.txt"]},
                              "rootfs": {"type": "layers", "diff_ids": [diff_id]}}, sort_keys=True).encode()
