@@ -59,6 +59,7 @@ class PackResult:
     importer: Optional[str]
     seconds: float
     members: int = 0
+    importer_digest: Optional[Digest] = None  # the pyz beside the archive: its pinned digest
     notes: List[str] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -68,6 +69,7 @@ class PackResult:
             "digest": str(self.digest),
             "parts": [p.to_dict() for p in self.parts],
             "importer": self.importer,
+            "importerDigest": str(self.importer_digest) if self.importer_digest is not None else None,
             "members": self.members,
             "seconds": round(self.seconds, 3),
         }
@@ -253,7 +255,8 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
         atomic_write_bytes(result_path, (json.dumps(index.to_dict(), indent=2) + "\n").encode("utf-8"))
     fsync_dir(os.path.dirname(archive))
     return PackResult(result_path, list(writer.parts) if split else [], writer.total, writer.digest, beside,
-                      time.monotonic() - started, members=len(order))
+                      time.monotonic() - started, members=len(order),
+                      importer_digest=importer_rec.digest if beside and importer_rec else None)
 
 
 def _check_pin(rel: str, pin: Optional[FileRecord], hashing: HashingReader, raw_bj: Optional[bytes]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -17,6 +18,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from bundle.embed import first_run_check
 from bundle.export import export_images
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
@@ -198,6 +200,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         "seconds": round(result.seconds, 3),
         "signature": {"keyFingerprint": result.signed_by} if result.signed_by else None,
         "archive": packed.to_dict() if packed is not None else None,
+        "importer": ({"path": os.path.join(result.path, m.importer.path), "digest": str(m.importer.digest),
+                      "size": m.importer.size} if m.importer is not None else None),
     }
     if args.json:
         emit(success(summary))
@@ -207,6 +211,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             print(f"signed bundle.json with key {result.signed_by}")
         trust = " --trust PUBKEY" if result.signed_by else ""
         print(f"import on the far side: python3 {result.path}/bundle-import.pyz {result.path} --verify{trust}")
+        if m.importer is not None:
+            print(first_run_check(os.path.join(result.path, m.importer.path), m.importer.digest))
         if packed is not None:
             print(pack_lines(packed))
     return 0

@@ -12,6 +12,15 @@ _MAIN = b"import sys\n\nfrom importer.cli.main import main\n\nsys.exit(main())\n
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
+def first_run_check(pyz: str, digest: object) -> str:
+    """The line that tells the user how to check the importer with stock tools before running any
+    code from the medium (docs/security.md, "First run: check the importer before running it")."""
+    hexdigest = str(digest).split(":", 1)[-1]
+    return (f"importer: {pyz} is sha256 {hexdigest}; on the far side, before running it, check it with "
+            f"`sha256sum {pyz}` (it must print that digest; note it now, apart from the medium) or verify the "
+            "signed bundle.json by hand (docs/security.md, First run)")
+
+
 def build_pyz() -> bytes:
     """The zipapp bytes: same importer sources give the same bytes (and digest)."""
     pkg_dir = os.path.dirname(os.path.abspath(importer.__file__))

@@ -13,6 +13,7 @@ import uuid
 from typing import Any, Callable, Optional, Tuple
 
 from bundle.archive import PackResult, pack_bundle
+from bundle.embed import first_run_check
 from bundle.push import push
 from bundle.sshtunnel import SshTarget
 from importer.cli.copy import add_copy_arguments, cmd_copy
@@ -126,6 +127,8 @@ def pack_lines(res: PackResult) -> str:
         text = f"wrote {res.archive} ({human_bytes(res.size)})"
     if res.importer:
         text += f"\nimport on the far side: python3 {res.importer} {res.archive} --verify"
+        if res.importer_digest is not None:
+            text += "\n" + first_run_check(res.importer, res.importer_digest)
     return text
 
 

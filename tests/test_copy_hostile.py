@@ -151,8 +151,8 @@ def test_a_symlink_beside_a_tar(cli: str, src: Path, secret: Path, tmp_path: Pat
     run_cli("bundle", "pack", str(src), str(usb / "one.tar"), check=True)
     (usb / "bundle-import.pyz").unlink()
     (usb / "bundle-import.pyz").symlink_to(secret)
-    out = _assert_refused(cli, usb / "one.tar", tmp_path / "dst", "not-a-regular-file", 3)
-    assert "bundle-import.pyz" in out
+    out = _assert_refused(cli, usb / "one.tar", tmp_path / "dst", "verification-failed", 3)
+    assert "[importer-mismatch] bundle-import.pyz" in out and "(not-a-regular-file)" in out
 
 
 @pytest.mark.parametrize("cli", CLIS)

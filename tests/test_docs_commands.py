@@ -141,6 +141,8 @@ SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against
 SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
 FLEET = ("runs on the nodes of a cluster (tests/test_check_only.py, tests/test_fleet_report.py run each "
          "command against private engines)")
+FIRST_RUN = ("run as a block by tests/test_importer_copies.py::test_first_run_check_by_hand_on_a_tar, against a "
+             "signed tar with a good and with a swapped importer beside it")
 NEW = "{W}/new.bundle"
 
 NOT_COMMANDS: Dict[Tuple[str, str], str] = {
@@ -287,6 +289,16 @@ SPECS: Dict[str, Spec] = {
     "sha256sum -c --strict SHA256SUMS": run(cwd="signed.bundle"),
     "grep -q \"$(sha256sum bundle-import.pyz | cut -d' ' -f1)\" bundle.json && echo \"importer pinned\"":
         run(cwd="signed.bundle"),
+    # docs/security.md, "First run" (a signed tar, a good and a swapped importer beside it)
+    "cd /media/usb": skip(FIRST_RUN),
+    "tar --occurrence=1 -xOf train.tar bundle.json > /tmp/bundle.json": skip(FIRST_RUN),
+    "tar --occurrence=1 -xOf train.tar bundle.json.sig > /tmp/bundle.json.sig": skip(FIRST_RUN),
+    "sed -n 's/^ \"signature\": \"\\(.*\\)\"$/\\1/p' /tmp/bundle.json.sig | base64 -d > /tmp/sig.bin":
+        skip(FIRST_RUN),
+    "openssl pkeyutl -verify -pubin -inkey /etc/sneakernet/trusted.d/publisher.pub -rawin -in /tmp/bundle.json "
+    "-sigfile /tmp/sig.bin": skip(FIRST_RUN),
+    "grep -q \"$(sha256sum bundle-import.pyz | cut -d' ' -f1)\" /tmp/bundle.json && echo \"importer pinned\"":
+        skip(FIRST_RUN),
     # docs/transfer.md
     "bundle pack /data/train.bundle /media/usb/train.tar": run(setup="rm -f {W}/usb/train.tar*"),
     "bundle pack /data/train.bundle /media/usb/train.tar --split 3900M": run(fresh=True,

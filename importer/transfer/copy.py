@@ -41,10 +41,11 @@ from importer.format.digest import CHUNK, Digest
 from importer.format.limits import MAX_BUNDLE_JSON, read_limited
 from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, SUMS_FILE, load_bundle_manifest
 from importer.input.archive import ArchiveReader, locate
-from importer.input.opened import open_bundle
+from importer.input.opened import OpenedBundle, open_bundle
 from importer.streams.fsutil import describe_mode, fsync_dir, open_regular, read_exactly
 from importer.verify.archive import verify_opened
 from importer.verify.bundle import VerifyReport
+from importer.verify.importercopies import importer_copy_problems, pinned_importer
 
 ProgressFn = Callable[[int], None]
 PARTIAL = ".partial"
@@ -128,6 +129,24 @@ def _optional(root: str, name: str, size: Optional[int] = None) -> Optional[Copy
     return CopyItem(full, name, _probe(full, root, f"copying {name}", size), None, root)
 
 
+def _checked_importer(opened: OpenedBundle, directory: str) -> Optional[CopyItem]:
+    """The ``bundle-import.pyz`` beside a tar or parts, to be copied pinned to the digest the
+    archive's (signed) bundle.json gives it; any importer copy there that is not that file is
+    refused before anything is written (importer/verify/importercopies.py)."""
+    manifest = load_bundle_manifest(opened.raw_bundle_json, where=f"{opened.path}: {BUNDLE_JSON}")
+    pinned = pinned_importer(manifest.files)
+    bad = importer_copy_problems(opened, pinned)
+    if bad:
+        raise VerificationFailed(
+            f"copying {opened.path}: expected the importer beside it to be the one its bundle.json pins, found "
+            f"{len(bad)} that differ(s)", bad, context="\n".join(str(p) for p in bad),
+            hint=f"nothing was copied; delete the {IMPORTER_PYZ} beside the archive (do not run it), then copy again")
+    beside = _optional(directory, IMPORTER_PYZ)
+    if beside is not None and pinned is not None:
+        beside.digest = pinned.digest  # copy_file refuses bytes that change on the way
+    return beside
+
+
 def plan_copy(src: str) -> Tuple[str, List[CopyItem], str]:
     """(kind, files in copy order, what to import at DST relative to it).
 
@@ -160,7 +179,7 @@ def plan_copy(src: str) -> Tuple[str, List[CopyItem], str]:
     _probe(os.path.join(directory, name), directory, f"copying {name}")
     reader = ArchiveReader(loc.path)
     if reader.index is None:
-        beside = _optional(directory, IMPORTER_PYZ)
+        beside = _checked_importer(open_bundle(loc.path), directory)
         if beside is not None:
             items.append(beside)
         items.append(CopyItem(reader.path, name, _probe(reader.path, directory, f"copying {name}"), None, directory))
@@ -177,12 +196,9 @@ def plan_copy(src: str) -> Tuple[str, List[CopyItem], str]:
         )
     for rec in reader.index.parts:
         items.append(CopyItem(os.path.join(directory, rec.name), rec.name, rec.size, rec.digest, directory))
-    imp = reader.index.importer
-    if imp is not None:
-        beside = _optional(directory, IMPORTER_PYZ, imp.size)
-        if beside is not None:
-            beside.digest = imp.digest
-            items.append(beside)
+    beside = _checked_importer(open_bundle(loc.path), directory)
+    if beside is not None:
+        items.append(beside)
     raw_index = _read_small(reader.path, directory, 16 * 1024 * 1024, name)
     items.append(CopyItem(reader.path, name, len(raw_index), Digest.of_bytes(raw_index), directory))
     return "parts", items, name

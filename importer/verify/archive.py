@@ -46,6 +46,7 @@ from importer.verify.bundle import (
     check_sums_listing,
     verify_bundle,
 )
+from importer.verify.importercopies import importer_copy_problems, pinned_importer
 
 ProgressFn = Callable[[int], None]
 
@@ -56,7 +57,11 @@ def verify_opened(bundle: OpenedBundle, *, deep: bool = True,
     parts (one sequential read, always deep), against the bundle.json read when it was opened."""
     if bundle.archive is None:
         return verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
-    return verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
+    report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
+    # the importer a user runs sits beside the archive, outside it: it must be the pinned member
+    if report.manifest is not None:
+        report.problems.extend(importer_copy_problems(bundle, pinned_importer(report.manifest.files)))
+    return report
 
 
 def _problem(issue: PartIssue) -> Problem:
