@@ -5,16 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
@@ -22,13 +15,14 @@ from bundle.embed import first_run_check
 from bundle.export import export_images
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
+from bundle.progressui import progress_factory, stop_progress
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
 from importer.cli.output import ArgumentParser, emit, guarded, success
 from importer.errors import Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
-from importer.streams.progress import human_bytes, stderr_progress
+from importer.streams.progress import human_bytes
 from importer.verify.inspection import inspect_bundle
 
 
@@ -97,38 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_key_commands(sub)
     add_transfer_commands(sub)
     return p
-
-
-_RICH: Optional[Progress] = None
-
-
-def progress_factory(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:
-    """One progress style: on a terminal rich's bar with bytes, rate and ETA; otherwise the
-    importer's plain stderr line every few seconds (cron, ssh, CI logs); --quiet: none."""
-    if quiet:
-        return None
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        return stderr_progress(False)
-
-    def make(label: str, total: int) -> Callable[[int], None]:
-        global _RICH
-        if _RICH is None:
-            _RICH = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                             TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True)
-            _RICH.start()
-        bar = _RICH
-        task = bar.add_task(label, total=total or None)
-        return lambda n: bar.advance(task, n)
-
-    return make
-
-
-def stop_progress() -> None:
-    global _RICH
-    if _RICH is not None:
-        _RICH.stop()
-        _RICH = None
 
 
 def summary_line(m: BundleManifest) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from bundle.archive import PackResult, pack_bundle
 from bundle.embed import first_run_check
+from bundle.progressui import progress_factory
 from bundle.push import push
 from bundle.sshtunnel import SshTarget
 from importer.cli.copy import add_copy_arguments, cmd_copy
@@ -28,9 +29,7 @@ ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
 def _progress(args: argparse.Namespace) -> Optional[ProgressFactory]:
-    """rich on a terminal (bundle/cli.py), plain stderr lines every few seconds otherwise; --quiet: none."""
-    from bundle.cli import progress_factory
-
+    """rich on a terminal, plain stderr lines every few seconds otherwise; --quiet: none (bundle/progressui.py)."""
     return progress_factory(bool(getattr(args, "quiet", False)))
 
 

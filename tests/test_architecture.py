@@ -8,7 +8,7 @@ import ast
 import re
 import sys
 from pathlib import Path
-from typing import List, Set, Tuple
+from typing import Dict, List, Set, Tuple
 
 import pytest
 
@@ -62,7 +62,8 @@ LAYERS: List[Set[str]] = [
     {"verify"},
     {"sinks", "registry", "transfer"},
     {"pipeline"},
-    {"cli", "smoke", "__main__"},
+    {"smoke"},
+    {"cli", "__main__"},
 ]
 FLOOR = {part: n for n, parts in enumerate(LAYERS) for part in parts}
 
@@ -120,6 +121,120 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert targets == [("importer.pipeline.importing", 1), ("importer.errors", 2)]
     own = FLOOR[_part(_module_name(probe))]
     assert [t for t, _ in targets if FLOOR[_part(t)] > own] == ["importer.pipeline.importing"]
+
+
+# The floors of bundle/ (the exporter), lowest first: the command lines on top, then the commands'
+# helpers, the export, the writers, the sources, and the small pieces everything uses.
+BUNDLE_LAYERS: List[Set[str]] = [
+    {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "progressui"},
+    {"sources"},
+    {"writer", "legacy_writer", "archive", "push", "keys"},
+    {"export"},
+    {"keycmds", "transfercmds"},
+    {"cli", "__main__"},
+]
+BUNDLE_FLOOR = {part: n for n, parts in enumerate(BUNDLE_LAYERS) for part in parts}
+BUNDLE_FILES = sorted((REPO / "bundle").rglob("*.py"))
+
+
+def _targets(path: Path, package: str) -> List[Tuple[str, int]]:
+    """Every module of ``package`` that ``path`` imports, at any depth (lazy imports count)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names if a.name.split(".")[0] == package]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == package:
+                found += [(f"{package}.{a.name}", node.lineno) for a in node.names]
+            elif node.module.split(".")[0] == package:
+                found.append((node.module, node.lineno))
+    return found
+
+
+def test_every_bundle_module_has_a_floor() -> None:
+    unplaced = sorted({_part(_module_name(p)) for p in BUNDLE_FILES} - set(BUNDLE_FLOOR))
+    assert not unplaced, f"bundle parts with no floor in BUNDLE_LAYERS: {unplaced}"
+
+
+@pytest.mark.parametrize("path", BUNDLE_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_bundle_imports_point_only_down(path: Path) -> None:
+    own = BUNDLE_FLOOR[_part(_module_name(path))]
+    up = [f"line {line}: {t}" for t, line in _targets(path, "bundle") if BUNDLE_FLOOR.get(_part(t), 0) > own]
+    assert not up, f"{path.relative_to(REPO)} imports upward: {up}"
+
+
+def _known_module(name: str, modules: Set[str]) -> str:
+    """``from importer.format import digest`` names a module; ``from importer.format.digest import
+    Digest`` names one too: the longest prefix that is a module of the tree."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def import_cycles(files: List[Path]) -> List[List[str]]:
+    """The import cycles among ``files`` (strongly connected groups of more than one module, or a
+    module that imports itself), with every import counted, lazy ones included."""
+    modules = {_module_name(p): p for p in files}
+    graph: Dict[str, Set[str]] = {}
+    for name, path in modules.items():
+        edges: Set[str] = set()
+        for package in ("importer", "bundle"):
+            for target, _ in _targets(path, package):
+                known = _known_module(target, set(modules))
+                if known and known != name and not name.startswith(known + "."):  # a package's own __init__
+                    edges.add(known)
+        graph[name] = edges
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    cycles: List[List[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles(IMPORTER_FILES + BUNDLE_FILES)
+    assert not cycles, f"import cycles (lazy imports count): {cycles}"
+
+
+def test_the_cycle_check_sees_a_lazy_cycle(tmp_path: Path) -> None:
+    """Not vacuous: two modules that import each other, one of them inside a function, are a cycle."""
+    pkg = tmp_path / "bundle"
+    pkg.mkdir()
+    (pkg / "one.py").write_text("from bundle.two import f\n")
+    (pkg / "two.py").write_text("def f():\n    from bundle import one\n    return one\n")
+    global REPO
+    saved = REPO
+    REPO = tmp_path
+    try:
+        assert import_cycles([pkg / "one.py", pkg / "two.py"]) == [["bundle.one", "bundle.two"]]
+    finally:
+        REPO = saved
 
 
 def test_pyz_holds_only_the_importer(tmp_path: Path) -> None:

@@ -441,7 +441,7 @@ def test_receipt_matches_its_schema_and_the_schema_bites() -> None:
 
 
 def test_candidate_has_its_own_exit_code_not_the_configuration_errors() -> None:
-    from importer.smoke.cli import EXIT_CONFIG
+    from importer.cli.smoke import EXIT_CONFIG
 
     cand = _receipt("candidate", _gates(compile="SKIP"))
     assert cand["exitCode"] == 10 != EXIT_CONFIG and not schema_errors(cand)

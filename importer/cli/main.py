@@ -12,6 +12,8 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
 from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success
+from importer.cli.smoke import add_smoke_arguments, smoke_after_import, smoke_receipt_base
+from importer.cli.smoke import main as smoke_main
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.format.platform import parse_platform
 from importer.format.text import printable
@@ -27,8 +29,6 @@ from importer.pipeline.registry import import_to_registry
 from importer.registry.sink import RegistrySink, add_registry_arguments, registry_sink
 from importer.sinks import Sink
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
-from importer.smoke.cli import add_smoke_arguments, smoke_after_import, smoke_receipt_base
-from importer.smoke.cli import main as smoke_main
 from importer.smoke.settings import SmokeConfigError
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
