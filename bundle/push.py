@@ -13,10 +13,10 @@ from typing import Any, Callable, Dict, Iterator, Optional
 from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
 from importer.errors import PostLoadMismatch
 from importer.input.opened import open_bundle
-from importer.pipeline.importing import verify_or_raise
 from importer.registry.auth import Credentials
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.push import PushReport, push_bundle
+from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 

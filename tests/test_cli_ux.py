@@ -259,11 +259,12 @@ def test_progress_lines_without_a_terminal_and_quiet_silences_them(bundle: Path,
 def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) -> None:
     from bundle.archive import pack_bundle
     from importer.input.opened import open_bundle
-    from importer.pipeline.importing import import_bundle, verify_or_raise
+    from importer.pipeline.importing import import_bundle
     from importer.pipeline.inplace import sink_for
     from importer.sinks.oci_layout import OciLayoutSink
     from importer.streams.progress import PLAIN_INTERVAL, StderrProgress
     from importer.transfer.copy import copy_bundle
+    from importer.verify.opened import verify_or_raise
 
     seen: list[list[object]] = []
 

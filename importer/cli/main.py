@@ -20,7 +20,7 @@ from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only, receipt_sections
-from importer.pipeline.importing import ImportResult, import_bundle, verify_or_raise
+from importer.pipeline.importing import ImportResult, import_bundle
 from importer.pipeline.inplace import sink_for
 from importer.pipeline.legacy import import_legacy_bundle
 from importer.pipeline.postload import render_table
@@ -38,6 +38,7 @@ from importer.verify.legacy import (
     raise_if_problems,
     verify_legacy,
 )
+from importer.verify.opened import verify_or_raise
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
 
 EXIT_OK = 0

@@ -14,10 +14,10 @@ from importer.format.manifest import load_bundle_manifest
 from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import open_bundle
-from importer.pipeline.importing import verify_or_raise
 from importer.registry.serve import DEFAULT_LISTEN, BundleRegistry, Catalog, damaged_error, serve_forever, stderr_log
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
+from importer.verify.opened import verify_or_raise
 from importer.verify.signature import TrustPolicy, check_signature, load_trusted_keys
 
 

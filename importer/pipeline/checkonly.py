@@ -37,13 +37,14 @@ from importer.errors import CheckOnlyMismatch, CheckOnlyMissing, DeepMismatch, U
 from importer.format.identity import lookup_name
 from importer.format.manifest import ImageRecord, load_bundle_manifest
 from importer.input.opened import OpenedBundle
-from importer.pipeline.importing import ImportResult, verify_or_raise
+from importer.pipeline.importing import ImportResult
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import select_platform
 from importer.registry.client import map_ref, parse_target
 from importer.sinks import Sink
 from importer.verify.bundle import VerifyReport
 from importer.verify.deep import run_deep
+from importer.verify.opened import verify_or_raise
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]

@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from importer.errors import (
-    BundleError,
     UsageError,
-    VerificationFailed,
 )
 from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord, load_bundle_manifest
@@ -27,8 +25,8 @@ from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_r
 from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
-from importer.verify.archive import verify_opened
 from importer.verify.bundle import VerifyReport
+from importer.verify.opened import verify_or_raise
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -54,23 +52,6 @@ class ImportResult:
         return self.report.ok and bool(self.checks) and all(c.ok for c in self.checks)
 
 
-def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory] = None,
-                    deep: bool = True) -> VerifyReport:
-    """Verify the opened bundle against the bundle.json it was opened with (the signature step
-    judged those bytes); raise VerificationFailed listing every problem."""
-    on_bytes = progress("verify", _verify_total(bundle, deep)) if progress is not None else None
-    report = verify_opened(bundle, deep=deep, on_bytes=on_bytes)
-    if not report.ok:
-        raise VerificationFailed(
-            f"verifying {bundle.path}: expected every file to match bundle.json, "
-            f"found {len(report.problems)} problem(s)",
-            report.problems,
-            context="\n".join(str(p) for p in report.problems[:50]),
-            hint="nothing was loaded; re-copy the bundle from the source medium (or re-export it) and retry",
-        )
-    return report
-
-
 def _load_total(sink: Any, manifest: Any, images: Any, external: Any) -> int:
     """The bytes the sink's load reports: its own count where it copies stored blobs (the OCI
     layout), else the uncompressed layers it streams into the engine."""
@@ -78,17 +59,6 @@ def _load_total(sink: Any, manifest: Any, images: Any, external: Any) -> int:
     if own is not None:
         return int(own)
     return sum(x.uncompressed_size for x in manifest.unique_layers())
-
-
-def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
-    """Bytes verification reads: the whole tar or parts, or every file bundle.json lists."""
-    if bundle.archive is not None:
-        return bundle.archive.size
-    try:
-        manifest = load_bundle_manifest(bundle.raw_bundle_json)
-    except BundleError:
-        return 0  # verification raises the same error, with its message
-    return sum(f.size for f in manifest.files)
 
 
 def import_bundle(

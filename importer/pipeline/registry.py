@@ -17,12 +17,13 @@ from typing import Callable, Dict, List, Optional
 from importer.errors import PostLoadMismatch
 from importer.format.identity import OCI
 from importer.input.opened import OpenedBundle
-from importer.pipeline.importing import ImportResult, verify_or_raise
+from importer.pipeline.importing import ImportResult
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.registry.push import PushedRef, PushReport, push_bundle
 from importer.registry.sink import RegistrySink
 from importer.sinks import EngineImage
 from importer.verify.bundle import VerifyReport
+from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 

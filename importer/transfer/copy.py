@@ -43,9 +43,9 @@ from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, 
 from importer.input.archive import ArchiveReader, locate
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.streams.fsutil import describe_mode, fsync_dir, open_regular, read_exactly
-from importer.verify.archive import verify_opened
 from importer.verify.bundle import VerifyReport
 from importer.verify.importercopies import importer_copy_problems, pinned_importer
+from importer.verify.opened import verify_opened
 
 ProgressFn = Callable[[int], None]
 PARTIAL = ".partial"

@@ -34,7 +34,6 @@ from importer.format.problems import Problem
 from importer.format.sums import parse_sums
 from importer.input.archive import ArchiveReader, ConcatFile, PartIssue
 from importer.input.layers import LayerReader
-from importer.input.opened import OpenedBundle
 from importer.input.safetar import BUNDLE_POLICY, DIR, SafeTarReader, TarMember, UnsafeArchive
 from importer.streams.compression import open_decompressed
 from importer.streams.readers import HashingReader
@@ -44,24 +43,9 @@ from importer.verify.bundle import (
     _layer_names,
     check_records,
     check_sums_listing,
-    verify_bundle,
 )
-from importer.verify.importercopies import importer_copy_problems, pinned_importer
 
 ProgressFn = Callable[[int], None]
-
-
-def verify_opened(bundle: OpenedBundle, *, deep: bool = True,
-                  on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
-    """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer), a tar or
-    parts (one sequential read, always deep), against the bundle.json read when it was opened."""
-    if bundle.archive is None:
-        return verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
-    report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
-    # the importer a user runs sits beside the archive, outside it: it must be the pinned member
-    if report.manifest is not None:
-        report.problems.extend(importer_copy_problems(bundle, pinned_importer(report.manifest.files)))
-    return report
 
 
 def _problem(issue: PartIssue) -> Problem:

@@ -1,0 +1,60 @@
+"""Verifying an opened bundle: the one entry every command uses (import, --verify-only,
+--check-only, serve, push, sign, copy). A folder is checked file by file (in parallel), a tar or
+parts in one sequential read, both against the bundle.json the bundle was opened with (the
+signature step judged those bytes); a tar's or parts' importer copies are checked too
+(importer/verify/importercopies.py)."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from importer.errors import BundleError, VerificationFailed
+from importer.format.manifest import load_bundle_manifest
+from importer.input.opened import OpenedBundle
+from importer.verify.archive import verify_archive
+from importer.verify.bundle import VerifyReport, verify_bundle
+from importer.verify.importercopies import importer_copy_problems, pinned_importer
+
+ProgressFn = Callable[[int], None]
+ProgressFactory = Callable[[str, int], ProgressFn]
+
+
+def verify_opened(bundle: OpenedBundle, *, deep: bool = True,
+                  on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
+    """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer), a tar or
+    parts (one sequential read, always deep), against the bundle.json read when it was opened."""
+    if bundle.archive is None:
+        return verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
+    report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
+    # the importer a user runs sits beside the archive, outside it: it must be the pinned member
+    if report.manifest is not None:
+        report.problems.extend(importer_copy_problems(bundle, pinned_importer(report.manifest.files)))
+    return report
+
+
+def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory] = None,
+                    deep: bool = True) -> VerifyReport:
+    """Verify the opened bundle against the bundle.json it was opened with (the signature step
+    judged those bytes); raise VerificationFailed listing every problem."""
+    on_bytes = progress("verify", _verify_total(bundle, deep)) if progress is not None else None
+    report = verify_opened(bundle, deep=deep, on_bytes=on_bytes)
+    if not report.ok:
+        raise VerificationFailed(
+            f"verifying {bundle.path}: expected every file to match bundle.json, "
+            f"found {len(report.problems)} problem(s)",
+            report.problems,
+            context="\n".join(str(p) for p in report.problems[:50]),
+            hint="nothing was loaded; re-copy the bundle from the source medium (or re-export it) and retry",
+        )
+    return report
+
+
+def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
+    """Bytes verification reads: the whole tar or parts, or every file bundle.json lists."""
+    if bundle.archive is not None:
+        return bundle.archive.size
+    try:
+        manifest = load_bundle_manifest(bundle.raw_bundle_json)
+    except BundleError:
+        return 0  # verification raises the same error, with its message
+    return sum(f.size for f in manifest.files)
