@@ -27,7 +27,7 @@ from bundle.writer import write_bundle
 from importer.errors import DestinationInUse, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
-from importer.pipeline.have import have_platform, merge_have, zstd_is_fast_on
+from importer.inventory.have import have_platform, merge_have, zstd_is_fast_on
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 

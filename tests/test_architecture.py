@@ -60,8 +60,8 @@ LAYERS: List[Set[str]] = [
     {"streams"},
     {"input"},
     {"verify"},
-    {"sinks", "registry", "transfer"},
-    {"pipeline"},
+    {"sinks", "registry", "transfer", "receipts"},
+    {"pipeline", "inventory"},
     {"smoke"},
     {"cli", "__main__"},
 ]

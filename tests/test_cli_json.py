@@ -111,7 +111,7 @@ def test_inventory(bundle: Path, tmp_path: Path) -> None:
     proc = run_cli("importer", "--inventory", "--engine", "oci", "--oci-dir", str(layout), "--json")
     ok("inventory", proc)
     (tmp_path / "have.json").write_text(proc.stdout)  # "ok" is under the checksum: still a --have input
-    from importer.pipeline.inventory import load_inventory
+    from importer.inventory.engine import load_inventory
 
     assert load_inventory((tmp_path / "have.json").read_bytes(), what="have.json")["ok"] is True
     proc = run_cli("importer", "--inventory", "--engine", "docker", "--docker-host", "unix:///nonexistent/d.sock",

@@ -23,7 +23,7 @@ import jsonschema
 import pytest
 
 from importer.format.platform import host_platform
-from importer.pipeline.inventory import load_inventory
+from importer.inventory.engine import load_inventory
 from tests import engines
 from tests.engines import Registry
 from tests.helpers import REPO, run_cli, run_pyz

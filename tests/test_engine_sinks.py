@@ -27,7 +27,7 @@ from importer.format.identity import (
 from importer.format.manifest import ImageRecord
 from importer.format.refs import familiar, normalize
 from importer.input.tarscan import hash_member, scan_tar
-from importer.pipeline.inventory import build_inventory, checksum, held_diff_ids, load_inventory
+from importer.inventory.engine import build_inventory, checksum, held_diff_ids, load_inventory
 from importer.pipeline.postload import check_image
 from importer.sinks import EngineImage, EngineInfo
 from importer.sinks.choose import EngineOptions, choose_sink
@@ -305,8 +305,8 @@ def test_inventory_round_trip_and_damage() -> None:
 
 
 def test_the_delta_export_accepts_the_inventory(tmp_path: Path) -> None:
-    """importer/pipeline/have.py (bundle export --have) reads this inventory and checks the same checksum."""
-    from importer.pipeline.have import load_have
+    """importer/inventory/have.py (bundle export --have) reads this inventory and checks the same checksum."""
+    from importer.inventory.have import load_have
 
     path = tmp_path / "have.json"
     doc = _inventory()

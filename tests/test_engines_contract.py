@@ -312,7 +312,7 @@ def test_reimport_finds_the_images_already_present(contract_bundle: Path, target
 def test_inventory_lists_the_images(contract_bundle: Path, target: Target, tmp_path: Path) -> None:
     import jsonschema
 
-    from importer.pipeline.inventory import load_inventory
+    from importer.inventory.engine import load_inventory
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DOCKER_", "CONTAINERD_"))}
     env.update(target.env)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from importer.pipeline.receipt import now_utc
+from importer.receipts.receipt import now_utc
 from tests import engines
 from tests.helpers import REPO, run_cli
 from tests.test_check_only import REFS, fleet_bundle, forget

@@ -194,7 +194,7 @@ def test_the_host_platform_of_a_two_platform_index_imports_into_docker(docker_ho
 # --- the offline host's platform, from its inventory (1.2)
 
 def _inventory(tmp_path: Path, name: str, platform: dict | None, diff_id: str = "sha256:" + "1" * 64) -> str:
-    from importer.pipeline.inventory import build_inventory, checksum
+    from importer.inventory.engine import build_inventory, checksum
     from importer.sinks import EngineImage, EngineInfo
 
     engine = EngineInfo("containerd", "1.7", "overlayfs", "containerd", "/run/containerd/containerd.sock")
@@ -212,7 +212,7 @@ def _inventory(tmp_path: Path, name: str, platform: dict | None, diff_id: str = 
 def test_the_inventory_names_the_engines_platform(tmp_path: Path) -> None:
     import jsonschema
 
-    from importer.pipeline.inventory import inventory_platform, load_inventory
+    from importer.inventory.engine import inventory_platform, load_inventory
 
     schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "inventory" /
                          "inventory-v1.schema.json").read_text())

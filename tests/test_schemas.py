@@ -690,7 +690,7 @@ def test_receipt_of_an_unreadable_manifest(written_bundle: Path) -> None:
 
 def test_receipt_of_a_post_load_mismatch_and_missing_image() -> None:
     from importer.pipeline.postload import check_image
-    from importer.pipeline.receipt import build_import_receipt
+    from importer.receipts.receipt import build_import_receipt
     from importer.sinks import EngineImage, EngineInfo
 
     model = load_bundle_manifest((GOLDEN / "valid" / "two-images-sharing-a-layer.json").read_bytes())

@@ -202,7 +202,7 @@ def test_a_damaged_layer_is_decompress_failed_with_the_pure_fallback(only_the_pu
 # ============================== export --compression auto, from the inventory's decoders
 
 def _inventory_file(tmp_path: Path, decoders: Any, name: str) -> str:
-    from importer.pipeline.inventory import build_inventory, checksum
+    from importer.inventory.engine import build_inventory, checksum
     from importer.sinks import EngineImage, EngineInfo
 
     engine = EngineInfo("docker", "20.10.24", "overlay2", "classic", "unix:///var/run/docker.sock")
@@ -221,7 +221,7 @@ def _inventory_file(tmp_path: Path, decoders: Any, name: str) -> str:
 def test_the_inventory_lists_the_hosts_decoders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import jsonschema
 
-    from importer.pipeline.inventory import load_inventory
+    from importer.inventory.engine import load_inventory
 
     schema = json.loads((REPO / "schemas" / "inventory" / "inventory-v1.schema.json").read_text())
     doc = load_inventory(Path(_inventory_file(tmp_path, compression.host_decoders(), "i.json")).read_bytes())

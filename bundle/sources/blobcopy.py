@@ -35,7 +35,7 @@ from importer.format.mediatypes import (
     compression_of,
 )
 from importer.format.platform import Platform, index_platforms, of_dict, pick_entry
-from importer.pipeline.have import HaveLayers
+from importer.inventory.have import HaveLayers
 from importer.streams.readers import HashingReader, Readable
 from importer.streams.signals import stop_requested
 from importer.streams.threads import each

@@ -17,7 +17,7 @@ from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
 from importer.format.refs import familiar, normalize
-from importer.pipeline.have import HaveLayers
+from importer.inventory.have import HaveLayers
 from importer.sinks.ctrclient import CtrClient
 from importer.streams.commands import command_stdout
 

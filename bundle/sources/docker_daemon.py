@@ -45,7 +45,7 @@ from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_TAR
 from importer.format.platform import host_platform
 from importer.format.refs import familiar, normalize
-from importer.pipeline.have import HaveLayers
+from importer.inventory.have import HaveLayers
 from importer.sinks.dockerapi import api_save, socket_path
 from importer.sinks.dockerclient import DockerClient
 from importer.streams.commands import command_stdout, run

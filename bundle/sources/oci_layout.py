@@ -29,7 +29,7 @@ from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import REF_NAME_ANNOTATION
 from importer.format.platform import Platform, host
-from importer.pipeline.have import HaveLayers
+from importer.inventory.have import HaveLayers
 
 ProgressFn = Any
 CONTAINERD_NAME = "io.containerd.image.name"

@@ -27,7 +27,7 @@ from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_CONFIG, parse_json
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
-from importer.pipeline.have import HaveLayers
+from importer.inventory.have import HaveLayers
 from importer.registry.client import RegistryClient, RegistryTarget
 
 ProgressFn = Any

@@ -1,4 +1,4 @@
-"""``bundle-import fleet-report RECEIPT...`` (importer/pipeline/fleet.py) and
+"""``bundle-import fleet-report RECEIPT...`` (importer/receipts/fleet.py) and
 ``bundle-import sign-receipt RECEIPT... --sign-key KEY`` (importer/verify/receiptsig.py): the
 receipts of a cluster's nodes joined into one table and verdict, and signing them on a node that
 has python3 and openssl only (``bundle sign-receipt`` does the same with the exporter). docs/fleet.md."""
@@ -11,7 +11,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from importer.cli.output import ArgumentParser, emit, guarded, success
 from importer.errors import UsageError
-from importer.pipeline.fleet import (
+from importer.receipts.fleet import (
     REQUIREMENTS,
     build_report,
     expand_hostlist,

@@ -24,8 +24,8 @@ from importer.pipeline.importing import ImportResult, import_bundle
 from importer.pipeline.inplace import sink_for
 from importer.pipeline.legacy import import_legacy_bundle
 from importer.pipeline.postload import render_table
-from importer.pipeline.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
 from importer.pipeline.registry import import_to_registry
+from importer.receipts.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
 from importer.registry.sink import RegistrySink, add_registry_arguments, registry_sink
 from importer.sinks import Sink
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
@@ -144,7 +144,7 @@ def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None
 
 
 def _receipt_target(args: argparse.Namespace) -> Optional[str]:
-    """Where this run's receipt goes, checked before anything is done (importer/pipeline/receipt.py)."""
+    """Where this run's receipt goes, checked before anything is done (importer/receipts/receipt.py)."""
     if args.no_receipt:
         return None
     if args.receipt:
@@ -213,7 +213,7 @@ def make_sink(args: argparse.Namespace) -> Sink:
 
 def cmd_inventory(args: argparse.Namespace) -> int:
     """Print what the engine holds (always JSON; --json is accepted)."""
-    from importer.pipeline.inventory import take_inventory, with_ok
+    from importer.inventory.engine import take_inventory, with_ok
 
     sink = make_sink(args)
     try:

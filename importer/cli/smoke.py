@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from importer import __version__
 from importer.cli.output import ArgumentParser, emit, failure, render_error
 from importer.errors import BundleError, InternalError, os_error_text
-from importer.pipeline.receipt import check_receipt_path, default_receipt_path
+from importer.receipts.receipt import check_receipt_path, default_receipt_path
 from importer.smoke.container import ENGINES
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
 from importer.smoke.results import EXIT_CANDIDATE

@@ -7,7 +7,7 @@ import json
 from typing import Any, Dict
 
 from importer import __version__
-from importer.pipeline.receipt import host_facts, now_utc
+from importer.receipts.receipt import host_facts, now_utc
 from importer.smoke.runner import Qualification
 from importer.streams.fsutil import atomic_write_bytes
 

@@ -1,5 +1,5 @@
 """Detached Ed25519 signatures over receipts (``RECEIPT.sig`` beside ``RECEIPT``), with the same
-keys as bundle signatures (``bundle keygen``), so that a fleet report (importer/pipeline/fleet.py)
+keys as bundle signatures (``bundle keygen``), so that a fleet report (importer/receipts/fleet.py)
 can tell a node's own receipt from one edited or made up on the way to it.
 
 The file (``schemas/signature/receipt-v1.schema.json``) has the shape of ``bundle.json.sig``

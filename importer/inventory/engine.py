@@ -26,7 +26,7 @@ from importer.errors import InventoryDamaged, ManifestError, UsageError
 from importer.format.digest import is_digest
 from importer.format.limits import parse_json
 from importer.format.platform import Platform, host, of_dict, to_dict
-from importer.pipeline.receipt import host_facts, now_utc
+from importer.receipts.receipt import host_facts, now_utc
 from importer.sinks import EngineImage, EngineInfo, Sink
 from importer.streams.compression import host_decoders
 

@@ -17,7 +17,7 @@ from importer.format.limits import MAX_ENGINE_JSON, parse_json, read_file_limite
 from importer.format.manifest import BlobRef
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
 from importer.format.platform import Platform
-from importer.pipeline.inventory import held_diff_ids, inventory_decoders, inventory_platform, load_inventory
+from importer.inventory.engine import held_diff_ids, inventory_decoders, inventory_platform, load_inventory
 from importer.streams.compression import FAST_ZSTD_DECODERS
 
 _DIFF_ID_KEYS = ("diffIds", "diff_ids", "diffId")

@@ -1,6 +1,6 @@
 """``bundle-import fleet-report``: the receipts of many hosts joined into one verdict.
 
-Input: import, check-only and qualification receipts (importer/pipeline/receipt.py,
+Input: import, check-only and qualification receipts (importer/receipts/receipt.py,
 importer/smoke/receipt.py; also the one document ``bundle-import BUNDLE --smoke --json`` prints),
 as files or folders of ``*.json`` files, each with an optional ``RECEIPT.sig``
 (importer/verify/receiptsig.py). Each receipt names its host (``host.hostname``).
@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from importer import __version__
 from importer.errors import FileAccessError, UsageError, os_error_text
-from importer.pipeline.receipt import now_utc
+from importer.receipts.receipt import now_utc
 from importer.verify.receiptsig import (
     MAX_SIGNATURE_FILE,
     NOT_CHECKED,
