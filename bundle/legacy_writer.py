@@ -15,13 +15,13 @@ from bundle.embed import build_pyz
 from importer import __version__
 from importer.errors import CommandFailed, SourceError
 from importer.format.digest import CHUNK, Digest
+from importer.format.legacy import ARCHIVES, MEDIA_TYPES
 from importer.format.limits import MAX_CONFIG, parse_json, read_limited
 from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SUMS_FILE
 from importer.format.sums import format_sums
 from importer.streams.commands import command_stdout
 from importer.streams.fsutil import atomic_write_bytes
 from importer.streams.readers import HashingReader, HashingWriter
-from importer.verify.legacy import ARCHIVES, MEDIA_TYPES
 
 ProgressFn = Callable[[int], None]
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from importer.format.legacy import load_legacy_manifest
 from importer.format.limits import MAX_LEGACY_SUMS
-from importer.verify.legacy import MANIFEST_JSON, archive_pass, load_legacy_manifest, open_archive
+from importer.verify.legacyarchive import MANIFEST_JSON, archive_pass, open_archive
 from tests.helpers import REPO, docker, run_cli
 from tests.trustkit import engine_listing, error_id
 

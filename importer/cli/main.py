@@ -15,6 +15,7 @@ from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, suc
 from importer.cli.smoke import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.cli.smoke import main as smoke_main
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
+from importer.format.legacy import load_legacy_manifest
 from importer.format.platform import parse_platform
 from importer.format.text import printable
 from importer.input.archive import locate
@@ -33,11 +34,7 @@ from importer.smoke.settings import SmokeConfigError
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.bundle import VerifyReport
-from importer.verify.legacy import (
-    load_legacy_manifest,
-    raise_if_problems,
-    verify_legacy,
-)
+from importer.verify.legacy import raise_if_problems, verify_legacy
 from importer.verify.opened import verify_or_raise
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
 

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
 from importer.errors import UsageError
 from importer.format.identity import CLASSIC, CONTAINERD, DOCKER_ARCHIVE
+from importer.format.legacy import LegacyManifest, load_legacy_manifest
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
 from importer.pipeline.postload import ImageCheck, check_image
@@ -38,14 +39,8 @@ from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.streams.commands import feed
-from importer.verify.legacy import (
-    LegacyManifest,
-    archive_pass,
-    load_legacy_manifest,
-    open_archive,
-    raise_if_problems,
-    verify_legacy,
-)
+from importer.verify.legacy import raise_if_problems, verify_legacy
+from importer.verify.legacyarchive import archive_pass, open_archive
 
 
 def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw_bundle_json: bytes, major: int,

@@ -6,9 +6,9 @@ import os
 from typing import Any, Dict, List
 
 from importer.format.digest import Digest
+from importer.format.legacy import load_legacy_manifest
 from importer.format.manifest import load_bundle_manifest
 from importer.input.opened import open_bundle
-from importer.verify.legacy import load_legacy_manifest
 
 
 def inspect_bundle(root: str) -> Dict[str, Any]:
