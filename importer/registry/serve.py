@@ -312,6 +312,7 @@ class _Handler(BaseHTTPRequestHandler):
         """A refused request (400, 414, 431, 501, ...): a registry error body, then the connection closes."""
         self.close_connection = True
         self.request_version = "HTTP/1.1"  # a status line and headers even for a line that named no version
+        self._reader.end_head(self.server.limits.send_timeout)  # the head's deadline does not bound the answer
         text = message or str(code)
         try:
             self._error(code, "UNSUPPORTED", text + (f": {explain}" if explain else ""), close=True)
