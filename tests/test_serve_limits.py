@@ -12,6 +12,7 @@ import http.client
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -238,3 +239,22 @@ def test_limits_out_of_range_are_usage_errors(made: dict[str, Path], option: lis
     proc = subprocess.run([sys.executable, "-m", "importer", "serve", str(made["folder"]), "--listen",
                            "127.0.0.1:0", *option], capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
     assert proc.returncode == 2 and "error[usage]" in proc.stderr and option[0] in proc.stderr, proc.stderr
+
+
+def test_a_client_leaving_mid_blob_is_one_log_line_and_the_server_goes_on(made: dict[str, Path]) -> None:
+    layer = bundle_doc(made)["images"][0]["layers"][0]  # 6 MiB: more than the server's send buffer
+    with serving(pyz(made), made["folder"]) as s:
+        host, port = s.addr.rsplit(":", 1)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # so the server blocks sending to it
+        sock.settimeout(30)
+        sock.connect((host, int(port)))
+        sock.sendall(f"GET /v2/carry/base/blobs/{layer['digest']} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        assert sock.recv(1000)
+        sock.close()  # unread bytes: a reset
+        assert _wait_for(lambda: "ended: " in s.stderr())
+        assert request(s.addr, "GET", "/v2/")[0] == 200
+        assert s.stop() == 0
+        log = s.stderr()
+    assert re.search(r"serve: connection from 127\.0\.0\.1 ended: (ConnectionResetError|BrokenPipeError)", log), log
+    assert "Traceback" not in log, log
