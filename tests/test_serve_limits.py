@@ -258,3 +258,21 @@ def test_a_client_leaving_mid_blob_is_one_log_line_and_the_server_goes_on(made: 
         log = s.stderr()
     assert re.search(r"serve: connection from 127\.0\.0\.1 ended: (ConnectionResetError|BrokenPipeError)", log), log
     assert "Traceback" not in log, log
+
+
+def test_past_twice_the_cap_a_connection_is_closed_unanswered(made: dict[str, Path]) -> None:
+    with serving(pyz(made), made["folder"], "--max-connections", "1", "--idle-timeout", "60") as s:
+        served = connect(s.addr)
+        assert raw_exchange(served, GET_V2)[0] == 200  # holds the one slot
+        refused = connect(s.addr)  # silent: holds the one thread that would answer 503
+
+        def shut_out() -> bool:
+            with connect(s.addr) as sock:
+                return closed_by_server(sock, 2)  # closed at once, no 503 thread left for it
+
+        assert _wait_for(shut_out)
+        assert raw_exchange(refused, GET_V2)[0] == 503  # the refusing thread still answers its client
+        served.close()
+        refused.close()
+        assert s.stop() == 0
+        assert "connections held already (closed unanswered)" in s.stderr()
