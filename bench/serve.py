@@ -12,6 +12,11 @@ Not a test: a tool.
     python3 bench/serve.py                       # 1 GiB image, 8 clients, 3 rounds
     python3 bench/serve.py --small               # 48 MiB, 4 clients, 1 round, results to a temp dir
     python3 bench/serve.py --size 256M --clients 16 --runs 2 --bundle-as parts
+    python3 bench/serve.py --small --idle 32      # also: pulls while 32 idle connections sit on serve
+
+With ``--idle N`` each round also pulls from serve while N connections that never send a byte are
+held open to it (each one the server closes at --idle-timeout is opened again at once): the
+figure of issue 24 that idle clients do not lock real ones out.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import argparse
 import datetime
 import json
 import os
+import selectors
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,8 +58,59 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def pull_round(addr: str, clients: int, out: Path, server_pid: int) -> dict[str, float]:
-    """``clients`` skopeo pulls at once; wall time of the whole round and the server's CPU."""
+class IdleHolder:
+    """``n`` connections to ``addr`` that never send a byte; one the server closes is reopened."""
+
+    def __init__(self, addr: str, n: int) -> None:
+        host, port = addr.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.n = n
+        self.reopened = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+
+    def __enter__(self) -> IdleHolder:
+        if self.n:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self.n:
+            self._thread.join(30)
+
+    def _hold(self) -> None:
+        sel = selectors.DefaultSelector()
+        for _ in range(self.n):
+            sel.register(socket.create_connection(self.target), selectors.EVENT_READ)
+        while not self._stop.is_set():
+            for key, _ in sel.select(0.2):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    gone = not sock.recv(4096)
+                except OSError:
+                    gone = True
+                if gone:
+                    sel.unregister(sock)
+                    sock.close()
+                    sel.register(socket.create_connection(self.target), selectors.EVENT_READ)
+                    self.reopened += 1
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        sel.close()
+
+
+def pull_round(addr: str, clients: int, out: Path, server_pid: int, idle: int = 0) -> dict[str, float]:
+    """``clients`` skopeo pulls at once (while ``idle`` silent connections are held to the server);
+    wall time of the whole round and the server's CPU."""
+    with IdleHolder(addr, idle) as holder:
+        result = _pull_round(addr, clients, out, server_pid)
+    result["idle_reopened"] = holder.reopened
+    return result
+
+
+def _pull_round(addr: str, clients: int, out: Path, server_pid: int) -> dict[str, float]:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cpu0 = cpu_of([server_pid])
@@ -76,6 +135,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="rounds per server (default 3)")
     ap.add_argument("--bundle-as", choices=["folder", "tar", "parts"], default="folder",
                     help="what serve reads (default: the folder)")
+    ap.add_argument("--idle", type=int, default=0, metavar="N",
+                    help="also pull from serve while N idle connections are held open to it (default: 0, not)")
     ap.add_argument("--small", action="store_true", help="CI mode: 48M, 4 clients, 1 round, results to a temp dir")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
@@ -123,12 +184,14 @@ def main() -> int:
         start = json.loads(served.stdout.readline() or b"{}")
         if not start.get("ok"):
             raise SystemExit("bench: bundle-import serve did not start")
-        servers = {"bundle-import serve": (start["listening"], served.pid),
-                   "docker-registry": (f"127.0.0.1:{reg_port}", reg_pid)}
+        servers = {"bundle-import serve": (start["listening"], served.pid, 0),
+                   "docker-registry": (f"127.0.0.1:{reg_port}", reg_pid, 0)}
+        if args.idle:
+            servers[f"bundle-import serve, {args.idle} idle conns"] = (start["listening"], served.pid, args.idle)
         samples: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
         for r in range(args.runs):
-            for name, (addr, pid) in servers.items():  # alternating, one round each
-                s = pull_round(addr, args.clients, work / "pulled", pid)
+            for name, (addr, pid, idle) in servers.items():  # alternating, one round each
+                s = pull_round(addr, args.clients, work / "pulled", pid, idle)
                 samples[name].append(s)
                 print(f"bench: round {r + 1}/{args.runs} {name:20} {args.clients} pulls {s['wall']:7.1f}s "
                       f"server cpu {s['server_cpu']:6.1f}s", file=sys.stderr)
@@ -137,7 +200,8 @@ def main() -> int:
         for name, items in samples.items():
             wall = statistics.median(s["wall"] for s in items)
             rows.append({
-                "server": name, "ours": name == "bundle-import serve", "clients": args.clients, "runs": len(items),
+                "server": name, "ours": name.startswith("bundle-import serve"), "clients": args.clients,
+                "runs": len(items), "idle_reopened": sum(s["idle_reopened"] for s in items),
                 "wall_median": wall, "wall_min": min(s["wall"] for s in items),
                 "wall_max": max(s["wall"] for s in items),
                 "server_cpu_median": statistics.median(s["server_cpu"] for s in items),
@@ -162,6 +226,10 @@ def main() -> int:
                          f"{row['wall_median']:.1f} ({row['wall_min']:.1f}-{row['wall_max']:.1f}) | "
                          f"{row['throughput_mib_s']:.0f} | {row['server_cpu_median']:.1f} | "
                          f"{row['server_peak_rss_mib']:.0f} | {ratio} |")
+        if args.idle:
+            reopened = sum(int(r["idle_reopened"]) for r in rows)
+            lines += ["", f"With {args.idle} idle connections held open to serve during its rounds (each one serve "
+                      f"closed at its idle timeout reopened at once: {reopened} times)."]
         table = "\n".join(lines) + "\n"
         print(table)
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -5,9 +5,12 @@ by its pid with SIGTERM."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -68,3 +71,40 @@ def serving(pyz: Path, target: Path, *extra: str) -> Iterator[Served]:
         if proc.stdout is not None:
             proc.stdout.close()
         path.unlink(missing_ok=True)
+
+
+def connect(addr: str, timeout: float = 30) -> socket.socket:
+    """A raw TCP connection to a served ``ADDR:PORT``."""
+    host, port = addr.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def raw_exchange(sock: socket.socket, data: bytes, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """Send ``data`` as is, read one response: (status, lower-case headers, body)."""
+    sock.sendall(data)
+    resp = http.client.HTTPResponse(sock, method=method)
+    resp.begin()
+    try:
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        resp.close()
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` within ``within`` seconds (whatever it sends first is read)."""
+    sock.settimeout(within)
+    try:
+        while sock.recv(65536):
+            pass
+    except socket.timeout:
+        return False
+    except OSError:  # reset: closed too
+        return True
+    return True
+
+
+def shutdown_figures(log: str) -> tuple[int, int, int]:
+    """(requests, bytes sent, bytes hashed) of the line serve prints when stopped."""
+    m = re.search(r"(\d+) request\(s\), (\d+) bytes sent, (\d+) bytes hashed", log)
+    assert m is not None, log
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))

@@ -46,13 +46,15 @@ def test_bench_serve_small_mode_compares_with_docker_registry(tmp_path: Path) ->
     for tool in ("dockerd", "skopeo", "docker-registry"):
         engines.require(tool)
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "serve.py"), "--small", "--bundle-as", "parts",
-                           "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=600,
-                          check=False)
+                           "--idle", "8", "--work", str(tmp_path / "work")], capture_output=True, text=True,
+                          timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout
     ours = next(line for line in table.splitlines() if line.startswith("| **bundle-import serve** |"))
     assert ours.rstrip(" |").endswith("x"), ours  # its ratio to the registry
     assert any(line.startswith("| docker-registry |") for line in table.splitlines()), table
+    idle = next(line for line in table.splitlines() if line.startswith("| **bundle-import serve, 8 idle conns** |"))
+    assert idle.rstrip(" |").endswith("x"), idle  # pulls still complete with 8 silent connections held open
     results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
     assert results.read_text().strip() == table.strip()
     assert json.loads(results.with_suffix(".json").read_text())["meta"]["bundle_as"] == "parts"

@@ -15,6 +15,7 @@ from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import open_bundle
 from importer.registry.serve import DEFAULT_LISTEN, BundleRegistry, Catalog, damaged_error, serve_forever, stderr_log
+from importer.registry.servelimits import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, checked_limits
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.opened import verify_or_raise
@@ -37,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve only a bundle signed by this Ed25519 public key (repeatable; docs/security.md)")
     p.add_argument("--require-signature", action="store_true",
                    help="refuse a bundle that is not signed by a trusted key")
+    p.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, metavar="SECONDS",
+                   help="close a connection that sends no complete request head for this long, also between "
+                   f"requests (default: {DEFAULT_IDLE_TIMEOUT:g})")
+    p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                   help=f"serve at most N connections at once; more get 503 (default: {DEFAULT_MAX_CONNECTIONS})")
     p.add_argument("--json", action="store_true", help="print one JSON line on stdout once serving (the address)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines and no access log")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -61,8 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if bundle.schema_major() in (1, 2):
         raise UsageError(f"serving {bundle.path}: expected a schema 3 bundle (OCI blobs), found schema "
                          f"{bundle.schema_major()}", hint="re-export it with this version of `bundle export`")
+    limits = checked_limits(args.idle_timeout, args.max_connections)
     server = BundleRegistry(bundle, Catalog(load_bundle_manifest(bundle.raw_bundle_json), _say), args.listen,
-                            log=None if args.quiet else stderr_log)  # bound now: a taken port fails before verifying
+                            log=None if args.quiet else stderr_log,
+                            limits=limits)  # bound now: a taken port fails before verifying
     try:
         report = verify_or_raise(bundle, progress=stderr_progress(args.quiet), deep=not args.shallow)
         report.signature = sig.to_dict()
@@ -90,7 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve_forever(server)
     except KeyboardInterrupt as e:  # SIGINT/SIGTERM: the normal way to stop serving
         _say(f"{stop_error(e, 'serve').message}; {server.stats.requests} request(s), "
-             f"{server.stats.bytes_sent} bytes sent")
+             f"{server.stats.bytes_sent} bytes sent, {server.stats.bytes_hashed} bytes hashed")
     error = damaged_error(server, bundle.path)
     if error is not None:
         raise error

@@ -16,6 +16,7 @@ nothing else (docs/transfer.md, "Serve a bundle as a registry")."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import socket
@@ -26,15 +27,25 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from importer import __version__
-from importer.errors import IntegrityError, UsageError
+from importer.errors import BundleError, IntegrityError, UsageError
 from importer.format.digest import Digest, is_digest
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import has_domain, split_ref
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
+from importer.registry.servelimits import (
+    MAX_REQUEST_LINE,
+    BadQuery,
+    Limits,
+    RequestReader,
+    Slots,
+    VerifiedBlobs,
+    blob_identity,
+    page_params,
+)
 
 CHUNK = 1024 * 1024
 DEFAULT_LISTEN = "127.0.0.1:5000"
@@ -135,7 +146,8 @@ class Catalog:
 @dataclass
 class Stats:
     requests: int = 0
-    bytes_sent: int = 0
+    bytes_sent: int = 0  # body bytes of every response, counted per request
+    bytes_hashed: int = 0  # blob bytes hashed whole (a Range request of a blob hashed before adds none)
     cut: List[str] = field(default_factory=list)  # "digest (what)" of each cut response
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -143,6 +155,10 @@ class Stats:
         with self.lock:
             self.requests += 1
             self.bytes_sent += sent
+
+    def hashed(self, n: int) -> None:
+        with self.lock:
+            self.bytes_hashed += n
 
     def damaged(self, what: str) -> None:
         with self.lock:
@@ -168,12 +184,15 @@ class BundleRegistry(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, bundle: OpenedBundle, catalog: Catalog, listen: str, *,
-                 log: Optional[Callable[[str], None]] = None) -> None:
+                 log: Optional[Callable[[str], None]] = None, limits: Optional[Limits] = None) -> None:
         host, port = parse_listen(listen)
         self.bundle = bundle
         self.catalog = catalog
         self.stats = Stats()
         self.log = log
+        self.limits = limits = limits or Limits()
+        self.slots = Slots(limits.max_connections)
+        self.verified = VerifiedBlobs()
         try:
             infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
             self.address_family = infos[0][0]
@@ -195,6 +214,39 @@ class BundleRegistry(ThreadingHTTPServer):
         host, port = str(self.server_address[0]), int(self.server_address[1])
         return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
+    def say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(printable(line))
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection while a slot is free (``--max-connections``); beyond that a thread
+        answers 503, and beyond twice that the connection is closed unanswered."""
+        served = self.slots.take()
+        if served is None:
+            self.say(f"serve: refused a connection from {client_address[0]}: {2 * self.slots.limit} connections "
+                     "held already (closed unanswered)")
+            self.shutdown_request(request)
+            return
+        try:
+            threading.Thread(target=self._connection, args=(request, client_address, served), daemon=True).start()
+        except RuntimeError:  # no thread to be had
+            self.slots.release(served)
+            self.shutdown_request(request)
+
+    def _connection(self, request: Any, client_address: Any, served: bool) -> None:
+        try:
+            (_Handler if served else _Busy)(request, client_address, self)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self.slots.release(served)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed (the client left mid-response, ...): one line, never a traceback."""
+        e = sys.exc_info()[1]
+        self.say(f"serve: connection from {client_address[0]} ended: {type(e).__name__}: {e}")
+
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = f"sneakernet-serve/{__version__}"
@@ -208,9 +260,64 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self.rfile.close()  # the buffered reader the server made; ours waits only as long as a deadline allows
+        self._reader = RequestReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+        self._begin()
+
+    def _begin(self) -> None:
+        """Each request's own account: its status, the body bytes it sent, its time."""
         self._sent = 0
         self._note = ""
+        self._code: Any = "-"
         self._started = time.monotonic()
+
+    def handle_one_request(self) -> None:
+        """BaseHTTPRequestHandler's, with a deadline on the whole request head (``--idle-timeout``, also
+        between requests), a shorter request line (414) and a bounded head (431)."""
+        self._begin()
+        self.command, self.path, self.requestline, self.request_version = "", "", "", "HTTP/0.9"
+        idle = self.server.limits.idle_timeout
+        self._reader.begin_head(idle)
+        try:
+            self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
+            self._started = time.monotonic()
+            if len(self.raw_requestline) > MAX_REQUEST_LINE:
+                self._reader.end_head(self.server.limits.send_timeout)
+                self.request_version = ""
+                self.send_error(414, "request line too long", f"over {MAX_REQUEST_LINE} bytes")
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            parsed = self.parse_request()
+        except socket.timeout:
+            self.close_connection = True
+            self.server.say(f"serve: closed the connection from {self.address_string()}: no complete request "
+                            f"within {idle:g}s (--idle-timeout)")
+            return
+        self._reader.end_head(self.server.limits.send_timeout)
+        if not parsed:
+            return
+        if self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers:
+            self.close_connection = True  # a body this server never reads: no next request after it
+        method = getattr(self, "do_" + self.command, None)
+        if method is None:
+            self.send_error(501, f"unsupported method {self.command[:40]!r}")
+            return
+        method()
+        self.wfile.flush()
+
+    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
+        """A refused request (400, 414, 431, 501, ...): a registry error body, then the connection closes."""
+        self.close_connection = True
+        self.request_version = "HTTP/1.1"  # a status line and headers even for a line that named no version
+        self._reader.end_head(self.server.limits.send_timeout)  # the head's deadline does not bound the answer
+        text = message or str(code)
+        try:
+            self._error(code, "UNSUPPORTED", text + (f": {explain}" if explain else ""), close=True)
+        finally:
+            self._access()
 
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
         self._code = code
@@ -223,7 +330,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.stats.add(self._sent)
         if self.server.log is not None:
             took = time.monotonic() - self._started
-            line = (f"{self.address_string()} \"{self.command} {self.path}\" {getattr(self, '_code', '-')} "
+            line = (f"{self.address_string()} \"{self.command} {self.path[:1000]}\" {self._code} "
                     f"{self._sent} {took:.3f}s")
             self.server.log(printable(line + (f" {self._note}" if self._note else "")))
 
@@ -246,8 +353,12 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self._write(body)
 
-    def _error(self, code: int, error: str, message: str, detail: Any = None) -> None:
-        self._json(code, {"errors": [{"code": error, "message": message, "detail": detail or {}}]})
+    def _error(self, code: int, error: str, message: str, detail: Any = None, *, close: bool = False,
+               extra: Optional[Dict[str, str]] = None) -> None:
+        if close:
+            self.close_connection = True
+            extra = {**(extra or {}), "Connection": "close"}
+        self._json(code, {"errors": [{"code": error, "message": message, "detail": detail or {}}]}, extra)
 
     # --- methods ----------------------------------------------------------------------------
 
@@ -260,8 +371,8 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
     def _refuse_write(self) -> None:
-        try:
-            self._error(405, "UNSUPPORTED", "this registry serves a bundle read-only")
+        try:  # the body is never read, so the connection ends with the answer
+            self._error(405, "UNSUPPORTED", "this registry serves a bundle read-only", close=True)
         finally:
             self._access()
 
@@ -298,16 +409,17 @@ class _Handler(BaseHTTPRequestHandler):
         return repo
 
     def _paged(self, key: str, items: List[str], query: str, name: Optional[str]) -> None:
-        q = parse_qs(query)
-        last = (q.get("last") or [""])[0]
+        try:
+            n, last = page_params(query)
+        except BadQuery as e:
+            return self._error(400, e.code, str(e), {"query": query[:200]})
         if last:
             items = [x for x in items if x > last]
         extra: Dict[str, str] = {}
-        n_text = (q.get("n") or [""])[0]
-        if n_text.isdigit() and int(n_text) < len(items):
-            items = items[:int(n_text)]
+        if n is not None and n < len(items):
+            items = items[:n]
             base = f"/v2/{name}/tags/list" if name else "/v2/_catalog"
-            extra["Link"] = f'<{base}?n={n_text}&last={items[-1] if items else ""}>; rel="next"'
+            extra["Link"] = f'<{base}?n={n}&last={items[-1] if items else ""}>; rel="next"'
         doc: Dict[str, Any] = {"name": name, key: items} if name else {key: items}
         self._json(200, doc, extra)
 
@@ -361,45 +473,104 @@ class _Handler(BaseHTTPRequestHandler):
             self._headers(416, 0, "application/json", {**extra, "Content-Range": f"bytes */{blob.size}"})
             return
         first, last = wanted if wanted is not None else (0, blob.size - 1)
-        if wanted is not None:
-            extra["Content-Range"] = f"bytes {first}-{last}/{blob.size}"
-        self._headers(206 if wanted is not None else 200, last - first + 1, content_type, extra)
-        if self.command == "HEAD" or blob.size == 0:
+        try:  # the identity first: a file rewritten while it is hashed is not remembered as verified
+            identity = blob_identity(self.server.bundle, blob.rel)
+            f = self.server.bundle.open(blob.rel)
+        except (OSError, BundleError) as e:
+            self._damaged(blob, f"it cannot be opened ({getattr(e, 'message', None) or e})")
+            self._error(500, "BLOB_UNKNOWN", "blob can no longer be read from the bundle; the server goes on",
+                        {"digest": str(blob.digest)}, close=True)
             return
-        self._stream(blob, first, last)
+        with f:
+            if wanted is not None:
+                extra["Content-Range"] = f"bytes {first}-{last}/{blob.size}"
+            self._headers(206 if wanted is not None else 200, last - first + 1, content_type, extra)
+            if self.command == "HEAD" or blob.size == 0:
+                return
+            if wanted is not None and self.server.verified.matches(str(blob.digest), identity):
+                self._send_range(f, blob, first, last)
+            else:
+                self._stream(f, blob, first, last, identity)
 
-    def _stream(self, blob: Blob, first: int, last: int) -> None:
+    def _send_range(self, f: Any, blob: Blob, first: int, last: int) -> None:
+        """Bytes ``first..last`` of a blob hashed whole before, from its unchanged file."""
+        left = last - first + 1
+        while left > 0:
+            try:
+                f.seek(last + 1 - left)
+                data = f.read(min(CHUNK, left))
+            except OSError as e:
+                return self._cut(blob, f"a read error ({e})")
+            if not data:
+                return self._cut(blob, f"it ends {left} bytes early")
+            self._write(data)
+            left -= len(data)
+        return None
+
+    def _stream(self, f: Any, blob: Blob, first: int, last: int, identity: Any) -> None:
         """Send bytes ``first..last`` of the blob while hashing all of it; the last piece of the
         range goes out only once the whole blob matched its digest and size."""
         h = hashlib.sha256()
         pos = 0
         pending = b""
-        with self.server.bundle.open(blob.rel) as f:
-            while True:
+        while True:
+            try:
                 data = f.read(CHUNK)
-                if not data:
-                    break
-                h.update(data)
-                lo, hi = max(first - pos, 0), min(last + 1 - pos, len(data))
-                if lo < hi:
-                    if pending:
-                        self._write(pending)
-                    pending = data[lo:hi]
-                pos += len(data)
-                if pos > blob.size:
-                    break
+            except OSError as e:  # the medium failed or the file went away mid-read
+                return self._cut(blob, f"a read error after {pos} bytes ({e})")
+            if not data:
+                break
+            h.update(data)
+            lo, hi = max(first - pos, 0), min(last + 1 - pos, len(data))
+            if lo < hi:
+                if pending:
+                    self._write(pending)
+                pending = data[lo:hi]
+            pos += len(data)
+            if pos > blob.size:
+                break
+        self.server.stats.hashed(pos)
         if pos == blob.size and h.hexdigest() == blob.digest.hex:
+            self.server.verified.remember(str(blob.digest), identity)
             self._write(pending)
-            return
-        found = f"{pos} bytes" if pos != blob.size else f"sha256:{h.hexdigest()}"
-        self._note = f"CUT: {blob.digest} no longer matches bundle.json (found {found})"
+            return None
+        return self._cut(blob, f"{pos} bytes" if pos != blob.size else f"sha256:{h.hexdigest()}")
+
+    def _damaged(self, blob: Blob, found: str) -> None:
+        """The blob no longer matches bundle.json: remembered for the exit status, one typed line."""
+        self.server.verified.forget(str(blob.digest))
         self.server.stats.damaged(f"{blob.digest} (found {found})")
+        self.server.say(f"serve: error[{ServedBlobDamaged.reference}] serving {blob.digest} to "
+                        f"{self.address_string()}: expected the bytes bundle.json pins, found {found}; this "
+                        "response fails, the server goes on")
+
+    def _cut(self, blob: Blob, found: str) -> None:
+        """End the response before its last bytes, so no client stores them."""
+        self._note = f"CUT: {blob.digest} no longer matches bundle.json (found {found})"
+        self._damaged(blob, found)
         self.close_connection = True
         try:
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+class _Busy(_Handler):
+    """A connection beyond ``--max-connections``: its request read (bounded as any), answered 503."""
+
+    def handle_one_request(self) -> None:
+        super().handle_one_request()
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        try:
+            self._error(503, "UNAVAILABLE", f"this server is serving {self.server.slots.limit} connections "
+                        "(--max-connections); retry shortly", close=True, extra={"Retry-After": "1"})
+        finally:
+            self._access()
+
+    do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = do_GET
 
 
 def serve_forever(server: BundleRegistry) -> None:
@@ -418,7 +589,7 @@ def damaged_error(server: BundleRegistry, where: str) -> Optional[ServedBlobDama
     return ServedBlobDamaged(
         f"serving {where}: expected every blob to match bundle.json, found {len(cut)} blob(s) changed "
         f"after verification: {', '.join(cut[:5])}",
-        hint="their responses were cut before the last bytes, so no client stored them; re-copy the bundle "
+        hint="their responses were cut before the last bytes or refused, so no client stored them; re-copy the bundle "
              "from the source medium and serve it again")
 
 
