@@ -351,6 +351,21 @@ def test_the_pipeline_asks_the_sink_contract_not_getattr() -> None:
     assert found == []
 
 
+def test_no_proxy_objects_stand_in_for_a_sink() -> None:
+    """A sink declares what it can do in one place (its flags); no wrapper forwards attributes
+    with ``__getattr__`` (a second capability list in disguise)."""
+    found = [f"{p.relative_to(REPO)}:{n}" for p in IMPORTER_FILES
+             for n, line in enumerate(p.read_text().splitlines(), 1) if "def __getattr__" in line]
+    assert found == []
+
+
+def test_only_docker_reads_a_tar_or_parts_in_place() -> None:
+    from importer.sinks import SinkBase
+
+    readers = [c.__name__ for c in _sink_classes() if c.reads_archives]
+    assert readers == ["DockerSink"] and SinkBase.reads_archives is False
+
+
 def test_a_sink_without_a_capability_refuses_it_by_name() -> None:
     from importer.errors import UsageError
     from importer.registry.sink import RegistrySink

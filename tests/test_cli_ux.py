@@ -260,7 +260,6 @@ def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) 
     from bundle.archive import pack_bundle
     from importer.input.opened import open_bundle
     from importer.pipeline.importing import import_bundle
-    from importer.pipeline.inplace import sink_for
     from importer.sinks.oci_layout import OciLayoutSink
     from importer.streams.progress import PLAIN_INTERVAL, StderrProgress
     from importer.transfer.copy import copy_bundle
@@ -280,7 +279,7 @@ def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) 
     pack_bundle(str(bundle), str(tmp_path / "p.tar"), split=64 * 1024, progress=factory)
     copy_bundle(str(tmp_path / "p.tar.parts.json"), str(tmp_path / "c"), progress=factory)
     opened = open_bundle(str(bundle))
-    import_bundle(opened, sink_for(opened, OciLayoutSink(str(tmp_path / "layout"))), progress=factory)
+    import_bundle(opened, OciLayoutSink(str(tmp_path / "layout")), progress=factory)
     labels = [e[0] for e in seen]
     assert labels == ["pack", "copy", "verify", "load"] or set(labels) >= {"verify", "pack", "copy", "load"}
     for label, total, done in seen:

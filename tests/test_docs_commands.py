@@ -591,7 +591,7 @@ def test_readme_quickstart_needs_no_docker(template: Path, docker_host: str, tmp
 def _unpack_commands() -> List[Tuple[str, str]]:
     """The `tar -x` commands the docs and the importer's hints give inline (not in a fenced block)."""
     found = []
-    sources = [*DOCS, REPO / "importer" / "pipeline" / "inplace.py", REPO / "importer" / "cli" / "main.py"]
+    sources = [*DOCS, REPO / "importer" / "pipeline" / "importing.py", REPO / "importer" / "cli" / "main.py"]
     for path in sources:
         text = re.sub(r"\"\s*\n\s*\"", "", path.read_text(encoding="utf-8"))  # join Python's split strings
         for span in re.findall(r"`([^`\n]*tar -x[^`\n]*)`" if path.suffix == ".md"

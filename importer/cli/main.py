@@ -22,7 +22,6 @@ from importer.input.archive import locate
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only, receipt_sections
 from importer.pipeline.importing import ImportResult, import_bundle
-from importer.pipeline.inplace import sink_for
 from importer.pipeline.legacy import import_legacy_bundle
 from importer.pipeline.postload import render_table
 from importer.pipeline.registry import import_to_registry
@@ -260,7 +259,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         elif isinstance(sink, RegistrySink):  # push, read back (importer/pipeline/registry.py)
             import_to_registry(bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
         else:
-            import_bundle(bundle, sink_for(bundle, sink), force=args.force,
+            import_bundle(bundle, sink, force=args.force,
                           progress=_progress(args.quiet), result=result,
                           signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
                           on_notice=_say, platform=parse_platform(args.platform) if args.platform else None)

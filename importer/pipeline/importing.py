@@ -6,6 +6,7 @@ only after post-load verification passed. On any failure what this run loaded is
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -17,7 +18,7 @@ from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord, load_bundle_manifest
 from importer.format.platform import Platform
 from importer.input.layers import check_layer
-from importer.input.opened import OpenedBundle, open_bundle
+from importer.input.opened import BundleRoot, OpenedBundle, open_bundle
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight, select_platform
 from importer.pipeline.staging import new_run_id, staging_ref
@@ -93,6 +94,7 @@ def import_bundle(
     res.bundle_digest = sig.bundle_digest
     # === 2. the schema, from exactly the bytes the signature step judged
     manifest = load_bundle_manifest(sig.raw_bundle_json)
+    load_root(bundle, sink)  # a tar or parts into an engine that loads from folders only: refused now
     # === 3. the engine answers; 4. one import per engine at a time
     engine = sink.probe()
     res.engine = engine
@@ -127,7 +129,7 @@ def _load_verified(
 ) -> ImportResult:
     """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
     started = time.monotonic()
-    root = bundle.path  # a tar or parts: the sink reads the opened bundle's archive (bundleinput.sink_for)
+    root = load_root(bundle, sink)  # the folder, or the opened tar/parts for a sink that reads them in place
     res = result or ImportResult(root=bundle.path, bundle_digest="", report=VerifyReport(root=bundle.path))
     res.bundle_digest = str(bundle.digest)
 
@@ -156,7 +158,7 @@ def _load_verified(
     if streams and bundle.archive is None:
         # layers that will not pass through the load stream (their images are already present)
         # still get their diff_id checked, before anything is loaded
-        _check_unstreamed_layers(root, manifest, to_load)
+        _check_unstreamed_layers(bundle.path, manifest, to_load)
 
     external = _delta_base(sink, manifest, to_load)
 
@@ -184,6 +186,23 @@ def _load_verified(
     return res
 
 
+def load_root(bundle: OpenedBundle, sink: Sink) -> BundleRoot:
+    """What the sink's ``load`` reads: the bundle folder, or the opened tar or parts in place for a
+    sink that ``reads_archives`` (no unpacking, no concatenation); a tar or parts for any other
+    sink is refused before anything changes."""
+    if bundle.archive is None:
+        return bundle.path
+    if not sink.reads_archives:
+        name = os.path.basename(bundle.path)
+        raise UsageError(
+            f"importing {name} into {sink.kind}: expected a bundle folder for this engine, found a tar/parts",
+            hint="verify it here with --verify-only, or import it into docker or a registry; for this engine "
+            "unpack it first (mkdir B && tar -xf FILE.tar -C B; for parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
+            "and import B",
+        )
+    return bundle.archive
+
+
 def _delta_base(sink: Sink, manifest: BundleManifest, to_load: List[ImageRecord]) -> Any:
     """A delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise);
     what the sink's load needs to complete it (None: not a delta, or nothing to load)."""
@@ -197,7 +216,7 @@ def _delta_base(sink: Sink, manifest: BundleManifest, to_load: List[ImageRecord]
     return sink.prepare_delta(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
 
 
-def _load_staged(sink: Sink, root: str, manifest: BundleManifest, to_load: List[ImageRecord], external: Any,
+def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load: List[ImageRecord], external: Any,
                  engine: EngineInfo, res: ImportResult,
                  progress: Optional[ProgressFactory]) -> Tuple[Dict[int, str], List[ImageCheck]]:
     """Load ``to_load`` under this run's staging tags (untagged images untagged, found by the ID

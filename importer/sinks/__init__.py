@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer.format.manifest import ImageRecord
+from importer.input.opened import BundleRoot
 
 try:  # Protocol is in typing since 3.8
     from typing import Protocol
@@ -64,6 +65,7 @@ class Sink(Protocol):
     :class:`SinkBase`); the pipeline asks the flag, never probes for a method."""
 
     kind: str
+    reads_archives: bool
     loads_docker_archive: bool
     completes_deltas: bool
     lists_tags: bool
@@ -95,8 +97,9 @@ class Sink(Protocol):
         """The image called ``name`` (a tag or an ID), or None."""
         ...
 
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
-        """Load ``images`` from the bundle at ``root`` untagged; raise on any failure."""
+    def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+        """Load ``images`` from the bundle at ``root`` (its folder, or with ``reads_archives`` the opened
+        tar or parts) untagged; raise on any failure."""
         ...
 
     def tag(self, image_id: str, ref: str) -> None: ...
@@ -112,6 +115,9 @@ class SinkBase:
     or remove of its own."""
 
     kind = "engine"
+    #: ``load`` reads the blobs from a tar or parts in place: its ``root`` may be the opened archive
+    #: (importer/input/opened.py); other sinks load from a bundle folder only
+    reads_archives = False
     #: ``archive_command``: loads a docker-archive stream (schema 1/2 bundles)
     loads_docker_archive = False
     #: ``prepare_delta``: completes a delta bundle from layers it already holds
@@ -137,7 +143,7 @@ class SinkBase:
     def lookup(self, name: str) -> Optional[EngineImage]:
         raise self._lacks(f"looking up {name}")
 
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+    def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
         raise self._lacks("loading images one by one")
 
     def tag(self, image_id: str, ref: str) -> None:
@@ -168,3 +174,11 @@ class SinkBase:
 
     def close(self) -> None:
         """Release what the sink holds open (connections); nothing by default."""
+
+
+def folder_of(root: BundleRoot, kind: str) -> str:
+    """The bundle folder a sink without ``reads_archives`` loads from (the pipeline refuses a tar or
+    parts for it before any change: importer/pipeline/importing.py)."""
+    if not isinstance(root, str):
+        raise AssertionError(f"the {kind} sink loads from a bundle folder only")  # pragma: no cover
+    return root

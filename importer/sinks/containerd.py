@@ -24,8 +24,9 @@ from importer.format.identity import OCI, chain_ids
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import pick_platform_manifest
 from importer.format.refs import familiar, normalize
+from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, hash_member, layer_bound, scan_tar
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of
 from importer.sinks.containerd_delta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
 from importer.sinks.ctrclient import CtrClient, ctr_hint
 from importer.sinks.ociarchive import write_oci_archive
@@ -149,9 +150,10 @@ class ContainerdSink(SinkBase):
         out = self.client.run("content", "ls", what="listing containerd's content store")
         return plan_delta(manifest, parse_content_rows(out), f"containerd ({self.namespace})")
 
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+    def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[ContainerdPlan] = None) -> None:
         """``external`` (delta bundles): from :meth:`prepare_delta`."""
+        root = folder_of(bundle_root, self.kind)
         writers: Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]] = {}
         layers = {x.digest: x for image in images for x in image.layers}
         for digest, source in (external or {}).items():

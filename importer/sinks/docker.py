@@ -22,6 +22,7 @@ from importer.format.digest import Digest
 from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import normalize
+from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
@@ -36,6 +37,7 @@ _HINT = DOCKER_HINT
 
 class DockerSink(SinkBase):
     kind = "docker"
+    reads_archives = True  # load() builds its stream from the opened tar or parts in place
     loads_docker_archive = True
     completes_deltas = True
     lists_tags = True
@@ -71,7 +73,7 @@ class DockerSink(SinkBase):
         return self.client.inspect(name)
 
     # === load
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+    def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[Dict[Digest, str]] = None) -> None:
         """``external`` (delta bundles): diff_id -> engine image holding it, re-exported and spliced in."""
         cmd = self.archive_command("loading the bundle into Docker")

@@ -22,8 +22,9 @@ from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_js
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.format.platform import pick_platform_manifest
+from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of
 from importer.sinks.delta import base_missing, users_of
 from importer.streams.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 
@@ -194,9 +195,10 @@ class OciLayoutSink(SinkBase):
                     sizes[digest] = size
         return sum(sizes.values())
 
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+    def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[Set[Digest]] = None) -> None:
         """``external`` (delta bundles): blobs the layout already holds, from :meth:`prepare_delta`."""
+        root = folder_of(bundle_root, self.kind)
         os.makedirs(os.path.join(self.dir, "blobs", "sha256"), exist_ok=True)
         layout = os.path.join(self.dir, "oci-layout")
         if not os.path.isfile(layout):

@@ -21,8 +21,9 @@ from importer.format.digest import Digest, is_digest
 from importer.format.identity import CLASSIC
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import familiar, normalize
+from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of
 from importer.sinks.delta import pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
@@ -106,10 +107,11 @@ class PodmanSink(SinkBase):
         return engine_image_from_podman(docs[0])
 
     # === load
-    def load(self, root: str, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+    def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[Dict[Digest, str]] = None) -> None:
         """``external`` (delta bundles): diff_id -> image holding it, re-exported (``podman save``)
         and spliced into the archive, each layer hashed against its diff_id on the way."""
+        root = folder_of(bundle_root, self.kind)
         full = [ImageRecord(tuple(normalize(r) for r in image.refs), image.manifest, image.config, image.layers,
                             image.platform) for image in images]
         splice = None
