@@ -208,3 +208,16 @@ def test_export_archive_split_then_import_from_the_parts(docker_host: str, busyb
     facts = image_facts(docker_host, "parts/app:1")
     assert facts is not None and facts[0] == image_id
     docker(docker_host, "image", "rm", "parts/app:1")
+
+
+def test_a_tar_into_an_engine_that_loads_from_folders_is_refused_before_any_change(bundle: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Only Docker reads a tar or parts in place (reads_archives); the OCI target is refused up
+    front with the unpack command, and nothing is written to it."""
+    run_cli("bundle", "pack", str(bundle), str(tmp_path / "one.tar"), check=True)
+    out = tmp_path / "layout"
+    proc = run_cli("importer", str(tmp_path / "one.tar"), "--engine", "oci", "--oci-dir", str(out), "--no-receipt")
+    assert proc.returncode == 2, proc.stderr
+    assert "expected a bundle folder for this engine, found a tar/parts" in proc.stderr
+    assert "tar -xf FILE.tar -C B" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() or not any(out.iterdir())
