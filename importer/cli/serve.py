@@ -10,7 +10,6 @@ from typing import Optional, Sequence
 
 from importer.cli.output import ArgumentParser, guarded
 from importer.errors import UsageError
-from importer.format.manifest import load_bundle_manifest
 from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import open_bundle
@@ -68,7 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"serving {bundle.path}: expected a schema 3 bundle (OCI blobs), found schema "
                          f"{bundle.schema_major()}", hint="re-export it with this version of `bundle export`")
     limits = checked_limits(args.idle_timeout, args.max_connections)
-    server = BundleRegistry(bundle, Catalog(load_bundle_manifest(bundle.raw_bundle_json), _say), args.listen,
+    server = BundleRegistry(bundle, Catalog(bundle.manifest(), _say), args.listen,
                             log=None if args.quiet else stderr_log,
                             limits=limits)  # bound now: a taken port fails before verifying
     try:

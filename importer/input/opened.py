@@ -16,7 +16,13 @@ from typing import BinaryIO, Optional, Type, Union
 from importer.errors import BadSignature, BundleError, ManifestError, MissingBlob, NotRegularFile
 from importer.format.digest import Digest
 from importer.format.limits import MAX_BUNDLE_JSON, MAX_SIGNATURE, parse_json, read_limited
-from importer.format.manifest import BUNDLE_JSON, SIGNATURE_FILE, parse_schema_version
+from importer.format.manifest import (
+    BUNDLE_JSON,
+    SIGNATURE_FILE,
+    BundleManifest,
+    load_bundle_manifest,
+    parse_schema_version,
+)
 from importer.input.archive import ArchiveReader, locate
 from importer.streams.fsutil import open_regular
 
@@ -37,6 +43,14 @@ class OpenedBundle:
         self.raw_bundle_json = raw_bundle_json
         self.raw_signature = raw_signature
         self.digest = Digest.of_bytes(raw_bundle_json)
+        self.parsed: Optional[BundleManifest] = None  # bundle.json as one typed object, once parsed
+
+    def manifest(self) -> BundleManifest:
+        """bundle.json (schema 3) parsed once into one typed object; every step of the run shares it.
+        Raises ManifestError and subclasses for a bundle.json that cannot be used."""
+        if self.parsed is None:
+            self.parsed = load_bundle_manifest(self.raw_bundle_json)
+        return self.parsed
 
     def __str__(self) -> str:
         return self.path

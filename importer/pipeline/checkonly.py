@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from importer.errors import CheckOnlyMismatch, CheckOnlyMissing, DeepMismatch, UsageError
 from importer.format.identity import lookup_name
-from importer.format.manifest import ImageRecord, load_bundle_manifest
+from importer.format.manifest import ImageRecord
 from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult
 from importer.pipeline.postload import ImageCheck, check_image
@@ -141,7 +141,7 @@ def check_only(
     sig = signature or check_signature(bundle, TrustPolicy())
     res.signature = sig
     res.bundle_digest = sig.bundle_digest
-    load_bundle_manifest(sig.raw_bundle_json)  # the schema, from the bytes the signature step judged
+    bundle.manifest()  # the schema, from the bytes the signature step judged (parsed once for the run)
     engine = sink.probe()
     res.engine = engine
     res.report = verify_or_raise(bundle, progress=progress, deep=True)

@@ -15,7 +15,7 @@ from importer.errors import (
     UsageError,
 )
 from importer.format.identity import lookup_name
-from importer.format.manifest import BundleManifest, ImageRecord, load_bundle_manifest
+from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import Platform
 from importer.input.layers import check_layer
 from importer.input.opened import BundleRoot, OpenedBundle, open_bundle
@@ -93,7 +93,7 @@ def import_bundle(
     res.signature = sig
     res.bundle_digest = sig.bundle_digest
     # === 2. the schema, from exactly the bytes the signature step judged
-    manifest = load_bundle_manifest(sig.raw_bundle_json)
+    manifest = bundle.manifest()  # the bytes sig judged (bundle.raw_bundle_json), parsed once for the run
     load_root(bundle, sink)  # a tar or parts into an engine that loads from folders only: refused now
     # === 3. the engine answers; 4. one import per engine at a time
     engine = sink.probe()

@@ -133,7 +133,7 @@ def _checked_importer(opened: OpenedBundle, directory: str) -> Optional[CopyItem
     """The ``bundle-import.pyz`` beside a tar or parts, to be copied pinned to the digest the
     archive's (signed) bundle.json gives it; any importer copy there that is not that file is
     refused before anything is written (importer/verify/importercopies.py)."""
-    manifest = load_bundle_manifest(opened.raw_bundle_json, where=f"{opened.path}: {BUNDLE_JSON}")
+    manifest = opened.manifest()
     pinned = pinned_importer(manifest.files)
     bad = importer_copy_problems(opened, pinned)
     if bad:

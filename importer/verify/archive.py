@@ -53,10 +53,10 @@ def _problem(issue: PartIssue) -> Problem:
 
 
 def verify_archive(archive: Union[str, ArchiveReader], *, on_bytes: Optional[ProgressFn] = None,
-                   raw_bundle_json: Optional[bytes] = None) -> VerifyReport:
+                   raw_bundle_json: Optional[bytes] = None, manifest: Optional[BundleManifest] = None) -> VerifyReport:
     """Verify a bundle tar or parts index; returns a report listing every problem.
     ``raw_bundle_json``: the bundle.json the bundle was opened with (the signature step judged
-    it); the first member must hold exactly those bytes.
+    it); the first member must hold exactly those bytes. ``manifest``: those bytes already parsed.
 
     Raises only when no usable bundle.json can be read (ManifestError and subclasses)."""
     started = time.monotonic()
@@ -79,7 +79,7 @@ def verify_archive(archive: Union[str, ArchiveReader], *, on_bytes: Optional[Pro
     cf = ConcatFile(reader.files, expect=index.parts if index is not None else None)
     try:
         try:
-            leftover, raw_bj = _verify_members(reader, cf, report, on_bytes, raw_bundle_json)
+            leftover, raw_bj = _verify_members(reader, cf, report, on_bytes, raw_bundle_json, manifest)
         except (ManifestError, UnsafeArchive) as e:
             if index is None:
                 raise
@@ -121,8 +121,8 @@ def _hash_intact_parts(reader: ArchiveReader, skip: Set[str], add: Callable[[Pro
         add(_problem(issue))
 
 
-def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
-                    on_bytes: Optional[ProgressFn], opened_with: Optional[bytes]) -> Tuple[int, bytes]:
+def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport, on_bytes: Optional[ProgressFn],
+                    opened_with: Optional[bytes], parsed: Optional[BundleManifest] = None) -> Tuple[int, bytes]:
     """Check every member in archive order, through the safe tar reader (importer/input/safetar.py);
     return how many non-zero bytes follow the end of the tar (a damaged header ends it early),
     and the bundle.json bytes."""
@@ -130,7 +130,8 @@ def _verify_members(reader: ArchiveReader, cf: ConcatFile, report: VerifyReport,
     tar = SafeTarReader(_Counted(cf, on_bytes), BUNDLE_POLICY, what=label)
     members = iter(tar)
     raw_bj = _first_bundle_json(tar, members, label, opened_with, report.problems.append)
-    manifest = load_bundle_manifest(raw_bj, where=f"{label}:{BUNDLE_JSON}")
+    same = parsed is not None and raw_bj == opened_with  # the member holds the bytes parsed already
+    manifest = parsed if same and parsed is not None else load_bundle_manifest(raw_bj, where=f"{label}:{BUNDLE_JSON}")
     report.manifest = manifest
     scan = _MemberScan(tar, manifest, report)
     try:

@@ -118,10 +118,12 @@ def verify_bundle(
     workers: Optional[int] = None,
     on_bytes: Optional[ProgressFn] = None,
     raw_bundle_json: Optional[bytes] = None,
+    manifest: Optional[BundleManifest] = None,
 ) -> VerifyReport:
     """Verify the bundle folder ``root``; returns a report listing every problem.
     ``raw_bundle_json``: the bundle.json bytes read when the bundle was opened (importer/input/opened.py),
-    the ones the signature step judged; without it bundle.json is read here.
+    the ones the signature step judged; without it bundle.json is read here. ``manifest``: those
+    bytes already parsed (importer/input/opened.py ``OpenedBundle.manifest``), not parsed again.
 
     Raises only for a bundle.json that cannot be used at all (ManifestError and subclasses,
     including an unsupported schema version)."""
@@ -131,7 +133,7 @@ def verify_bundle(
     sums = _read_sums(root, add)
     if raw_bundle_json is None:
         raw_bundle_json = open_bundle(root).raw_bundle_json
-    manifest = _load_manifest(raw_bundle_json, sums, report)
+    manifest = _load_manifest(raw_bundle_json, sums, report, manifest)
     expected: Dict[str, Digest] = {f.path: f.digest for f in manifest.files}
     sizes: Dict[str, int] = {f.path: f.size for f in manifest.files}
     unreadable: Dict[str, OSError] = {}
@@ -171,7 +173,8 @@ def _read_sums(root: str, add: Callable[[Problem], None]) -> Optional[Dict[str, 
     return sums
 
 
-def _load_manifest(raw_bj: bytes, sums: Optional[Dict[str, Digest]], report: VerifyReport) -> BundleManifest:
+def _load_manifest(raw_bj: bytes, sums: Optional[Dict[str, Digest]], report: VerifyReport,
+                   parsed: Optional[BundleManifest] = None) -> BundleManifest:
     """bundle.json checked against SHA256SUMS, then by its schema rules (raises ManifestError,
     carrying the problems found so far, when it cannot be used at all)."""
     bj_digest = Digest.of_bytes(raw_bj)
@@ -179,7 +182,7 @@ def _load_manifest(raw_bj: bytes, sums: Optional[Dict[str, Digest]], report: Ver
         report.problems.append(Problem("digest-mismatch", BUNDLE_JSON,
                                        f"SHA256SUMS says {sums[BUNDLE_JSON]}, the file hashes to {bj_digest}"))
     try:
-        manifest = load_bundle_manifest(raw_bj)
+        manifest = parsed if parsed is not None else load_bundle_manifest(raw_bj)
     except ManifestError as e:
         if report.problems:
             e.context = "\n".join(filter(None, [e.context] + [str(p) for p in report.problems]))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from importer.errors import BundleError, VerificationFailed
-from importer.format.manifest import load_bundle_manifest
 from importer.input.opened import OpenedBundle
 from importer.verify.archive import verify_archive
 from importer.verify.bundle import VerifyReport, verify_bundle
@@ -24,8 +23,14 @@ def verify_opened(bundle: OpenedBundle, *, deep: bool = True,
     """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer), a tar or
     parts (one sequential read, always deep), against the bundle.json read when it was opened."""
     if bundle.archive is None:
-        return verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
-    report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json)
+        report = verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
+                               manifest=bundle.parsed)
+        bundle.parsed = bundle.parsed or report.manifest  # parsed from the opened bytes
+        return report
+    report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
+                            manifest=bundle.parsed)
+    if bundle.parsed is None and report.ok:  # the first member held exactly the opened bytes
+        bundle.parsed = report.manifest
     # the importer a user runs sits beside the archive, outside it: it must be the pinned member
     if report.manifest is not None:
         report.problems.extend(importer_copy_problems(bundle, pinned_importer(report.manifest.files)))
@@ -54,7 +59,7 @@ def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
     if bundle.archive is not None:
         return bundle.archive.size
     try:
-        manifest = load_bundle_manifest(bundle.raw_bundle_json)
+        manifest = bundle.manifest()
     except BundleError:
         return 0  # verification raises the same error, with its message
     return sum(f.size for f in manifest.files)
