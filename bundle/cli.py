@@ -26,6 +26,7 @@ from importer.cli.output import ArgumentParser, emit, guarded, success
 from importer.errors import Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
+from importer.registry.sink import REALM_HELP
 from importer.streams.progress import human_bytes, stderr_progress
 from importer.verify.inspection import inspect_bundle
 
@@ -68,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--insecure", action="store_true",
                    help="docker:// sources: HTTPS without certificate checks, else plain HTTP (the default for a "
                    "registry on loopback)")
+    e.add_argument("--allow-realm-credentials", action="store_true",
+                   help="docker:// sources: " + REALM_HELP)
     e.add_argument("--platform", action="append", default=[], metavar="OS/ARCH[/VARIANT]",
                    help="which manifest of a multi-platform image (an index) to carry, e.g. linux/arm64 "
                    "(docker://, containerd: and oci: sources; default: this host's platform; arm64 means arm64/v8 as "
@@ -163,7 +166,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
-                               all_platforms=args.all_platforms)
+                               all_platforms=args.all_platforms,
+                               realm_credentials=args.allow_realm_credentials)
     finally:
         stop_progress()
     if result.recompressed:
