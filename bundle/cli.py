@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the images listed in FILE too (repeatable): one reference per line (# comments), a "
                    "hauler `kind: Images` manifest or a zarf.yaml (their bare names are read from the registry, "
                    "docker://); docs/engines.md")
+    e.add_argument("--images-from-allow-local", action="store_true",
+                   help="let a hauler manifest or zarf.yaml name local sources too (oci:, containerd:, "
+                   "docker-daemon:, a path); without it such an entry is refused (a plain list, your own, may always)")
     e.add_argument("-o", "--output", metavar="DIR", help="the bundle folder to create (optional with --archive)")
     add_archive_options(e)
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
@@ -148,7 +151,7 @@ def summary_line(m: BundleManifest) -> str:
 def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     """The IMAGE arguments, then those of every ``--images-from`` list (each once, first order
     kept); the platform the lists name (hauler), agreeing with ``--platform``."""
-    listed = read_image_lists(args.images_from)
+    listed = read_image_lists(args.images_from, allow_local=args.images_from_allow_local)
     images = list(dict.fromkeys([*args.images, *(i.ref for i in listed)]))
     if not images:
         raise UsageError("exporting: expected at least one IMAGE or --images-from FILE, found none",
