@@ -212,6 +212,23 @@ def test_a_token_answer_of_the_wrong_shape_is_registry_auth(fake: FakeRegistry, 
     assert error_of(proc, doc)["id"] == "registry-auth", proc.stderr
 
 
+@pytest.mark.parametrize("listing", ["/v2/_catalog", "/v2/team/app/tags/list"])
+@pytest.mark.parametrize("body", [b"[" * 200_000, b'{"repositories": 5, "tags": {"a": 1}}', b'"x"'],
+                         ids=["deep", "wrong-types", "a-string"])
+def test_a_listing_of_the_wrong_shape_is_a_typed_error(fake: FakeRegistry, tmp_path: Path, listing: str,
+                                                       body: bytes) -> None:
+    """``bundle-import --inventory --registry``: the catalog and a tag list, deep or of other types."""
+    fake.image("team/app", "1")
+    fake.override["/v2/_catalog"] = lambda req: send_json(req, 200, {"repositories": ["team/app"]})
+    fake.override[listing] = lambda req: send(req, 200, body, {"Content-Type": "application/json"})
+    proc = run_cli("importer", "--inventory", "--registry", fake.addr, "--json", timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if proc.returncode:
+        assert json.loads(proc.stdout)["error"]["id"] == "registry", proc.stderr
+    else:  # a listing of no list is an empty one
+        assert json.loads(proc.stdout)["images"] == [] and body != b"[" * 200_000, proc.stdout
+
+
 # ================================================================ credentials stay with the registry
 
 
