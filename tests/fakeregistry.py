@@ -18,6 +18,7 @@ import gzip
 import hashlib
 import io
 import json
+import ssl
 import tarfile
 import threading
 from collections.abc import Callable
@@ -60,18 +61,21 @@ class _Server(ThreadingHTTPServer):
 
 
 class Loopback:
-    """A recording HTTP server on 127.0.0.1; ``handler(req)`` answers (default: 404)."""
+    """A recording HTTP server on 127.0.0.1; ``handler(req)`` answers (default: 404). ``tls``: a
+    server context (HTTPS, e.g. from tests/test_registry_token_auth.py's Signer)."""
 
-    def __init__(self, handler: Handler | None = None) -> None:
+    def __init__(self, handler: Handler | None = None, *, tls: ssl.SSLContext | None = None) -> None:
         self.handler = handler
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.sent = 0
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Req)
         self._server.owner = self
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
         self.port = int(self._server.server_address[1])
         self.addr = f"127.0.0.1:{self.port}"
-        self.url = f"http://{self.addr}"
+        self.url = f"{'https' if tls else 'http'}://{self.addr}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -10,7 +10,10 @@ loopback server plays the token realm or the CDN and captures every Authorizatio
 
 from __future__ import annotations
 
+import base64
 import json
+import shutil
+import ssl
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -18,8 +21,10 @@ from typing import Any
 
 import pytest
 
+from importer.registry.auth import realm_gets_credentials
 from tests.fakeregistry import OCI_INDEX, FakeRegistry, Loopback, redirect, send, send_endless, send_json
 from tests.helpers import run_cli
+from tests.test_registry_token_auth import Signer
 
 SECRET = "hunter2-do-not-leak"
 TOKEN = {"token": "a-pull-token"}
@@ -245,6 +250,42 @@ def test_a_realm_on_another_port_gets_no_login(fake: FakeRegistry, other: Loopba
     assert other.requests and other.authorizations() == [], other.authorizations()
     assert {h.get("authorization") for _, p, h in fake.requests if p.startswith("/v2/team/")} == {
         "Bearer a-pull-token"}
+
+
+def test_an_https_realm_on_another_port_gets_the_login_only_when_allowed(fake: FakeRegistry, tmp_path: Path) -> None:
+    signer = Signer.make("realm")
+    cert, key = signer.write(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    with Loopback(lambda req: send_json(req, 200, TOKEN), tls=ctx) as realm:
+        fake.image("team/app", "1")
+        fake.challenge = f'Bearer realm="{realm.url}/token",service="fake"'
+        proc, _doc = export(tmp_path, f"docker://{fake.addr}/team/app:1", config=login(fake))
+        assert proc.returncode == 0 and realm.requests and realm.authorizations() == [], proc.stderr
+        shutil.rmtree(tmp_path / "out")
+        proc, _doc = export(tmp_path, f"docker://{fake.addr}/team/app:1", "--allow-realm-credentials",
+                            config=login(fake))
+        assert proc.returncode == 0, proc.stderr
+        basic = "Basic " + base64.b64encode(f"alice:{SECRET}".encode()).decode()
+        assert realm.authorizations() and set(realm.authorizations()) == {basic}
+        assert SECRET not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("realm, registry, allowed, sent", [
+    ("http://127.0.0.1:5000/token", ("http", "127.0.0.1", 5000), False, True),  # the registry itself
+    ("https://127.0.0.1:5000/token", ("http", "127.0.0.1", 5000), False, True),  # same host and port
+    ("http://127.0.0.1:5001/token", ("http", "127.0.0.1", 5000), True, False),  # another port, plain HTTP
+    ("https://127.0.0.1:5001/token", ("http", "127.0.0.1", 5000), False, False),  # not allowed
+    ("https://127.0.0.1:5001/token", ("http", "127.0.0.1", 5000), True, True),
+    ("https://localhost:5000/token", ("http", "127.0.0.1", 5000), False, False),  # another name
+    ("https://auth.docker.io/token", ("https", "registry-1.docker.io", 443), False, True),  # known pair
+    ("http://auth.docker.io/token", ("https", "registry-1.docker.io", 443), False, False),
+    ("https://auth.docker.io/token", ("https", "ghcr.io", 443), False, False),
+    ("https://reg.example/token", ("https", "reg.example", 443), False, True),  # default ports
+    ("https://reg.example:8443/token", ("https", "reg.example", 443), False, False),
+])
+def test_which_realms_get_the_login(realm: str, registry: tuple[str, str, int], allowed: bool, sent: bool) -> None:
+    assert realm_gets_credentials(realm, registry, allowed) is sent
 
 
 def test_a_realm_that_refuses_the_anonymous_asker_names_the_flag(fake: FakeRegistry, other: Loopback,
