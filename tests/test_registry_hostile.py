@@ -335,6 +335,20 @@ def test_a_blob_redirected_to_a_cdn_is_fetched_without_the_token(fake: FakeRegis
     assert other.authorizations() == [], other.authorizations()
 
 
+def test_a_blob_redirected_on_the_registry_itself_keeps_the_token(fake: FakeRegistry, tmp_path: Path) -> None:
+    """A relative Location (storage on the registry's own origin) is followed with the token."""
+    desc = fake.image("team/app", "1")
+    layer = desc["layer"]["digest"]
+    fake.challenge = f'Bearer realm="{fake.url}/token",service="fake"'
+    fake.override["/token"] = lambda req: send_json(req, 200, TOKEN)
+    fake.override[f"/v2/team/app/blobs/{layer}"] = lambda req: redirect(req, f"/storage/{layer}")
+    fake.override[f"/storage/{layer}"] = lambda req: send(req, 200, fake.blobs[layer])
+    proc, _doc = export(tmp_path, f"docker://{fake.addr}/team/app:1")
+    assert proc.returncode == 0, proc.stderr
+    got = [h.get("authorization") for m, p, h in fake.requests if m == "GET" and p.startswith("/storage/")]
+    assert got and set(got) == {"Bearer a-pull-token"}, got
+
+
 @pytest.mark.parametrize("kind", ["loop", "too-many"])
 def test_redirects_without_end_are_registry_redirect(fake: FakeRegistry, other: Loopback, tmp_path: Path,
                                                      kind: str) -> None:

@@ -458,17 +458,13 @@ class RegistryClient:
         _, port = split_host(self.target.host)
         return self.scheme, self.server_name.lower(), port or (443 if self.scheme == "https" else 80)
 
-    def _follow(self, location: str, what: str, headers: Dict[str, str]) -> Tuple[Any, http.client.HTTPConnection]:
+    def _follow(self, location: str, what: str, headers: Dict[str, str],
+                repo: str) -> Tuple[Any, http.client.HTTPConnection]:
         """A storage redirect followed: the registry's credential only to the registry itself."""
-        ctx = ssl.create_default_context()
-        insecure = ssl.create_default_context()
-        if self.insecure:
-            insecure.check_hostname = False
-            insecure.verify_mode = ssl.CERT_NONE
         base = f"{self.scheme}://{self.target.host}/"
         return open_url(urllib.parse.urljoin(base, location), what=what, headers={"User-Agent": USER_AGENT, **headers},
-                        auth=self._auth_header(""), auth_origin=self.origin(), context=ctx, timeout=self.timeout,
-                        insecure_context=insecure)
+                        auth=self._auth_header(repo), auth_origin=self.origin(), context=ssl.create_default_context(),
+                        timeout=self.timeout, own=self._new_connection)
 
     def _auth_header(self, repo: str) -> Optional[str]:
         return self._auth.get(repo) or self._auth.get("")
@@ -524,7 +520,7 @@ class RegistryClient:
         if r.status == 200:
             return r.body
         what = f"reading back blob {digest.short}"
-        resp, conn = self._follow(r.header("Location") or "", what, {})
+        resp, conn = self._follow(r.header("Location") or "", what, {}, repo)
         try:
             if resp.status != 200:
                 raise RegistryError(f"{what}: expected HTTP 200 from the blob's storage, found {resp.status}")
@@ -563,7 +559,7 @@ class RegistryClient:
             conn.close()  # the body of a redirect is not read: it may not end
             if not location:
                 raise RegistryError(f"{what}: expected a Location in the redirect (HTTP {r.status}), found none")
-            r, conn = self._follow(location, what, {"Range": f"bytes={offset}-"} if offset else {})
+            r, conn = self._follow(location, what, {"Range": f"bytes={offset}-"} if offset else {}, repo)
             if r.status not in (200, 206):
                 r.close()
                 conn.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import http.client
 import ssl
 import urllib.parse
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from importer.errors import RegistryError, RegistryRedirectError
 
@@ -32,11 +32,11 @@ def origin(url: str) -> Origin:
 
 def open_url(url: str, *, what: str, headers: Dict[str, str], auth: Optional[str], auth_origin: Optional[Origin],
              context: ssl.SSLContext, timeout: float,
-             insecure_context: Optional[ssl.SSLContext] = None
+             own: Optional[Callable[[], http.client.HTTPConnection]] = None
              ) -> Tuple[http.client.HTTPResponse, http.client.HTTPConnection]:
     """GET ``url``, following redirects: (the first answer that is not one, its connection; the
-    caller reads and closes both). ``auth`` goes only to ``auth_origin``, where
-    ``insecure_context`` (when given) replaces ``context``."""
+    caller reads and closes both). ``auth`` goes only to ``auth_origin``, and a hop there uses
+    ``own()`` when given (the registry client's connection: its tunnel, its TLS settings)."""
     seen: List[str] = []
     while True:
         if url in seen:
@@ -55,9 +55,11 @@ def open_url(url: str, *, what: str, headers: Dict[str, str], auth: Optional[str
             hdrs["Authorization"] = auth
         parts = urllib.parse.urlsplit(url)
         conn: http.client.HTTPConnection
-        if here[0] == "https":
-            ctx = insecure_context if insecure_context is not None and here == auth_origin else context
-            conn = http.client.HTTPSConnection(here[1], here[2], timeout=timeout, context=ctx)
+        if own is not None and here == auth_origin:
+            conn = own()
+            hdrs["Host"] = parts.netloc  # the connection may be a tunnel's local port
+        elif here[0] == "https":
+            conn = http.client.HTTPSConnection(here[1], here[2], timeout=timeout, context=context)
         else:
             conn = http.client.HTTPConnection(here[1], here[2], timeout=timeout)
         try:

@@ -84,5 +84,5 @@ def registry_sink(args: argparse.Namespace) -> RegistrySink:
     if args.concurrency < 1:
         raise UsageError(f"reading --concurrency: expected at least 1, found {args.concurrency}")
     return RegistrySink(args.registry, insecure=args.insecure, credentials=credentials_from_args(args),
-                        concurrency=args.concurrency, realm_credentials=args.allow_realm_credentials,
+                        concurrency=args.concurrency, realm_credentials=getattr(args, "allow_realm_credentials", False),
                         chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096))
