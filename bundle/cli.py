@@ -22,6 +22,7 @@ from importer.cli.output import ArgumentParser, emit, guarded, success
 from importer.errors import Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
+from importer.registry.sink import REALM_HELP
 from importer.streams.progress import human_bytes
 from importer.verify.inspection import inspect_bundle
 
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the images listed in FILE too (repeatable): one reference per line (# comments), a "
                    "hauler `kind: Images` manifest or a zarf.yaml (their bare names are read from the registry, "
                    "docker://); docs/engines.md")
+    e.add_argument("--images-from-allow-local", action="store_true",
+                   help="let a hauler manifest or zarf.yaml name local sources too (oci:, containerd:, "
+                   "docker-daemon:, a path); without it such an entry is refused (a plain list, your own, may always)")
     e.add_argument("-o", "--output", metavar="DIR", help="the bundle folder to create (optional with --archive)")
     add_archive_options(e)
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
@@ -64,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--insecure", action="store_true",
                    help="docker:// sources: HTTPS without certificate checks, else plain HTTP (the default for a "
                    "registry on loopback)")
+    e.add_argument("--allow-realm-credentials", action="store_true",
+                   help="docker:// sources: " + REALM_HELP)
     e.add_argument("--platform", action="append", default=[], metavar="OS/ARCH[/VARIANT]",
                    help="which manifest of a multi-platform image (an index) to carry, e.g. linux/arm64 "
                    "(docker://, containerd: and oci: sources; default: this host's platform; arm64 means arm64/v8 as "
@@ -109,7 +115,7 @@ def summary_line(m: BundleManifest) -> str:
 def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     """The IMAGE arguments, then those of every ``--images-from`` list (each once, first order
     kept); the platform the lists name (hauler), agreeing with ``--platform``."""
-    listed = read_image_lists(args.images_from)
+    listed = read_image_lists(args.images_from, allow_local=args.images_from_allow_local)
     images = list(dict.fromkeys([*args.images, *(i.ref for i in listed)]))
     if not images:
         raise UsageError("exporting: expected at least one IMAGE or --images-from FILE, found none",
@@ -127,7 +133,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
-                               all_platforms=args.all_platforms)
+                               all_platforms=args.all_platforms,
+                               realm_credentials=args.allow_realm_credentials)
     finally:
         stop_progress()
     if result.recompressed:

@@ -69,6 +69,7 @@ def export_images(
     platforms: Sequence[str] = (),
     insecure: bool = False,
     all_platforms: bool = False,
+    realm_credentials: bool = False,
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -86,7 +87,7 @@ def export_images(
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
-                                insecure=insecure)
+                                insecure=insecure, realm_credentials=realm_credentials)
     if schema < 3 and not isinstance(source, DockerDaemonSource):
         raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")

@@ -10,8 +10,14 @@
 - **zarf.yaml** (``kind: ZarfPackageConfig``): the ``images`` of every component.
 
 hauler and zarf name registry images, so their bare references are read from the registry
-(``docker://``); a reference that already has a transport prefix keeps it. A file is YAML when it
-ends in ``.yaml``/``.yml`` or its first line that is not a comment is a ``key: value`` line.
+(``docker://``). They are third-party files, so they are data, not a door: an entry that names a
+local source (``oci:``, ``containerd:``, ``docker-daemon:``, an archive, a path) is refused
+(ImageListLocalSource) unless the user passes ``--images-from-allow-local``. A plain list is the
+user's own command line written down: it takes any source prefix, as the command line does.
+A file is YAML when it ends in ``.yaml``/``.yml`` or its first line that is not a comment is a
+``key: value`` line. YAML is read bounded before anything else: at most MAX_YAML_BYTES, nesting
+at most MAX_YAML_DEPTH levels, at most MAX_YAML_NODES nodes counting every alias as the nodes it
+stands for (a "billion laughs" file is refused, never expanded), no alias cycle.
 A bad entry is one UsageError naming the file and line, what was expected and what was found."""
 
 from __future__ import annotations
@@ -27,12 +33,24 @@ HAULER_API = re.compile(r"content\.hauler\.cattle\.io/v1(alpha1)?")
 _YAML_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*:(\s|$)")
 _TRANSPORT = re.compile(r"(docker-daemon|containerd|oci|docker|oci-archive|docker-archive|podman|dir):")
 _BAD_CHARS = re.compile(r"[\s\"'`$;|&<>]")
+MAX_LIST_BYTES = 16 * 1024 * 1024  # a plain list
+MAX_YAML_BYTES = 1024 * 1024  # a hauler manifest or zarf.yaml (thousands of images fit)
+MAX_YAML_DEPTH = 32
+MAX_YAML_NODES = 20_000  # each alias counted as the nodes it stands for (a hauler image: ~5)
+_YAML_HINT = "a hauler manifest or a zarf.yaml is small and flat; is this the right file?"
 
 
 class ImageListError(UsageError):
     """``--images-from FILE``: the file cannot be read, or an entry is not an image reference."""
 
     reference = "image-list"
+
+
+class ImageListLocalSource(ImageListError):
+    """A hauler or zarf list names a local source (``oci:``, ``containerd:``, a path...): such a
+    third-party list may name registry images only, unless ``--images-from-allow-local``."""
+
+    reference = "image-list-local-source"
 
 
 @dataclass(frozen=True)
@@ -42,21 +60,23 @@ class ListedImage:
     platform: Optional[str] = None  # hauler's per-image platform
 
 
-def read_image_lists(paths: Sequence[str], *, note: Any = None) -> List[ListedImage]:
+def read_image_lists(paths: Sequence[str], *, note: Any = None, allow_local: bool = False) -> List[ListedImage]:
     """Every image of every list, in order, each reference once (the first mention kept)."""
     seen: set[str] = set()
     out: List[ListedImage] = []
     for path in paths:
-        for image in read_image_list(path, note=note):
+        for image in read_image_list(path, note=note, allow_local=allow_local):
             if image.ref not in seen:
                 seen.add(image.ref)
                 out.append(image)
     return out
 
 
-def read_image_list(path: str, *, note: Any = None) -> List[ListedImage]:
+def read_image_list(path: str, *, note: Any = None, allow_local: bool = False) -> List[ListedImage]:
+    """``allow_local``: a hauler or zarf entry may name a local source (--images-from-allow-local)."""
     text = _read(path)
-    images = _read_yaml(path, text, note or _stderr) if _is_yaml(path, text) else _read_plain(path, text)
+    is_yaml = _is_yaml(path, text)
+    images = _read_yaml(path, text, note or _stderr, allow_local) if is_yaml else _read_plain(path, text)
     if not images:
         raise ImageListError(f"reading the image list {path}: expected at least one image reference, found none",
                              hint="one reference per line (# comments), a hauler `kind: Images` manifest or a "
@@ -71,11 +91,11 @@ def _stderr(text: str) -> None:
 def _read(path: str) -> str:
     try:
         with open(path, "rb") as f:
-            raw = f.read(16 * 1024 * 1024 + 1)
+            raw = f.read(MAX_LIST_BYTES + 1)
     except OSError as e:
         raise ImageListError(f"reading the image list {path}: expected a readable file, found {e.strerror or e}",
                              hint="check the path given to --images-from") from e
-    if len(raw) > 16 * 1024 * 1024:
+    if len(raw) > MAX_LIST_BYTES:
         raise ImageListError(f"reading the image list {path}: expected at most 16 MiB, found more")
     try:
         return raw.decode("utf-8")
@@ -115,11 +135,20 @@ def _read_plain(path: str, text: str) -> List[ListedImage]:
 # ---------------------------------------------------------------- YAML (hauler, zarf)
 
 
-def _read_yaml(path: str, text: str, note: Any) -> List[ListedImage]:
+def _read_yaml(path: str, text: str, note: Any, allow_local: bool) -> List[ListedImage]:
     import yaml
 
+    from bundle.yamlbound import YamlTooBig, compose_bounded
+
+    size = len(text.encode("utf-8"))
+    if size > MAX_YAML_BYTES:
+        raise ImageListError(f"reading the image list {path}: expected a YAML file of at most {MAX_YAML_BYTES} "
+                             f"bytes, found {size}", hint=_YAML_HINT)
     try:
-        documents = [d for d in yaml.compose_all(text, Loader=yaml.SafeLoader) if d is not None]
+        documents = compose_bounded(text, depth=MAX_YAML_DEPTH, nodes=MAX_YAML_NODES)
+    except YamlTooBig as e:
+        raise ImageListError(f"reading the image list {path}:{e.line}: expected {e.expected}, found {e.found}",
+                             hint=_YAML_HINT) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -134,9 +163,9 @@ def _read_yaml(path: str, text: str, note: Any) -> List[ListedImage]:
                                  f"found {_kind(doc)}")
         kind = _scalar(_get(doc, "kind"))
         if kind == "ZarfPackageConfig" or (kind is None and _get(doc, "components") is not None):
-            images += _zarf(path, doc)
+            images += _zarf(path, doc, allow_local)
         elif kind == "Images" and HAULER_API.fullmatch(_scalar(_get(doc, "apiVersion")) or ""):
-            images += _hauler(path, doc)
+            images += _hauler(path, doc, allow_local)
         elif HAULER_API.fullmatch(_scalar(_get(doc, "apiVersion")) or ""):
             note(f"note: {where}: hauler kind {kind!r} carries no images; skipped")
         else:
@@ -179,12 +208,22 @@ def _items(node: Any, path: str, what: str) -> Iterator[Any]:
     yield from node.value
 
 
-def _registry(ref: str) -> str:
-    """hauler and zarf name registry images: read a bare reference from the registry."""
-    return ref if _TRANSPORT.match(ref) else f"docker://{ref}"
+def _registry(ref: str, where: str, allow_local: bool) -> str:
+    """hauler and zarf name registry images: a bare reference is read from the registry; one that
+    names a local source (a transport other than docker://, a path) only with ``allow_local``."""
+    m = _TRANSPORT.match(ref)
+    local = (m is not None and m.group(1) != "docker") or ref.startswith(("/", ".", "~"))
+    if local and not allow_local:
+        what = f"the {m.group(1)}: source" if m is not None else "a path"
+        raise ImageListLocalSource(
+            f"reading {where}: expected a registry image (a hauler or zarf list names registry images), "
+            f"found {what} ({ref!r})",
+            hint="a list from elsewhere may not read this host's engines or files; if you wrote or checked it, "
+                 "pass --images-from-allow-local (or put the entry in a plain list of your own)")
+    return ref if m is not None or local else f"docker://{ref}"
 
 
-def _hauler(path: str, doc: Any) -> List[ListedImage]:
+def _hauler(path: str, doc: Any, allow_local: bool) -> List[ListedImage]:
     import yaml
 
     images = []
@@ -197,11 +236,11 @@ def _hauler(path: str, doc: Any) -> List[ListedImage]:
         if name is None:
             raise ImageListError(f"reading {where}: expected an image with a `name`, found {_kind(item)} without one",
                                  hint="hauler: spec.images: [{name: REF, platform: OS/ARCH}]")
-        images.append(ListedImage(_registry(check_ref(name, where)), where, platform))
+        images.append(ListedImage(_registry(check_ref(name, where), where, allow_local), where, platform))
     return images
 
 
-def _zarf(path: str, doc: Any) -> List[ListedImage]:
+def _zarf(path: str, doc: Any, allow_local: bool) -> List[ListedImage]:
     images = []
     for component in _items(_get(doc, "components"), path, "components"):
         for item in _items(_get(component, "images"), path, "a component's images"):
@@ -210,7 +249,7 @@ def _zarf(path: str, doc: Any) -> List[ListedImage]:
             if name is None:
                 raise ImageListError(f"reading {where}: expected an image reference, found {_kind(item)}",
                                      hint="zarf: components[].images is a list of references")
-            images.append(ListedImage(_registry(check_ref(name, where)), where))
+            images.append(ListedImage(_registry(check_ref(name, where), where, allow_local), where))
     return images
 
 

@@ -50,6 +50,7 @@ def push(
     registry: str,
     *,
     insecure: bool = False,
+    realm_credentials: bool = False,
     concurrency: int = 4,
     chunk_size: int = DEFAULT_CHUNK,
     credentials: Optional[Credentials] = None,
@@ -65,7 +66,7 @@ def push(
     with terminate_as_interrupt(), _route(target.host, ssh, insecure) as port:
         connect = ("127.0.0.1", port) if port is not None else None
         with RegistryClient(target, connect_to=connect, insecure=insecure, credentials=credentials,
-                            chunk_size=chunk_size, log=log) as client:
+                            chunk_size=chunk_size, log=log, realm_credentials=realm_credentials) as client:
             client.ping()
             report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress)
             outcome = PushOutcome(report, f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None,

@@ -21,7 +21,7 @@ from importer.cli.copy import add_copy_arguments, cmd_copy
 from importer.cli.output import emit, success
 from importer.errors import UsageError
 from importer.registry.client import DEFAULT_CHUNK
-from importer.registry.sink import credentials_from_args
+from importer.registry.sink import REALM_HELP, credentials_from_args
 from importer.streams.progress import human_bytes
 from importer.streams.sizes import parse_size
 
@@ -70,6 +70,7 @@ def add_transfer_commands(sub: Any) -> None:
                     help="bytes per upload request (default 16M; lower it behind a proxy body limit)")
     ps.add_argument("--username", metavar="USER", help="registry user (default: ~/.docker/config.json, else none)")
     ps.add_argument("--password-stdin", action="store_true", help="read the registry password from stdin")
+    ps.add_argument("--allow-realm-credentials", action="store_true", help=REALM_HELP)
     ps.add_argument("--ssh", metavar="USER@HOST",
                     help="push through `ssh -L` to HOST; REGISTRY is then the registry as HOST sees it")
     ps.add_argument("--ssh-port", type=int, metavar="N", help="SSH port (default 22 or ~/.ssh/config)")
@@ -148,7 +149,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     ssh = SshTarget(args.ssh, args.ssh_port, args.identity, tuple(args.ssh_option)) if args.ssh else None
     outcome = push(args.bundle, args.registry, insecure=args.insecure, concurrency=args.concurrency,
                    chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096),
-                   credentials=credentials_from_args(args), ssh=ssh, progress=_progress(args), log=_log(args))
+                   credentials=credentials_from_args(args), ssh=ssh, realm_credentials=args.allow_realm_credentials,
+                   progress=_progress(args), log=_log(args))
     rep = outcome.report
     if args.json:
         emit(success(outcome.to_dict()))

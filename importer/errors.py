@@ -225,6 +225,12 @@ class RegistryNoCatalog(RegistryError):
     reference = "registry-no-catalog"
 
 
+class RegistryRedirectError(RegistryError):
+    """A registry (its blob storage, its token realm) redirected in a loop or too many times."""
+
+    reference = "registry-redirect"
+
+
 class TunnelFailed(SinkError):
     """The SSH tunnel to the registry could not be opened or died."""
 

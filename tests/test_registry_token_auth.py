@@ -226,7 +226,8 @@ def _docker_config(folder: Path, registry: str, user: str, password: str) -> Pat
 
 def _push(bundle: Path, target: str, docker_config: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "DOCKER_CONFIG": str(docker_config)}
-    return subprocess.run([sys.executable, "-m", "bundle", "push", str(bundle), target, "--json"],
+    return subprocess.run([sys.executable, "-m", "bundle", "push", str(bundle), target, "--json",
+                           "--allow-realm-credentials"],
                           capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
@@ -302,7 +303,7 @@ def test_push_with_docker_config_credentials_through_the_token_flow(token_regist
     reg.issuer.seen.clear()
     out_dir = tmp_path / "exported"
     exported = run_cli("bundle", "export", f"docker://{reg.addr}/tok/carry/app:2", "-o", str(out_dir), "--json",
-                       "-q", env={"DOCKER_CONFIG": str(config)})
+                       "-q", "--allow-realm-credentials", env={"DOCKER_CONFIG": str(config)})
     assert exported.returncode == 0, exported.stderr
     [image] = json.loads((out_dir / "bundle.json").read_text())["images"]
     assert image["manifest"]["digest"] == doc["images"][1]["manifest"]["digest"]

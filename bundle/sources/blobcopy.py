@@ -268,7 +268,8 @@ def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], sto
                           hint="the source's copy of the config is corrupt; re-pull the image")
     config = parse_json(raw_config, f"{what}: config")
     rootfs = config.get("rootfs") if isinstance(config, dict) else None
-    diff_ids = [str(d) for d in (rootfs.get("diff_ids") or [])] if isinstance(rootfs, dict) else []
+    listed = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    diff_ids = [str(d) for d in listed] if isinstance(listed, list) else []  # another type: no layer matches
     descs = [d for d in manifest["layers"] if isinstance(d, dict)]
     if len(descs) != len(diff_ids):
         raise SourceError(f"{what}: expected as many layers as the config's diff_ids ({len(diff_ids)}), "

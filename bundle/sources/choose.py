@@ -49,7 +49,7 @@ def _names_a_folder(ref: str) -> bool:
 
 def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
                 address: Optional[str] = None, namespace: Optional[str] = None,
-                insecure: bool = False) -> Tuple[Any, List[Any]]:
+                insecure: bool = False, realm_credentials: bool = False) -> Tuple[Any, List[Any]]:
     """(source, refs as that source names them). All references must come from one source."""
     parsed = [transport_of(r) for r in refs]
     kinds = sorted({k for k, _ in parsed})
@@ -62,7 +62,7 @@ def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
                          hint="--insecure lets a registry skip certificate checks; drop it for other sources")
     if kind == "docker":
         names = [r for _, r in parsed]
-        return RegistrySource(names, insecure=insecure), names
+        return RegistrySource(names, insecure=insecure, realm_credentials=realm_credentials), names
     if kind == "containerd":
         return ContainerdSource(address, namespace), [r for _, r in parsed]
     if kind == "oci":

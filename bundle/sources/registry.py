@@ -6,6 +6,10 @@ config and its credential helpers, ``--insecure``, a loopback registry over plai
 Hub). Manifests and indexes are kept byte for byte (their digests survive); blobs are copied as
 stored and checked on the way like every source's (importer's blobcopy: digest, size, diff_id).
 A blob download that drops is resumed from the bytes already read (``Range``), a few times.
+A hostile registry cannot fill the disk: every blob is read up to the size its descriptor declares
+(one byte more is refused, as is a Content-Length that says more), manifests and indexes up to
+MAX_MANIFEST, and indexes nest at most MAX_INDEX_DEPTH levels deep (LimitExceeded); a document of
+the wrong shape is a SourceError.
 A tagged reference is carried under its full name (``HOST:PORT/REPO:TAG``, as ``docker pull``
 names it); a reference by digest is carried untagged (``--tag`` names it)."""
 
@@ -22,9 +26,9 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
-from importer.errors import ImageNotFound, InvalidReference, RegistryError, SourceError
+from importer.errors import ImageNotFound, InvalidReference, LimitExceeded, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
-from importer.format.limits import MAX_CONFIG, parse_json
+from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST, parse_json
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
 from importer.inventory.have import HaveLayers
@@ -33,6 +37,7 @@ from importer.registry.client import RegistryClient, RegistryTarget
 ProgressFn = Any
 DOCKER_HUB = "registry-1.docker.io"
 RESUMES = 5
+MAX_DOCUMENT = max(MAX_MANIFEST, MAX_INDEX)  # a manifest or an index read from /manifests/
 _TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 
@@ -93,7 +98,7 @@ class _ResumingBlob:
     the download is opened again at the bytes already read, up to RESUMES times; the caller
     hashes what it reads, so a resumed blob is checked as a whole."""
 
-    def __init__(self, client: RegistryClient, repo: str, digest: Digest, size: Optional[int], what: str) -> None:
+    def __init__(self, client: RegistryClient, repo: str, digest: Digest, size: int, what: str) -> None:
         self.client, self.repo, self.digest, self.size, self.what = client, repo, digest, size, what
         self.pos = 0
         self.resumes = 0
@@ -101,7 +106,7 @@ class _ResumingBlob:
         self._open()
 
     def _open(self) -> None:
-        f, start = self.client.open_blob(self.repo, self.digest, offset=self.pos, what=self.what)
+        f, start = self.client.open_blob(self.repo, self.digest, offset=self.pos, what=self.what, size=self.size)
         skip = self.pos - start  # the registry sent the blob from its start: drop what was read already
         while skip > 0:
             chunk = f.read(min(CHUNK, skip))
@@ -119,7 +124,7 @@ class _ResumingBlob:
             self.f = None
         if self.resumes > RESUMES:
             raise RegistryError(
-                f"{self.what}: expected the whole blob ({self.size if self.size is not None else '?'} bytes), "
+                f"{self.what}: expected the whole blob ({self.size} bytes), "
                 f"found the download cut {self.resumes} times (last at byte {self.pos}: {why})",
                 hint="check the network path to the registry (proxy, tunnel) and run the export again")
         self.client.log(f"{self.what}: download cut at byte {self.pos} ({why}); resuming")
@@ -129,7 +134,11 @@ class _ResumingBlob:
             self._resume(f"{type(e).__name__}: {e}")
 
     def read(self, n: int = -1) -> bytes:
-        want = n if n is not None and n > 0 else CHUNK
+        """At most the descriptor's size: a byte past it is refused (an endless body stops here)."""
+        if self.pos >= self.size:
+            self._refuse_more()
+            return b""
+        want = min(n if n is not None and n > 0 else CHUNK, self.size - self.pos)
         while True:
             try:
                 data: bytes = self.f.read(want)
@@ -139,9 +148,18 @@ class _ResumingBlob:
             if data:
                 self.pos += len(data)
                 return data
-            if self.size is None or self.pos >= self.size:
-                return b""
             self._resume("the connection ended early")
+
+    def _refuse_more(self) -> None:
+        try:
+            extra = self.f.read(1) if self.f is not None else b""
+        except (OSError, http.client.HTTPException):
+            extra = b""  # the answer ends (or breaks) where the blob does: what was read is checked
+        if extra:
+            self.close()
+            raise LimitExceeded(f"{self.what}: expected {self.size} bytes (the size its descriptor declares), "
+                                "found more", hint="the registry sends more than the image's manifest declares; "
+                                "do not trust this registry")
 
     def close(self) -> None:
         if self.f is not None:
@@ -149,13 +167,33 @@ class _ResumingBlob:
             self.f = None
 
 
+def _kind(doc: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(doc), "a number")
+
+
+def _list(doc: Dict[str, Any], key: str, digest: str) -> List[Any]:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SourceError(f"reading the manifest {digest[:19]}: expected `{key}` to be a list, found {_kind(value)}",
+                          hint="the registry answered with a damaged manifest; do not trust this registry")
+    return value
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 class RegistrySource:
     """Images in one or more registries (one client per registry host)."""
 
     kind = "registry"
 
-    def __init__(self, refs: Sequence[str] = (), *, insecure: bool = False) -> None:
+    def __init__(self, refs: Sequence[str] = (), *, insecure: bool = False, realm_credentials: bool = False) -> None:
         self.insecure = insecure
+        self.realm_credentials = realm_credentials
         #: the registries the references name (checked before anything is read)
         self.hosts = sorted({parse_registry_ref(r).host for r in refs})
         self.platform: Platform = host()
@@ -166,6 +204,7 @@ class RegistrySource:
         self._targets: Dict[str, Tuple[RegistryRef, Dict[str, Any]]] = {}
         self._manifests: Dict[str, bytes] = {}  # digest -> exact bytes (manifests and indexes)
         self._sizes: Dict[str, int] = {}  # blob digest -> size its descriptor gives
+        self._depth: Dict[str, int] = {}  # manifest digest -> levels below the reference's (0)
         self._current: Optional[RegistryRef] = None
         self._lock = threading.Lock()
         #: how many times a dropped blob download was resumed (layers are read in parallel)
@@ -173,7 +212,8 @@ class RegistrySource:
 
     def client(self, host_name: str) -> RegistryClient:
         if host_name not in self.clients:
-            client = RegistryClient(RegistryTarget(host_name), insecure=self.insecure)
+            client = RegistryClient(RegistryTarget(host_name), insecure=self.insecure,
+                                    realm_credentials=self.realm_credentials)
             client.ping()
             self.clients[host_name] = client
         return self.clients[host_name]
@@ -194,7 +234,7 @@ class RegistrySource:
             ref = parse_registry_ref(text)
             client = self.client(ref.host)
             what = f"exporting docker://{text}"
-            got = client.get_manifest(ref.repo, ref.reference, MAX_CONFIG)
+            got = client.get_manifest(ref.repo, ref.reference, MAX_DOCUMENT)
             if got is None:
                 raise ImageNotFound(f"{what}: expected {ref} in the registry, found none (HTTP 404)",
                                     hint="check the name and tag (skopeo list-tags docker://HOST/REPO)")
@@ -211,13 +251,18 @@ class RegistrySource:
     def _keep_manifest(self, digest: str, raw: bytes) -> None:
         self._manifests[digest] = raw
         doc = parse_json(raw, f"the manifest {digest[:19]}")
-        if isinstance(doc, dict):  # the blobs and sub-manifests it names: their sizes, for resuming
-            for desc in [doc.get("config"), *(doc.get("layers") or []), *(doc.get("manifests") or [])]:
-                if isinstance(desc, dict) and is_digest(desc.get("digest")) and isinstance(desc.get("size"), int):
-                    self._sizes[str(desc["digest"])] = int(desc["size"])
-            for desc in doc.get("manifests") or []:
-                if isinstance(desc, dict) and is_digest(desc.get("digest")):
-                    self._manifests.setdefault(str(desc["digest"]), b"")  # fetched from /manifests/ when read
+        if not isinstance(doc, dict):
+            raise SourceError(f"reading the manifest {digest[:19]}: expected a JSON object, found {_kind(doc)}",
+                              hint="the registry answered with something that is not an image; check the reference")
+        layers, manifests = _list(doc, "layers", digest), _list(doc, "manifests", digest)
+        for desc in [doc.get("config"), *layers, *manifests]:  # the sizes their descriptors declare
+            if isinstance(desc, dict) and is_digest(desc.get("digest")) and _is_size(desc.get("size")):
+                self._sizes[str(desc["digest"])] = int(desc["size"])
+        depth = self._depth.setdefault(digest, 0)
+        for desc in manifests:
+            if isinstance(desc, dict) and is_digest(desc.get("digest")):
+                self._manifests.setdefault(str(desc["digest"]), b"")  # fetched from /manifests/ when read
+                self._depth.setdefault(str(desc["digest"]), depth + 1)
 
     def check_refs(self, refs: Sequence[str]) -> int:
         total = 0
@@ -244,7 +289,11 @@ class RegistrySource:
         if digest in self._manifests:  # a manifest or an index: from /manifests/, bytes kept
             raw = self._manifests[digest]
             if not raw:
-                got = client.get_manifest(ref.repo, digest, MAX_CONFIG)
+                if self._depth.get(digest, 0) > MAX_INDEX_DEPTH:
+                    raise LimitExceeded(f"{what}: expected indexes nested at most {MAX_INDEX_DEPTH} levels deep, "
+                                        "found deeper", hint="the registry serves indexes that name indexes without "
+                                        "end; do not trust this registry")
+                got = client.get_manifest(ref.repo, digest, MAX_DOCUMENT)
                 if got is None:
                     raise SourceError(f"{what}: expected the manifest {digest[:19]} in {ref.host}/{ref.repo}, "
                                       "found none (HTTP 404)", hint="the index names a manifest the registry lacks")
@@ -252,7 +301,11 @@ class RegistrySource:
                 self._keep_manifest(digest, raw)
             yield io.BytesIO(raw)
             return
-        blob = _ResumingBlob(client, ref.repo, Digest.parse(digest, what=what), self._sizes.get(digest), what)
+        size = self._sizes.get(digest)
+        if size is None:
+            raise SourceError(f"{what}: expected a size for the blob {digest[:19]} in its descriptor, found none",
+                              hint="the image's manifest is incomplete; a blob is read only up to its declared size")
+        blob = _ResumingBlob(client, ref.repo, Digest.parse(digest, what=what), size, what)
         try:
             yield blob  # type: ignore[misc]
         finally:

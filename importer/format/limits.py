@@ -17,6 +17,7 @@ MAX_LEGACY_SUMS = 64 * 1024  # schema 1/2: three lines at most; larger is refuse
 MAX_DOCKER_SAVE_JSON = 64 * 1024 * 1024
 MAX_SIGNATURE = 64 * 1024
 MAX_ENGINE_JSON = 256 * 1024 * 1024
+MAX_INDEX_DEPTH = 4  # indexes naming indexes: manifests at most this many levels below the one a reference names
 MAX_BUNDLE_DEPTH = 32  # folder levels below a bundle root (a bundle needs 2: blobs/sha256/<digest>)
 # a registry's listing (bundle-import --inventory --registry, delta pushes searching for a mount source)
 MAX_REGISTRY_REPOSITORIES = 10_000

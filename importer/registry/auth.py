@@ -5,27 +5,34 @@ Credentials come from ``--username`` + ``--password-stdin``, else from the Docke
 ``credHelpers``/``credsStore`` helper ``docker-credential-NAME get``), else none (anonymous).
 A registry that answers 401 says how to authenticate in ``WWW-Authenticate``: ``Basic`` (send
 the credentials) or ``Bearer realm=...,service=...,scope=...`` (fetch a token from the realm,
-with the credentials when there are some)."""
+with the credentials when there are some).
+
+Credentials go only to the registry that was named: a realm on another host or port gets them only
+over HTTPS and when the user allows it (``--allow-realm-credentials``; Docker Hub's own pair,
+registry-1.docker.io and https://auth.docker.io, is known), and a redirect from the realm to
+another origin is followed without them (importer/registry/redirects.py)."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import os
 import re
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from importer.errors import BundleError, RegistryAuthError
+from importer.errors import BundleError, ManifestError, RegistryAuthError
 from importer.format.limits import parse_json
+from importer.registry.redirects import Origin, open_url, origin
 from importer.streams.commands import StdinCommand
 
 MAX_TOKEN_RESPONSE = 1024 * 1024
+#: registries whose token realm is on another host, known to belong to them (HTTPS)
+KNOWN_REALMS = {"registry-1.docker.io": "auth.docker.io"}
 _PARAM_RE = re.compile(r'([A-Za-z][A-Za-z0-9_-]*)=(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))')
 
 
@@ -119,12 +126,24 @@ def _from_helper(helper: str, host: str) -> Optional[Credentials]:
     return None
 
 
+def realm_gets_credentials(realm: str, registry: Origin, allowed: bool) -> bool:
+    """May the registry's credentials go to the token ``realm``? Yes on the registry's own origin
+    (host and port; its scheme may differ); on another, only over HTTPS, when ``allowed``
+    (--allow-realm-credentials) or for a known pair (:data:`KNOWN_REALMS`)."""
+    scheme, host, port = origin(realm)
+    if (host, port) == registry[1:]:
+        return True
+    return scheme == "https" and (allowed or KNOWN_REALMS.get(registry[1]) == host)
+
+
 def fetch_token(params: Dict[str, str], scopes: List[str], creds: Optional[Credentials], *,
-                insecure: bool, timeout: float) -> str:
+                insecure: bool, timeout: float, registry: Optional[Origin] = None,
+                realm_credentials: bool = False) -> str:
     """The bearer token flow: GET realm?service=..&scope=.. (with basic auth when we have
-    credentials); returns the ``Authorization`` header value. A challenge's ``scope`` that holds
-    several scopes, space-separated (distribution asks so for a cross-repository mount), is sent
-    as one ``scope`` parameter each, as the distribution token spec says."""
+    credentials and the realm may have them, :func:`realm_gets_credentials`; ``registry``: the
+    registry's origin, None = the realm's own); returns the ``Authorization`` header value. A
+    challenge's ``scope`` that holds several scopes, space-separated (distribution asks so for a
+    cross-repository mount), is sent as one ``scope`` parameter each, as the token spec says."""
     realm = params.get("realm", "")
     if not realm.startswith(("https://", "http://")):
         raise RegistryAuthError(f"authenticating: expected a token realm URL in WWW-Authenticate, found {realm!r}")
@@ -134,29 +153,41 @@ def fetch_token(params: Dict[str, str], scopes: List[str], creds: Optional[Crede
     for scope in dict.fromkeys(s for item in scopes for s in item.split()):  # a challenge's scope may hold
         query.append(("scope", scope))  # several, space-separated: one `scope` parameter each (token spec)
     url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
-    req = urllib.request.Request(url, headers={"User-Agent": "sneakernet"})  # noqa: S310 - http(s) checked above
-    if creds is not None:
-        req.add_header("Authorization", creds.basic_header())
+    withheld = creds is not None and not realm_gets_credentials(realm, registry or origin(realm), realm_credentials)
+    basic = creds.basic_header() if creds is not None and not withheld else None
     ctx = ssl.create_default_context()
     if insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     host = urllib.parse.urlsplit(realm).netloc
+    what = f"authenticating at {host}"
     try:
-        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:  # noqa: S310
-            raw = resp.read(MAX_TOKEN_RESPONSE)
-    except urllib.error.HTTPError as e:
-        raise RegistryAuthError(
-            f"authenticating at {host}: expected a token, found HTTP {e.code}",
-            hint=_auth_hint(creds),
-        ) from e
-    except (OSError, urllib.error.URLError) as e:
-        raise RegistryAuthError(f"authenticating at {host}: expected the token service to answer, found {e}",
+        resp, conn = open_url(url, what=what, headers={"User-Agent": "sneakernet"}, auth=basic,
+                              auth_origin=origin(realm), context=ctx, timeout=timeout)
+        try:
+            status = resp.status
+            raw = resp.read(MAX_TOKEN_RESPONSE + 1) if status == 200 else b""
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException) as e:
+        raise RegistryAuthError(f"{what}: expected the token service to answer, found {e}",
                                 hint="the token realm must be reachable from here") from e
-    doc: Any = parse_json(raw, f"the token from {host}")
+    if status != 200:
+        hint = _auth_hint(creds)
+        if withheld:
+            hint = (f"the token service {host} is not the registry's host, so the login was not sent to it; "
+                    "if you trust it, pass --allow-realm-credentials (HTTPS realms only)")
+        raise RegistryAuthError(f"{what}: expected a token, found HTTP {status}", hint=hint)
+    if len(raw) > MAX_TOKEN_RESPONSE:
+        raise RegistryAuthError(f"{what}: expected a token answer of at most {MAX_TOKEN_RESPONSE} bytes, found more")
+    try:
+        doc: Any = parse_json(raw, f"the token from {host}")
+    except ManifestError as e:
+        raise RegistryAuthError(f"{what}: expected a JSON token answer, found something else",
+                                hint="the token realm is not a token service; check the registry") from e
     token = doc.get("token") or doc.get("access_token") if isinstance(doc, dict) else None
     if not isinstance(token, str) or not token:
-        raise RegistryAuthError(f"authenticating at {host}: expected a token in the answer, found none")
+        raise RegistryAuthError(f"{what}: expected a token (a string) in the answer, found none")
     return "Bearer " + token
 
 

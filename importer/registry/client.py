@@ -25,7 +25,6 @@ import socket
 import ssl
 import threading
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional, Tuple, Type
 
@@ -34,6 +33,7 @@ from importer.errors import (
     DigestMismatch,
     Interrupted,
     InvalidReference,
+    LimitExceeded,
     RegistryAuthError,
     RegistryError,
     UsageError,
@@ -41,6 +41,7 @@ from importer.errors import (
 from importer.format.digest import CHUNK, Digest
 from importer.format.mediatypes import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from importer.registry.auth import Credentials, credentials_from_docker_config, fetch_token, parse_challenge
+from importer.registry.redirects import REDIRECTS, Origin, open_url
 
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MANIFEST_ACCEPT = ", ".join((OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST))
@@ -226,7 +227,7 @@ def _error_text(resp: Response) -> str:
         import json
 
         doc = json.loads(resp.body.decode("utf-8")) if resp.body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # a hostile error body nested past the stack
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("errors"), list):
         parts = []
@@ -253,8 +254,11 @@ class RegistryClient:
         attempts: int = DEFAULT_ATTEMPTS,
         backoff: float = 0.5,
         log: Optional[Callable[[str], None]] = None,
+        realm_credentials: bool = False,
     ) -> None:
         self.target = target
+        #: send the credentials to a token realm on another host too (HTTPS only; --allow-realm-credentials)
+        self.realm_credentials = realm_credentials
         hostname, port = split_host(target.host)
         self.server_name = hostname
         self.connect_to = connect_to or (hostname, port or 0)
@@ -343,13 +347,18 @@ class RegistryClient:
         try:
             conn.request(method, path, body=body, headers=hdrs)
             r = conn.getresponse()
-            data = r.read(limit + 1)  # also for HEAD: reading (nothing) frees the connection
+            declared = (r.getheader("Content-Length") or "").strip()
+            too_big = method != "HEAD" and declared.isdigit() and int(declared) > limit  # refused unread
+            data = b"" if too_big else r.read(limit + 1)  # also for HEAD: reading (nothing) frees the connection
         except BaseException:
             self._drop()
             raise
-        if len(data) > limit:
+        if too_big or len(data) > limit:
             self._drop()
-            raise RegistryError(f"{method} {path}: expected an answer of at most {limit} bytes, found more")
+            raise LimitExceeded(f"{method} {path} on {self.target.host}: expected an answer of at most {limit} bytes, "
+                                f"found {f'a Content-Length of {declared}' if too_big else 'more'}",
+                                hint="the registry answered with far more than such a document holds; "
+                                "do not trust this registry")
         if r.will_close:
             self._drop()
         return Response(r.status, r.msg, data)
@@ -439,9 +448,26 @@ class RegistryClient:
         elif scheme == "bearer":
             scopes = [params["scope"]] if params.get("scope") else []
             scopes += [s for s in self._extra_scopes.get(repo, []) if s not in scopes]
-            self._auth[repo] = fetch_token(params, scopes, creds, insecure=self.insecure, timeout=self.timeout)
+            self._auth[repo] = fetch_token(params, scopes, creds, insecure=self.insecure, timeout=self.timeout,
+                                           registry=self.origin(), realm_credentials=self.realm_credentials)
         else:
             raise RegistryAuthError(f"{what}: expected a Basic or Bearer challenge, found {challenge[:100]!r}")
+
+    def origin(self) -> Origin:
+        """(scheme, host, port) of the registry as it is named: where its credentials may go."""
+        _, port = split_host(self.target.host)
+        return self.scheme, self.server_name.lower(), port or (443 if self.scheme == "https" else 80)
+
+    def _follow(self, location: str, what: str, headers: Dict[str, str],
+                repo: str) -> Tuple[Any, http.client.HTTPConnection]:
+        """A storage redirect followed: the registry's credential only to the registry itself."""
+        base = f"{self.scheme}://{self.target.host}/"
+        return open_url(urllib.parse.urljoin(base, location), what=what, headers={"User-Agent": USER_AGENT, **headers},
+                        auth=self._auth_header(repo), auth_origin=self.origin(), context=ssl.create_default_context(),
+                        timeout=self.timeout, own=self._new_connection)
+
+    def _auth_header(self, repo: str) -> Optional[str]:
+        return self._auth.get(repo) or self._auth.get("")
 
     # === the API
     def ping(self) -> str:
@@ -493,21 +519,25 @@ class RegistryClient:
                          what=f"reading back blob {digest.short} of {repo}")
         if r.status == 200:
             return r.body
-        location = r.header("Location") or ""
-        if not location.startswith(("http://", "https://")):
-            raise RegistryError(f"reading back blob {digest.short}: expected a redirect URL, found {location!r}")
-        ctx = ssl.create_default_context()
-        with urllib.request.urlopen(location, timeout=self.timeout, context=ctx) as f:  # noqa: S310
-            data: bytes = f.read(limit + 1)
+        what = f"reading back blob {digest.short}"
+        resp, conn = self._follow(r.header("Location") or "", what, {}, repo)
+        try:
+            if resp.status != 200:
+                raise RegistryError(f"{what}: expected HTTP 200 from the blob's storage, found {resp.status}")
+            data: bytes = resp.read(limit + 1)
+        finally:
+            conn.close()
         if len(data) > limit:
-            raise RegistryError(f"reading back blob {digest.short}: expected at most {limit} bytes, found more")
+            raise LimitExceeded(f"{what}: expected at most {limit} bytes, found more")
         return data
 
-    def open_blob(self, repo: str, digest: Digest, *, offset: int = 0, what: str = "") -> Tuple[Any, int]:
+    def open_blob(self, repo: str, digest: Digest, *, offset: int = 0, what: str = "",
+                  size: Optional[int] = None) -> Tuple[Any, int]:
         """A blob's bytes as a stream, from ``offset`` (``Range``), following a storage redirect:
         (a readable the caller closes, the offset its first byte is at: 0 when the registry sent
         the whole blob). The auth handshake runs first (HEAD, with retries); a blob the registry
-        does not hold is a RegistryError naming it."""
+        does not hold is a RegistryError naming it. ``size`` (the descriptor's): an answer whose
+        Content-Length says more is refused before its body is read (LimitExceeded)."""
         what = what or f"reading blob {digest.short} of {repo}"
         if offset == 0 or not self._auth:
             head = self.request("HEAD", f"/v2/{repo}/blobs/{digest}", ok=(200, 307, 302, 404), repo=repo, what=what)
@@ -518,22 +548,24 @@ class RegistryClient:
         hdrs = {"Host": self.target.host, "User-Agent": USER_AGENT}
         if offset:
             hdrs["Range"] = f"bytes={offset}-"
-        auth = self._auth.get(repo) or self._auth.get("")
+        auth = self._auth_header(repo)
         if auth:
             hdrs["Authorization"] = auth
         conn = self._new_connection()  # its own connection: the stream holds it while it is read
         conn.request("GET", f"/v2/{repo}/blobs/{digest}", headers=hdrs)
         r = conn.getresponse()
-        if r.status in (301, 302, 303, 307, 308):
+        if r.status in REDIRECTS:
             location = r.getheader("Location") or ""
-            r.read()
-            conn.close()
-            if not location.startswith(("http://", "https://")):
-                raise RegistryError(f"{what}: expected a redirect URL, found {location!r}")
-            req = urllib.request.Request(location, headers={"Range": f"bytes={offset}-"} if offset else {})  # noqa: S310 - http(s) checked above
-            ctx = ssl.create_default_context()
-            f = urllib.request.urlopen(req, timeout=self.timeout, context=ctx)  # noqa: S310
-            return f, (offset if f.status == 206 else 0)
+            conn.close()  # the body of a redirect is not read: it may not end
+            if not location:
+                raise RegistryError(f"{what}: expected a Location in the redirect (HTTP {r.status}), found none")
+            r, conn = self._follow(location, what, {"Range": f"bytes={offset}-"} if offset else {}, repo)
+            if r.status not in (200, 206):
+                r.close()
+                conn.close()
+                raise http.client.HTTPException(f"{what}: HTTP {r.status} from the blob's storage")
+        if r.status in (200, 206):
+            _check_length(r, size, offset if r.status == 206 else 0, what, conn)
         if r.status not in (200, 206):
             body = r.read(4096)
             conn.close()
@@ -684,6 +716,20 @@ class RegistryClient:
         if r.status == 400 and "DIGEST_INVALID" in _error_text(r):
             raise _Interrupted(f"the registry hashed the upload to something else ({_error_text(r)})")
         raise self._refused(what, r, (201,))
+
+
+def _check_length(r: http.client.HTTPResponse, size: Optional[int], start: int, what: str,
+                  conn: http.client.HTTPConnection) -> None:
+    """A blob answer whose Content-Length is more than the descriptor's size allows is refused
+    before its body is read."""
+    declared = (r.getheader("Content-Length") or "").strip()
+    if size is None or not declared.isdigit() or int(declared) <= size - start:
+        return
+    r.close()
+    conn.close()
+    raise LimitExceeded(f"{what}: expected at most {size - start} bytes (the descriptor says the blob has {size}), "
+                        f"found a Content-Length of {declared}",
+                        hint="the registry sends more than the image's manifest declares; do not trust this registry")
 
 
 class _Owned:

@@ -74,7 +74,7 @@ def _paged(client: RegistryClient, path: str, key: str, limit: int, *, what: str
             return [], False
         try:
             doc = json.loads(resp.body.decode("utf-8"))
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: a list nested past the stack
             raise RegistryError(f"{what}: expected JSON, found something else ({e})",
                                 hint="the registry answered with something other than the distribution API") from e
         page = doc.get(key) if isinstance(doc, dict) else None

@@ -24,11 +24,12 @@ class RegistrySink(SinkBase):
 
     def __init__(self, target: str, *, insecure: bool = False, credentials: Optional[Credentials] = None,
                  concurrency: int = 4, chunk_size: int = DEFAULT_CHUNK,
-                 connect_to: Optional[Tuple[str, int]] = None, log: Optional[Callable[[str], None]] = None) -> None:
+                 connect_to: Optional[Tuple[str, int]] = None, log: Optional[Callable[[str], None]] = None,
+                 realm_credentials: bool = False) -> None:
         self.target = parse_target(target)
         self.concurrency = concurrency
         self.client = RegistryClient(self.target, connect_to=connect_to, insecure=insecure, credentials=credentials,
-                                     chunk_size=chunk_size, log=log)
+                                     chunk_size=chunk_size, log=log, realm_credentials=realm_credentials)
         self.last_push: Optional[PushReport] = None
 
     def probe(self) -> EngineInfo:
@@ -45,6 +46,10 @@ class RegistrySink(SinkBase):
         self.client.close()
 
 
+REALM_HELP = ("a registry login also goes to its token service (the WWW-Authenticate realm) when that is on "
+              "another host or port, over HTTPS only (default: not sent there; docs/security.md)")
+
+
 def add_registry_arguments(p: argparse.ArgumentParser) -> None:
     """The registry engine's options of ``bundle-import``."""
     p.add_argument("--registry", metavar="HOST[:PORT][/NAMESPACE]",
@@ -54,6 +59,7 @@ def add_registry_arguments(p: argparse.ArgumentParser) -> None:
                    help="registry: HTTPS without certificate checks, else plain HTTP (default for loopback)")
     p.add_argument("--username", metavar="USER", help="registry: user name (default: from ~/.docker/config.json)")
     p.add_argument("--password-stdin", action="store_true", help="registry: read the password from stdin")
+    p.add_argument("--allow-realm-credentials", action="store_true", help="registry: " + REALM_HELP)
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="registry: parallel blob uploads")
     p.add_argument("--chunk-size", metavar="SIZE", default="16M",
                    help="registry: bytes per upload request (default 16M; lower it behind a proxy body limit)")
@@ -78,5 +84,5 @@ def registry_sink(args: argparse.Namespace) -> RegistrySink:
     if args.concurrency < 1:
         raise UsageError(f"reading --concurrency: expected at least 1, found {args.concurrency}")
     return RegistrySink(args.registry, insecure=args.insecure, credentials=credentials_from_args(args),
-                        concurrency=args.concurrency,
+                        concurrency=args.concurrency, realm_credentials=getattr(args, "allow_realm_credentials", False),
                         chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096))
