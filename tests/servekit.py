@@ -5,9 +5,11 @@ by its pid with SIGTERM."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -68,3 +70,19 @@ def serving(pyz: Path, target: Path, *extra: str) -> Iterator[Served]:
         if proc.stdout is not None:
             proc.stdout.close()
         path.unlink(missing_ok=True)
+
+
+
+def https_request(addr: str, method: str, path: str, *, ca: Path | None, headers: dict[str, str] | None = None
+                  ) -> tuple[int, dict[str, str], bytes]:
+    """One request to a TLS ``serve`` at ``addr`` (a name it must carry, e.g. localhost:PORT), verified
+    with the CA ``ca`` (None: not verified)."""
+    host, port = addr.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else ssl._create_unverified_context()
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()

@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from importer import __version__
@@ -168,7 +168,8 @@ class BundleRegistry(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, bundle: OpenedBundle, catalog: Catalog, listen: str, *,
-                 log: Optional[Callable[[str], None]] = None) -> None:
+                 log: Optional[Callable[[str], None]] = None,
+                 handler: Optional[Type[BaseHTTPRequestHandler]] = None) -> None:
         host, port = parse_listen(listen)
         self.bundle = bundle
         self.catalog = catalog
@@ -177,7 +178,7 @@ class BundleRegistry(ThreadingHTTPServer):
         try:
             infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
             self.address_family = infos[0][0]
-            super().__init__((str(infos[0][4][0]), int(infos[0][4][1])), _Handler)
+            super().__init__((str(infos[0][4][0]), int(infos[0][4][1])), handler or _Handler)
         except (OSError, UnicodeError) as e:
             raise ListenFailed(
                 f"listening on {listen}: expected a free port on an address of this host, found "
