@@ -9,8 +9,9 @@ holds it (never guessed, never compared as plain text):
 - ``{SSHA}BASE64(SHA1(PASSWORD + SALT) + SALT)`` (OpenLDAP's ``slappasswd``; weaker: one round).
 
 Passwords are compared with :func:`hmac.compare_digest`. A checked ``Authorization`` value is
-remembered as a keyed hash (a per-process random key), so one pull's many requests cost one
-PBKDF2, and neither the password nor the header is kept or logged."""
+remembered as a keyed hash (a per-process random key), right or wrong, so one pull's many
+requests (or one client retrying a wrong password) cost one PBKDF2, and neither the password
+nor the header is kept or logged."""
 
 from __future__ import annotations
 
@@ -100,6 +101,7 @@ class Htpasswd:
         self.users: Dict[str, Tuple[str, bytes, bytes, int]] = {}
         self._key = os.urandom(32)
         self._good: Set[bytes] = set()
+        self._bad: Set[bytes] = set()  # a client retrying one wrong header costs one PBKDF2, not one per request
         self._lock = threading.Lock()
         text = self._read(path)
         for number, line in enumerate(text.splitlines(), 1):
@@ -145,8 +147,17 @@ class Htpasswd:
             return False
         token = hmac.new(self._key, value.strip().encode("utf-8", "replace"), hashlib.sha256).digest()
         with self._lock:
-            if token in self._good:
-                return True
+            if token in self._good or token in self._bad:
+                return token in self._good
+        ok = self._verify(value)
+        with self._lock:
+            seen = self._good if ok else self._bad
+            if len(seen) >= MAX_REMEMBERED:
+                seen.clear()
+            seen.add(token)
+        return ok
+
+    def _verify(self, value: str) -> bool:
         try:
             user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
         except (ValueError, binascii.Error, UnicodeDecodeError):
@@ -160,13 +171,7 @@ class Htpasswd:
             found = hashlib.pbkdf2_hmac("sha256", pw, salt, rounds)
         else:
             found = hashlib.sha1(pw + salt).digest()  # noqa: S324 ({SSHA} is SHA-1 by definition; docs say weaker)
-        if not hmac.compare_digest(found, digest):
-            return False
-        with self._lock:
-            if len(self._good) >= MAX_REMEMBERED:
-                self._good.clear()
-            self._good.add(token)
-        return True
+        return hmac.compare_digest(found, digest)
 
 
 def pbkdf2_line(user: str, password: str, rounds: int = 600_000, salt: Optional[bytes] = None) -> str:
