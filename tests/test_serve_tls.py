@@ -199,7 +199,7 @@ def test_bad_tls_and_htpasswd_inputs_are_one_line_each(made: dict[str, Path], tm
     no_openssl.mkdir()
     doc = _refused(_serve(made, "--tls-self-signed", str(tmp_path / "d"), env={"PATH": str(no_openssl)}),
                    "serve-tls", "openssl")
-    assert "--tls-cert/--tls-key" in doc["error"]["hint"]
+    assert "--tls-cert DIR/server.crt" in doc["error"]["hint"] and "bundle tls-cert" in doc["error"]["hint"]
     users = tmp_path / "htpasswd"
     for line, found in (("alice:$2y$05$abcdefghijklmnopqrstuu5P6fJ1dlL0zWqtgRCv5X1Yz1v6aHGy", "bcrypt"),
                         ("alice:$apr1$x$y", "apr1"), ("alice:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=", "unsalted"),
@@ -260,3 +260,33 @@ def test_node_config_for_the_served_bundle_and_for_a_site_registry(made: dict[st
     assert text.returncode == 0 and "# containerd: /etc/containerd/certs.d/docker.io/hosts.toml" in text.stdout
     assert '[host."https://gpu-gw:5000"]' in text.stdout
     _refused(_serve(made, "--print-node-config"), "usage", "port 0")
+
+
+def test_bundle_tls_cert_makes_a_pair_serve_uses_without_openssl(made: dict[str, Path], tmp_path: Path) -> None:
+    """`bundle tls-cert` (the cryptography module) makes what a host without openssl serves with
+    --tls-cert/--tls-key; a second run keeps the CA; a bad name is refused before writing."""
+    from tests.helpers import run_cli
+
+    folder = tmp_path / "pair"
+    proc = run_cli("bundle", "tls-cert", str(folder), "--name", "localhost", "--name", "127.0.0.1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    validate("tls-cert", doc)
+    assert doc["ca"] == str(folder / "ca.crt") and not doc["caReused"] and doc["names"] == ["localhost", "127.0.0.1"]
+    assert oct((folder / "server.key").stat().st_mode & 0o777) == "0o600"
+    ca = (folder / "ca.crt").read_bytes()
+    with serving(pyz(made), made["folder"], "--tls-cert", doc["cert"], "--tls-key", doc["key"]) as s:
+        assert s.start["tls"] == {"ca": None, "names": [], "nodeCA": None}
+        for host in ("localhost", "127.0.0.1"):
+            ok = _curl("--cacert", doc["ca"], f"https://{host}:{_port(s.addr)}/v2/_catalog")
+            assert ok.returncode == 0 and "carry/app" in ok.stdout, ok
+        assert s.stop() == 0
+    again = json.loads(run_cli("bundle", "tls-cert", str(folder), "--name", "gpu-gw", "--json").stdout)
+    assert again["caReused"] and (folder / "ca.crt").read_bytes() == ca
+    verify = subprocess.run(["openssl", "verify", "-CAfile", doc["ca"], again["cert"]], capture_output=True,
+                            text=True, check=False)
+    assert verify.returncode == 0, verify.stderr  # signed by the kept CA
+    bad = run_cli("bundle", "tls-cert", str(tmp_path / "other"), "--name", "no such/name", "--json")
+    assert bad.returncode == 2 and json.loads(bad.stdout)["error"]["id"] == "serve-tls"
+    validate("tls-cert", json.loads(bad.stdout))
+    assert not (tmp_path / "other").exists()

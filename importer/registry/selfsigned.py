@@ -25,8 +25,8 @@ SERVER_DAYS = 825
 OPENSSL_TIMEOUT = 60
 _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\*\.[A-Za-z0-9.-]{1,250}")
 NO_OPENSSL_HINT = ("install openssl (Debian/Ubuntu: apt-get install openssl; RHEL: dnf install openssl), or make "
-                   "the pair on a host that has it (docs/fleet.md, \"Serve over TLS\", shows the openssl commands) "
-                   "and pass --tls-cert/--tls-key")
+                   "the pair elsewhere and pass --tls-cert DIR/server.crt --tls-key DIR/server.key: `bundle tls-cert "
+                   "DIR --name HOST` on the exporting host, or the openssl commands in docs/fleet.md")
 
 
 @dataclass(frozen=True)
