@@ -118,7 +118,7 @@ class GuardedRegistry(BundleRegistry):
             self.log(printable(line))
 
     def finish_request(self, request: Any, client_address: Any) -> None:  # runs in the connection's thread
-        conn = self._open(request, client_address)
+        conn = self.open_connection(request, client_address)
         if conn is None:
             return
         try:
@@ -141,7 +141,7 @@ class GuardedRegistry(BundleRegistry):
         finally:
             sock.settimeout(old)
 
-    def _open(self, sock: socket.socket, addr: Any) -> Optional[socket.socket]:
+    def open_connection(self, sock: socket.socket, addr: Any) -> Optional[socket.socket]:
         """The connection to answer HTTP on (``sock`` itself, or its TLS side); None: closed here."""
         peer = _peer(addr)
         if self.tls is None:
