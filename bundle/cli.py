@@ -16,6 +16,7 @@ from bundle.export import export_images
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.progressui import progress_factory, stop_progress
+from bundle.tlscert import add_tls_command
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
 from importer.cli.output import ArgumentParser, emit, guarded, success
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true")
     i.set_defaults(handler=cmd_inspect)
     add_key_commands(sub)
+    add_tls_command(sub)
     add_transfer_commands(sub)
     return p
 

@@ -181,6 +181,7 @@ class Registry:
 
     name: str
     port: int
+    tls: bool = False  # https (registry.sh with SNEAKERNET_REGISTRY_TLS_CERT/_KEY)
 
     @property
     def addr(self) -> str:
@@ -188,10 +189,11 @@ class Registry:
 
 
 @contextlib.contextmanager
-def private_registry(name: str, port: int = 0, *, htpasswd: Path | None = None) -> Iterator[Registry]:
+def private_registry(name: str, port: int = 0, *, htpasswd: Path | None = None,
+                     tls: tuple[Path, Path] | None = None) -> Iterator[Registry]:
     """A fresh private docker-registry ``name`` on 127.0.0.1 (``port``; 0: a free one), with basic
-    auth from ``htpasswd`` when given; purged when the block ends. Fails under CI=true (skips
-    elsewhere) when it cannot start."""
+    auth from ``htpasswd`` when given and HTTPS with ``tls`` (certificate, key: PEM) when given;
+    purged when the block ends. Fails under CI=true (skips elsewhere) when it cannot start."""
     require("docker-registry")
     if not port:
         with socket.socket() as s:
@@ -199,15 +201,18 @@ def private_registry(name: str, port: int = 0, *, htpasswd: Path | None = None) 
             port = int(s.getsockname()[1])
     if htpasswd is not None:
         os.environ["SNEAKERNET_REGISTRY_HTPASSWD"] = str(htpasswd)
+    if tls is not None:
+        os.environ["SNEAKERNET_REGISTRY_TLS_CERT"], os.environ["SNEAKERNET_REGISTRY_TLS_KEY"] = map(str, tls)
     try:
         stop_registry(name, purge=True)  # what a killed run left under this name
         start_registry(name, port)
     except EngineError as e:
         unavailable(f"could not start the private docker-registry {name}: {e}")
     finally:
-        os.environ.pop("SNEAKERNET_REGISTRY_HTPASSWD", None)
+        for var in ("SNEAKERNET_REGISTRY_HTPASSWD", "SNEAKERNET_REGISTRY_TLS_CERT", "SNEAKERNET_REGISTRY_TLS_KEY"):
+            os.environ.pop(var, None)
     try:
-        yield Registry(name, port)
+        yield Registry(name, port, tls=tls is not None)
     finally:
         stop_registry(name, purge=True)
 

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -108,3 +109,18 @@ def shutdown_figures(log: str) -> tuple[int, int, int]:
     m = re.search(r"(\d+) request\(s\), (\d+) bytes sent, (\d+) bytes hashed", log)
     assert m is not None, log
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def https_request(addr: str, method: str, path: str, *, ca: Path | None, headers: dict[str, str] | None = None
+                  ) -> tuple[int, dict[str, str], bytes]:
+    """One request to a TLS ``serve`` at ``addr`` (a name it must carry, e.g. localhost:PORT), verified
+    with the CA ``ca`` (None: not verified)."""
+    host, port = addr.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else ssl._create_unverified_context()
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()

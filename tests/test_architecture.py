@@ -130,7 +130,7 @@ BUNDLE_LAYERS: List[Set[str]] = [
     {"sources"},
     {"writer", "legacy_writer", "archive", "push", "keys"},
     {"export"},
-    {"keycmds", "transfercmds"},
+    {"keycmds", "transfercmds", "tlscert"},
     {"cli", "__main__"},
 ]
 BUNDLE_FLOOR = {part: n for n, parts in enumerate(BUNDLE_LAYERS) for part in parts}

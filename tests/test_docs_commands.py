@@ -138,6 +138,8 @@ LISTS = "needs the listed images (tests/test_images_from.py exports plain, haule
 MULTI = "needs a multi-platform image (tests/test_multiplatform.py builds one and exports it)"
 REGISTRY_SRC = "needs a registry holding the image (tests/test_export_registry.py)"
 SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
+SERVE_CERT = ("makes a certificate pair by hand on a host with openssl; --tls-self-signed runs the same calls "
+              "(importer/registry/selfsigned.py, tests/test_serve_tls.py)")
 SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
 FLEET = ("runs on the nodes of a cluster (tests/test_check_only.py, tests/test_fleet_report.py run each "
          "command against private engines)")
@@ -341,6 +343,28 @@ SPECS: Dict[str, Spec] = {
     "[--quiet] [--json]": skip(SERVE),
     "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000":
         skip(SERVE),
+    "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000 "
+    "--tls-self-signed /data/serve-tls --tls-name gpu-gw --tls-name 10.0.0.5":
+        skip(SERVE + "; TLS: tests/test_serve_tls.py"),
+    "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.crt -days 3650 "
+    "-subj \"/CN=serve CA\" -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign":
+        skip(SERVE_CERT),
+    "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key -out server.csr "
+    "-subj /CN=gpu-gw": skip(SERVE_CERT),
+    "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -set_serial 1 -days 825 -extfile <(printf "
+    "'subjectAltName=DNS:gpu-gw,IP:10.0.0.5\\nextendedKeyUsage=serverAuth\\n') -out server.crt": skip(SERVE_CERT),
+    "python3 -c 'import base64,getpass,hashlib,os; s=os.urandom(16); r=600000; b=lambda x: "
+    "base64.b64encode(x).decode().rstrip(\"=\").replace(\"+\",\".\"); print(\"alice:$pbkdf2-sha256$%d$%s$%s\" % "
+    "(r, b(s), b(hashlib.pbkdf2_hmac(\"sha256\", getpass.getpass().encode(), s, r))))' >> /data/serve-htpasswd":
+        skip("asks for a password on the terminal; tests/test_serve_tls.py serves lines of this format "
+             "(importer/registry/htpasswd.pbkdf2_line)"),
+    "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000 "
+    "--tls-self-signed /data/serve-tls --tls-name gpu-gw --print-node-config":
+        skip("needs the example's bundle; tests/test_serve_tls.py prints and checks the node configuration, "
+             "tests/test_serve_engines.py pulls through it"),
+    "python3 bundle-import.pyz serve /data/train.bundle --print-node-config --node-registry "
+    "registry.internal:5000/team --node-ca /etc/pki/site-ca.crt --json":
+        skip("needs the example's bundle; tests/test_serve_tls.py runs --node-registry"),
     "docker pull 127.0.0.1:5000/my/train:1": skip(SERVE),
     "docker pull gpu-gw:5000/my/train:1": skip(SERVE),
     "podman pull --tls-verify=false gpu-gw:5000/my/train:1": skip(SERVE),

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -225,23 +226,29 @@ def test_registry_as_the_import_target(registry: Registry, bundle: Path, tmp_pat
     assert json.loads(receipt.read_text())["images"][0]["tagsApplied"] == [f"{registry.addr}/imported/carry/base:1"]
 
 
-@pytest.fixture(scope="module")
-def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    """A second registry that wants a login (htpasswd, bcrypt), configured through registry.sh."""
-    engines.require("docker-registry")
+def _bcrypt_htpasswd(folder: Path, user: str, password: str) -> Path:
+    """An htpasswd file with one bcrypt line (what distribution's htpasswd auth reads), from libc's crypt()."""
     try:
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             import crypt
-        hashed = crypt.crypt("s3cret-pw", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
+        hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
     except (ImportError, AttributeError, ValueError) as e:
         engines.unavailable(f"no bcrypt to write an htpasswd file ({e})")
     if not hashed or not hashed.startswith("$2"):
         engines.unavailable("this libc's crypt() has no bcrypt")
-    htpasswd = tmp_path_factory.mktemp("auth") / "htpasswd"
-    htpasswd.write_text(f"alice:{hashed}\n")
+    htpasswd = folder / "htpasswd"
+    htpasswd.write_text(f"{user}:{hashed}\n")
+    return htpasswd
+
+
+@pytest.fixture(scope="module")
+def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """A second registry that wants a login (htpasswd, bcrypt), configured through registry.sh."""
+    engines.require("docker-registry")
+    htpasswd = _bcrypt_htpasswd(tmp_path_factory.mktemp("auth"), "alice", "s3cret-pw")
     with engines.private_registry(f"i5auth-{os.getpid()}", htpasswd=htpasswd) as reg:
         yield reg
 
@@ -274,3 +281,36 @@ def test_credentials_from_flags_or_the_docker_config_and_never_printed(auth_regi
     assert json.loads(login.stdout)["ok"]
     for proc in (anon, wrong, flags, login):
         assert "s3cret-pw" not in proc.stdout + proc.stderr and auth not in proc.stdout + proc.stderr
+
+
+def test_push_over_tls_with_an_htpasswd_login(bundle: Path, tmp_path: Path) -> None:
+    """Debian's docker-registry serving HTTPS (a CA made by serve's --tls-self-signed code) with bcrypt
+    htpasswd: the push speaks TLS, is refused without the right password, and what it wrote reads back
+    through a client that checks the certificate against the CA."""
+    from importer.registry.selfsigned import make_self_signed
+
+    engines.require("docker-registry")
+    made = make_self_signed(str(tmp_path / "tls"), ["localhost", "127.0.0.1"])
+    htpasswd = _bcrypt_htpasswd(tmp_path, "alice", "tls-pw")
+    empty = tmp_path / "no-config"
+    empty.mkdir()
+    env = {"DOCKER_CONFIG": str(empty)}
+    with engines.private_registry(f"i5tls-{os.getpid()}", htpasswd=htpasswd,
+                                  tls=(Path(made.cert), Path(made.key))) as reg:
+        assert reg.tls
+        target = f"{reg.addr}/secure"
+        wrong = _push_with(bundle, target, "--username", "alice", "--password-stdin", stdin="nope\n", env=env)
+        assert wrong.returncode == 6 and "error[registry-auth]" in wrong.stderr, wrong.stderr
+        proc = _push_with(bundle, target, "--username", "alice", "--password-stdin", stdin="tls-pw\n", env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["scheme"] == "https"  # TLS, not a fallback to plain HTTP
+        assert "tls-pw" not in proc.stdout + proc.stderr
+        app = json.loads((bundle / "bundle.json").read_text())["images"][1]
+        ctx = ssl.create_default_context(cafile=made.ca)  # checks the chain and the name localhost
+        req = urllib.request.Request(
+            f"https://localhost:{reg.port}/v2/secure/carry/app/manifests/2",
+            headers={"Accept": app["manifest"]["mediaType"],
+                     "Authorization": "Basic " + base64.b64encode(b"alice:tls-pw").decode()})
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+            body = r.read()
+        assert body == (bundle / "blobs" / "sha256" / app["manifest"]["digest"][7:]).read_bytes()

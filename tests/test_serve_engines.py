@@ -6,8 +6,10 @@ server verified the bundle is stored by none of them."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 
 from tests import engines
 from tests.helpers import docker, image_facts
-from tests.servekit import Served, serving
+from tests.servekit import Served, serve_command, serving
 from tests.test_serve import _flip, blob_bytes, bundle_doc, pyz
 from tests.test_serve import made as made  # the fixture
 
@@ -220,3 +222,99 @@ def test_nodes_that_pulled_from_serve_prove_it_and_one_report_joins_them(
     podman_vfs.podman("rmi", refs[0])
     for ref in refs:
         _ctr(containerd_address, "images", "rm", "--sync", ref)
+
+
+def _node_config(made: dict[str, Path], tls: Path, port: int) -> dict[str, Any]:
+    """What ``serve --print-node-config --json`` prints for a TLS server on 127.0.0.1:port."""
+    proc = subprocess.run([*serve_command(pyz(made), made["folder"]), "--listen", f"127.0.0.1:{port}",
+                           "--tls-self-signed", str(tls), "--print-node-config"], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def _install(doc: dict[str, Any], engine: str, etc: str, root: Path) -> None:
+    """Write ``engine``'s node files as an admin would, under ``root`` instead of ``etc``."""
+    for f in doc["files"]:
+        if f["engine"] != engine or not f["path"].startswith(etc):
+            continue
+        dest = root / f["path"][len(etc) + 1:]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if f["content"] is None:
+            shutil.copyfile(f["copyFrom"], dest)
+        else:
+            dest.write_text(f["content"].replace(etc, str(root)))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_tls_with_htpasswd_pulls_by_docker_ctrstore_containerd_and_podman_through_the_node_config(
+        made: dict[str, Path], docker_host_ctrstore: str, containerd_address: str, podman_vfs: Any,
+        tmp_path: Path) -> None:
+    """Docker 26 with the containerd image store (HTTPS only), containerd with the generated hosts.toml
+    (``docker.io/carry/app:2`` resolved through the mirror, CA checked) and podman with the generated
+    registries.conf and the CA (``--cert-dir``) pull over TLS with a login; without it, or with a
+    wrong password, nothing is pulled; the password is in no log."""
+    from importer.registry.htpasswd import pbkdf2_line
+
+    app = bundle_doc(made)["images"][1]
+    tls, port, password = tmp_path / "tls", _free_port(), "clu5ter-pw"
+    doc = _node_config(made, tls, port)
+    hosts, certs = tmp_path / "certs.d", tmp_path / "podman-certs"
+    _install(doc, "containerd", "/etc/containerd/certs.d", hosts)
+    certs.mkdir()
+    shutil.copyfile(tls / "ca.crt", certs / "ca.crt")
+    registries = tmp_path / "registries.conf"
+    registries.write_text(next(f["content"] for f in doc["files"] if f["path"].endswith("50-sneakernet-mirror.conf")))
+    users = tmp_path / "htpasswd"
+    users.write_text(pbkdf2_line("alice", password, rounds=50000) + "\n")
+    upstream = "docker.io/carry/app:2"  # the name in the manifests; only the mirror holds it
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    with serving(pyz(made), made["folder"], "--listen", f"127.0.0.1:{port}", "--tls-self-signed", str(tls),
+                 "--htpasswd", str(users)) as s:
+        assert s.start["url"] == f"https://127.0.0.1:{port}" and s.start["auth"] == "basic"
+        pull = ["images", "pull", "--hosts-dir", str(hosts)]
+        for creds in ([], ["--user", "alice:wrong"]):
+            proc = _ctr(containerd_address, *pull, *creds, upstream)
+            assert proc.returncode != 0 and ("401" in proc.stderr or "unauthorized" in proc.stderr.lower()), proc
+        assert upstream not in _ctr_images(containerd_address)
+        proc = _ctr(containerd_address, *pull, "--user", f"alice:{password}", upstream)
+        assert proc.returncode == 0, proc.stderr
+        assert _ctr_images(containerd_address)[upstream] == app["manifest"]["digest"]
+
+        env = {**podman_vfs.env(), "CONTAINERS_REGISTRIES_CONF": str(registries)}
+        podman = [engines.require("podman"), *podman_vfs.global_args(), "pull", "--cert-dir", str(certs)]
+        proc = subprocess.run([*podman, upstream], capture_output=True, text=True, env=env, timeout=600, check=False)
+        assert proc.returncode != 0, proc  # no login
+        authfile = tmp_path / "auth.json"  # a mirror's login comes from the auth file, not --creds
+        authfile.write_text(json.dumps({"auths": {f"127.0.0.1:{port}": {
+            "auth": base64.b64encode(f"alice:{password}".encode()).decode()}}}))
+        proc = subprocess.run([*podman, "--authfile", str(authfile), upstream], capture_output=True, text=True,
+                              env=env, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert podman_vfs.inspect(upstream)["Digest"] == app["manifest"]["digest"]
+
+        ref = f"127.0.0.1:{port}/carry/app:2"
+        cli = ["docker", "-H", docker_host_ctrstore, "--config", str(config)]
+        assert subprocess.run([*cli, "pull", ref], capture_output=True, text=True, timeout=600,
+                              check=False).returncode != 0
+        login = subprocess.run([*cli, "login", f"127.0.0.1:{port}", "-u", "alice", "--password-stdin"],
+                               input=password, capture_output=True, text=True, timeout=120, check=False)
+        assert login.returncode == 0, login.stderr
+        proc = subprocess.run([*cli, "pull", ref], capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr
+        facts = image_facts(docker_host_ctrstore, ref)  # the containerd store's image ID is the manifest digest
+        assert facts is not None and facts[0] == app["manifest"]["digest"]
+        assert facts[1] == [layer["diffId"] for layer in app["layers"]]
+        assert s.stop() == 0
+        log = s.stderr()
+    assert "ns=docker.io" in log  # containerd asked the mirror for docker.io's repository
+    assert " 401 " in log and password not in log
+    docker(docker_host_ctrstore, "image", "rm", ref)
+    podman_vfs.podman("rmi", upstream)
+    _ctr(containerd_address, "images", "rm", "--sync", upstream)

@@ -10,6 +10,8 @@
 #   config.yml  data/  registry.pid  registry.log
 # Plain HTTP on loopback only; blob/manifest deletion enabled.
 # SNEAKERNET_REGISTRY_HTPASSWD=FILE at start: require basic auth against that htpasswd (bcrypt).
+# SNEAKERNET_REGISTRY_TLS_CERT=PEM and SNEAKERNET_REGISTRY_TLS_KEY=PEM at start: serve HTTPS with that
+#   certificate and key (http.tls); the state file DIR/scheme says https, and status/start probe over it.
 # SNEAKERNET_REGISTRY_TOKEN_REALM=URL at start: require bearer tokens (auth: token) from that realm,
 #   with SNEAKERNET_REGISTRY_TOKEN_SERVICE (default sneakernet-test), SNEAKERNET_REGISTRY_TOKEN_ISSUER
 #   (default sneakernet-test-issuer) and SNEAKERNET_REGISTRY_TOKEN_ROOTCERTS=FILE (PEM certificates whose
@@ -52,16 +54,22 @@ configured_port() {
     sed -n 's/^  addr: 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' "$CONFIG" 2>/dev/null
 }
 
-# answering PORT: GET /v2/ returns 200.
+configured_scheme() {
+    cat "$DIR/scheme" 2>/dev/null || echo http
+}
+
+# answering PORT: GET /v2/ returns 200 (or 401); over https (certificate not checked) for a TLS registry.
 answering() {
-    local port=$1 code
+    local port=$1 code scheme
+    scheme=$(configured_scheme)
     if command -v curl >/dev/null; then
-        code=$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$port/v2/") || return 1
+        code=$(curl -sk -o /dev/null -m 5 -w '%{http_code}' "$scheme://127.0.0.1:$port/v2/") || return 1
     else
-        code=$(python3 - "$port" <<'EOF'
-import sys, urllib.error, urllib.request
+        code=$(python3 - "$port" "$scheme" <<'EOF'
+import ssl, sys, urllib.error, urllib.request
 try:
-    with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v2/", timeout=5) as r:
+    ctx = ssl._create_unverified_context()
+    with urllib.request.urlopen(f"{sys.argv[2]}://127.0.0.1:{sys.argv[1]}/v2/", timeout=5, context=ctx) as r:
         print(r.status)
 except urllib.error.HTTPError as e:
     print(e.code)
@@ -91,7 +99,7 @@ do_start() {
     port_in_use "$port" && die "127.0.0.1:$port is already in use by something else"
 
     mkdir -p "$DIR/data"
-    rm -f "$PIDFILE"
+    rm -f "$PIDFILE" "$DIR/scheme"
     cat >"$CONFIG" <<EOF
 version: 0.1
 log:
@@ -112,6 +120,13 @@ storage:
 http:
   addr: 127.0.0.1:$port
 EOF
+    if [ -n "${SNEAKERNET_REGISTRY_TLS_CERT:-}${SNEAKERNET_REGISTRY_TLS_KEY:-}" ]; then
+        [ -f "${SNEAKERNET_REGISTRY_TLS_CERT:-}" ] && [ -f "${SNEAKERNET_REGISTRY_TLS_KEY:-}" ] ||
+            die "SNEAKERNET_REGISTRY_TLS_CERT and _TLS_KEY: expected two PEM files, found '${SNEAKERNET_REGISTRY_TLS_CERT:-}' '${SNEAKERNET_REGISTRY_TLS_KEY:-}'"
+        printf '  tls:\n    certificate: %s\n    key: %s\n' "$SNEAKERNET_REGISTRY_TLS_CERT" \
+            "$SNEAKERNET_REGISTRY_TLS_KEY" >>"$CONFIG"
+        echo https >"$DIR/scheme"
+    fi
     if [ -n "${SNEAKERNET_REGISTRY_HTPASSWD:-}" ]; then
         [ -f "$SNEAKERNET_REGISTRY_HTPASSWD" ] || die "SNEAKERNET_REGISTRY_HTPASSWD: no file $SNEAKERNET_REGISTRY_HTPASSWD"
         printf 'auth:\n  htpasswd:\n    realm: sneakernet-test\n    path: %s\n' "$SNEAKERNET_REGISTRY_HTPASSWD" >>"$CONFIG"

@@ -9,12 +9,14 @@ import sys
 from typing import Optional, Sequence
 
 from importer.cli.output import ArgumentParser, guarded
+from importer.cli.servesecure import add_options, print_node_config, security, start_info, start_lines
 from importer.errors import UsageError
 from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import open_bundle
-from importer.registry.serve import DEFAULT_LISTEN, BundleRegistry, Catalog, damaged_error, serve_forever, stderr_log
+from importer.registry.serve import DEFAULT_LISTEN, Catalog, damaged_error, serve_forever, stderr_log
 from importer.registry.servelimits import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, checked_limits
+from importer.registry.servetls import GuardedRegistry
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.opened import verify_or_raise
@@ -24,7 +26,8 @@ from importer.verify.signature import TrustPolicy, check_signature, load_trusted
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="bundle-import serve",
-        description="Verify a bundle, then serve it read-only as an OCI registry (plain HTTP, no auth) "
+        description="Verify a bundle, then serve it read-only as an OCI registry (plain HTTP, or HTTPS with "
+        "--tls-self-signed/--tls-cert; Basic auth with --htpasswd) "
         "until SIGINT/SIGTERM: docker/podman/skopeo/ctr pull from it. Every blob is hashed again as it is "
         "sent; a blob that no longer matches is cut before its last byte.")
     p.add_argument("bundle", metavar="BUNDLE",
@@ -42,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                    f"requests (default: {DEFAULT_IDLE_TIMEOUT:g})")
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                    help=f"serve at most N connections at once; more get 503 (default: {DEFAULT_MAX_CONNECTIONS})")
+    add_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON line on stdout once serving (the address)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines and no access log")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -60,6 +64,7 @@ def _out(line: str) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     bundle = open_bundle(args.bundle)
+    sec = security(args)  # certificate and users: a bad file fails before anything is checked or listens
     sig = check_signature(bundle, TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature)))
     if not args.quiet:
         _say(sig.line())
@@ -67,9 +72,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"serving {bundle.path}: expected a schema 3 bundle (OCI blobs), found schema "
                          f"{bundle.schema_major()}", hint="re-export it with this version of `bundle export`")
     limits = checked_limits(args.idle_timeout, args.max_connections)
-    server = BundleRegistry(bundle, Catalog(bundle.manifest(), _say), args.listen,
-                            log=None if args.quiet else stderr_log,
-                            limits=limits)  # bound now: a taken port fails before verifying
+    if args.print_node_config:
+        return print_node_config(bundle, args, sec)
+    server = GuardedRegistry(bundle, Catalog(bundle.manifest(), _say), args.listen,
+                             log=None if args.quiet else stderr_log, limits=limits, tls=sec.tls,
+                             htpasswd=sec.htpasswd)  # bound now: a taken port fails before verifying
     try:
         report = verify_or_raise(bundle, progress=stderr_progress(args.quiet), deep=not args.shallow)
         report.signature = sig.to_dict()
@@ -77,19 +84,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for blob in catalog.missing_layers():
             _say(f"serve: layer {blob.digest} is left out of this delta bundle: pulls that need it fail "
                  "(404 BLOB_UNKNOWN)")
-        url = f"http://{server.address}"
+        url = f"{server.scheme}://{server.address}"
+        listing = catalog.listing()
+        info = start_info(sec, server.address, args.listen, listing[0] if listing else None)
         if args.json:
             doc = {"ok": True, "listening": server.address, "url": url, "bundle": bundle.path, "kind": bundle.kind,
                    "bundleDigest": str(bundle.digest), "verification": report.to_dict(),
-                   "repositories": catalog.listing()}
+                   "repositories": listing, **info}
             sys.stdout.write(json.dumps(doc) + "\n")
             sys.stdout.flush()
             args.json_done = True  # one JSON document: a later error goes to stderr only
         else:
             _out(f"serving {bundle.path} at {url} (verified {report.files_checked} files); "
                  "stop with Ctrl-C or SIGTERM")
-            for repo in catalog.listing():
+            for repo in listing:
                 _out(f"  {server.address}/{repo['name']}: {', '.join(repo['tags']) or '(by digest)'}")
+            for line in start_lines(info):
+                _out(line)
     except BaseException:
         server.server_close()
         raise

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type
 from urllib.parse import unquote, urlsplit
 
 from importer import __version__
@@ -184,7 +184,8 @@ class BundleRegistry(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, bundle: OpenedBundle, catalog: Catalog, listen: str, *,
-                 log: Optional[Callable[[str], None]] = None, limits: Optional[Limits] = None) -> None:
+                 log: Optional[Callable[[str], None]] = None, limits: Optional[Limits] = None,
+                 handler: Optional[Type[BaseHTTPRequestHandler]] = None) -> None:
         host, port = parse_listen(listen)
         self.bundle = bundle
         self.catalog = catalog
@@ -196,7 +197,7 @@ class BundleRegistry(ThreadingHTTPServer):
         try:
             infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
             self.address_family = infos[0][0]
-            super().__init__((str(infos[0][4][0]), int(infos[0][4][1])), _Handler)
+            super().__init__((str(infos[0][4][0]), int(infos[0][4][1])), handler or _Handler)
         except (OSError, UnicodeError) as e:
             raise ListenFailed(
                 f"listening on {listen}: expected a free port on an address of this host, found "
@@ -233,12 +234,23 @@ class BundleRegistry(ThreadingHTTPServer):
             self.slots.release(served)
             self.shutdown_request(request)
 
+    def open_connection(self, request: Any, client_address: Any) -> Any:
+        """The connection to answer HTTP on, in the connection's own thread (importer/registry/servetls.py:
+        the TLS handshake, the wrong-protocol checks); None: it was closed there."""
+        return request
+
     def _connection(self, request: Any, client_address: Any, served: bool) -> None:
+        conn = None
         try:
-            (_Handler if served else _Busy)(request, client_address, self)
+            conn = self.open_connection(request, client_address)
+            if conn is not None:
+                handler: Callable[..., Any] = self.RequestHandlerClass if served else _Busy
+                handler(conn, client_address, self)
         except Exception:
             self.handle_error(request, client_address)
         finally:
+            if conn is not None and conn is not request:
+                self.shutdown_request(conn)
             self.shutdown_request(request)
             self.slots.release(served)
 

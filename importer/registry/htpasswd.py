@@ -1,0 +1,188 @@
+"""``bundle-import serve --htpasswd FILE``: Basic auth checked with the standard library only.
+
+One ``USER:HASH`` per line (blank lines and ``#`` comments skipped). The stdlib has no bcrypt,
+so two salted formats are read, and every other hash is refused at start with the line that
+holds it (never guessed, never compared as plain text):
+
+- ``$pbkdf2-sha256$ROUNDS$SALT$CHECKSUM`` (passlib's ``pbkdf2_sha256``: salt and checksum in
+  base64 with ``.`` for ``+`` and no padding); docs/fleet.md shows a one-line way to make one;
+- ``{SSHA}BASE64(SHA1(PASSWORD + SALT) + SALT)`` (OpenLDAP's ``slappasswd``; weaker: one round).
+
+Passwords are compared with :func:`hmac.compare_digest`. A checked ``Authorization`` value is
+remembered as a keyed hash (a per-process random key), right or wrong, so one pull's many
+requests (or one client retrying a wrong password) cost one PBKDF2, and neither the password
+nor the header is kept or logged."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import re
+import threading
+from typing import Dict, Optional, Set, Tuple
+
+from importer.errors import UsageError
+
+MAX_FILE = 1024 * 1024
+MAX_ROUNDS = 10_000_000
+MAX_REMEMBERED = 1024
+REALM = "sneakernet-serve"
+_KNOWN = "$pbkdf2-sha256$ROUNDS$SALT$HASH or {SSHA}BASE64"
+MAKE_HINT = ("write each line as USER:$pbkdf2-sha256$... (docs/fleet.md, \"Serve over TLS\", shows a python3 "
+             "one-liner; passlib's pbkdf2_sha256.hash() writes the same) or USER:{SSHA}... (slappasswd)")
+
+
+class HtpasswdError(UsageError):
+    """``--htpasswd FILE`` cannot be used: unreadable, not ``USER:HASH`` lines, or a hash type the
+    standard library cannot check (bcrypt, apr1, crypt, unsalted {SHA}, plain text)."""
+
+    reference = "serve-htpasswd"
+
+
+def _ab64(text: str) -> bytes:
+    """passlib's adapted base64 ('.' for '+', no padding); ValueError when it is not."""
+    padded = text.replace(".", "+")
+    padded += "=" * (-len(padded) % 4)
+    return base64.b64decode(padded.encode("ascii"), validate=True)
+
+
+def _kind(hashed: str) -> str:
+    if hashed.startswith("$pbkdf2-sha256$"):
+        return "pbkdf2-sha256"
+    if hashed.startswith("{SSHA}"):
+        return "ssha"
+    if re.match(r"\$2[abxy]?\$", hashed):
+        return "bcrypt"
+    if hashed.startswith("$apr1$"):
+        return "apr1 (MD5)"
+    if hashed.startswith("{SHA}"):
+        return "unsalted {SHA}"
+    if hashed.startswith("$"):
+        return f"{hashed.split('$')[1][:20]!r} crypt"
+    return "crypt or plain text"
+
+
+def _parse_hash(hashed: str) -> Tuple[str, bytes, bytes, int]:
+    """(kind, salt, digest, rounds); ValueError naming what is wrong."""
+    kind = _kind(hashed)
+    if kind == "pbkdf2-sha256":
+        parts = hashed.split("$")
+        if len(parts) != 5 or not parts[2].isdigit():
+            raise ValueError("a $pbkdf2-sha256$ hash has the form $pbkdf2-sha256$ROUNDS$SALT$HASH")
+        rounds = int(parts[2])
+        if not 1000 <= rounds <= MAX_ROUNDS:
+            raise ValueError(f"rounds {rounds} outside 1000..{MAX_ROUNDS}")
+        try:
+            salt, digest = _ab64(parts[3]), _ab64(parts[4])
+        except (ValueError, binascii.Error):
+            raise ValueError("its salt or hash is not base64") from None
+        if len(digest) != 32 or not salt:
+            raise ValueError(f"expected a 32-byte hash and a salt, found {len(digest)} bytes and {len(salt)}")
+        return kind, salt, digest, rounds
+    if kind == "ssha":
+        try:
+            raw = base64.b64decode(hashed[6:].encode("ascii"), validate=True)
+        except (ValueError, binascii.Error):
+            raise ValueError("{SSHA} is not followed by base64") from None
+        if len(raw) <= 20:
+            raise ValueError("an {SSHA} value holds a 20-byte SHA-1 and a salt")
+        return kind, raw[20:], raw[:20], 1
+    raise ValueError(f"a {kind} hash, which the standard library cannot check")
+
+
+class Htpasswd:
+    """The users of one htpasswd file, read and checked once at start."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.users: Dict[str, Tuple[str, bytes, bytes, int]] = {}
+        self._key = os.urandom(32)
+        self._good: Set[bytes] = set()
+        self._bad: Set[bytes] = set()  # a client retrying one wrong header costs one PBKDF2, not one per request
+        self._lock = threading.Lock()
+        text = self._read(path)
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            user, sep, hashed = line.partition(":")
+            where = f"reading --htpasswd {path}, line {number}"
+            if not sep or not user or not hashed:
+                raise HtpasswdError(f"{where}: expected USER:HASH, found no ':' or an empty side",
+                                    hint=MAKE_HINT)
+            try:
+                self.users[user] = _parse_hash(hashed)
+            except ValueError as e:
+                raise HtpasswdError(f"{where} (user {user!r}): expected {_KNOWN}, found {e}", hint=MAKE_HINT) from None
+        if not self.users:
+            raise HtpasswdError(f"reading --htpasswd {path}: expected at least one USER:HASH line, found none",
+                                hint=MAKE_HINT)
+
+    @staticmethod
+    def _read(path: str) -> str:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_FILE + 1)
+        except OSError as e:
+            raise HtpasswdError(f"reading --htpasswd {path}: expected a readable file, found {e.strerror or e}",
+                                hint="give the path of an htpasswd file (USER:HASH lines)") from e
+        if len(data) > MAX_FILE:
+            raise HtpasswdError(f"reading --htpasswd {path}: expected at most {MAX_FILE} bytes, found more",
+                                hint="an htpasswd file holds one short line per user")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise HtpasswdError(f"reading --htpasswd {path}: expected UTF-8 text, found other bytes",
+                                hint=MAKE_HINT) from None
+
+    def check(self, authorization: Optional[str]) -> bool:
+        """True when the ``Authorization`` header carries a known user and its password."""
+        if not authorization or len(authorization) > 4096:
+            return False
+        scheme, _, value = authorization.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        token = hmac.new(self._key, value.strip().encode("utf-8", "replace"), hashlib.sha256).digest()
+        with self._lock:
+            if token in self._good or token in self._bad:
+                return token in self._good
+        ok = self._verify(value)
+        with self._lock:
+            seen = self._good if ok else self._bad
+            if len(seen) >= MAX_REMEMBERED:
+                seen.clear()
+            seen.add(token)
+        return ok
+
+    def _verify(self, value: str) -> bool:
+        try:
+            user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            return False
+        entry = self.users.get(user)
+        if not sep:
+            return False
+        if entry is None:  # as slow as a known user's check: the time says nothing about which users exist
+            entry = next(iter(self.users.values()))
+            user = ""
+        kind, salt, digest, rounds = entry
+        pw = password.encode("utf-8")
+        if kind == "pbkdf2-sha256":
+            found = hashlib.pbkdf2_hmac("sha256", pw, salt, rounds)
+        else:
+            found = hashlib.sha1(pw + salt).digest()  # noqa: S324 ({SSHA} is SHA-1 by definition; docs say weaker)
+        return hmac.compare_digest(found, digest) and bool(user)
+
+
+def pbkdf2_line(user: str, password: str, rounds: int = 600_000, salt: Optional[bytes] = None) -> str:
+    """``USER:$pbkdf2-sha256$...`` for ``password`` (tests; docs/fleet.md shows the same as a one-liner)."""
+    salt = salt if salt is not None else os.urandom(16)
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, rounds)
+
+    def ab64(raw: bytes) -> str:
+        return base64.b64encode(raw).decode("ascii").rstrip("=").replace("+", ".")
+
+    return f"{user}:$pbkdf2-sha256${rounds}${ab64(salt)}${ab64(digest)}"
