@@ -10,12 +10,13 @@ from typing import Optional, Sequence
 
 from importer.cli.output import ArgumentParser, guarded
 from importer.errors import UsageError
-from importer.format.manifest import load_bundle_manifest
+from importer.format.manifest import LayerRecord, load_bundle_manifest
 from importer.format.text import printable
 from importer.input.archive import locate
-from importer.input.opened import open_bundle
+from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.importing import verify_or_raise
 from importer.registry.serve import DEFAULT_LISTEN, BundleRegistry, Catalog, damaged_error, serve_forever, stderr_log
+from importer.registry.transcode import ZSTD_READERS, new_workdir, remove_workdir, transcode, zstd_warning
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.signature import TrustPolicy, check_signature, load_trusted_keys
@@ -37,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve only a bundle signed by this Ed25519 public key (repeatable; docs/security.md)")
     p.add_argument("--require-signature", action="store_true",
                    help="refuse a bundle that is not signed by a trusted key")
+    p.add_argument("--compression", choices=("keep", "gzip"), default="keep",
+                   help="keep: serve the layers as the bundle holds them (default; zstd in a default bundle, read "
+                   f"by {ZSTD_READERS}); gzip: recompress zstd layers once at start into a private temp folder "
+                   "(each layer's diff_id checked; removed at exit) and serve those, for Docker before 23.0 "
+                   "(same image IDs, new manifest digests)")
     p.add_argument("--json", action="store_true", help="print one JSON line on stdout once serving (the address)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines and no access log")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -53,6 +59,22 @@ def _out(line: str) -> None:
     sys.stdout.flush()
 
 
+def _recompressed(bundle: OpenedBundle, args: argparse.Namespace, workdir: str) -> Catalog:
+    """The catalog of the bundle's images with their layers recompressed (--compression)."""
+    manifest = load_bundle_manifest(bundle.raw_bundle_json)
+
+    def note(layer: LayerRecord) -> None:
+        if not args.quiet:
+            _say(f"serve: recompressing layer {layer.digest.short} ({layer.size} bytes) to {args.compression}")
+
+    done = transcode(bundle.root, manifest, args.compression, workdir, note)
+    args.renamed = done.renamed
+    if not args.quiet:
+        _say(f"serve: {done.layers} layer(s) recompressed to {args.compression}; "
+             f"{len(done.renamed)} manifest(s) rewritten (image IDs unchanged)")
+    return Catalog(done.manifest(manifest), _say, local=done.files)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     bundle = open_bundle(args.bundle)
     sig = check_signature(bundle, TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature)))
@@ -61,18 +83,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if bundle.schema_major() in (1, 2):
         raise UsageError(f"serving {bundle.path}: expected a schema 3 bundle (OCI blobs), found schema "
                          f"{bundle.schema_major()}", hint="re-export it with this version of `bundle export`")
+    args.renamed = {}
     server = BundleRegistry(bundle, Catalog(load_bundle_manifest(bundle.raw_bundle_json), _say), args.listen,
                             log=None if args.quiet else stderr_log)  # bound now: a taken port fails before verifying
+    workdir = ""
     try:
+        workdir = new_workdir("sneakernet-serve-") if args.compression != "keep" else ""
         report = verify_or_raise(bundle, progress=stderr_progress(args.quiet), deep=not args.shallow)
         report.signature = sig.to_dict()
-        catalog = server.catalog
+        catalog = _recompressed(bundle, args, workdir) if args.compression != "keep" else server.catalog
+        server.catalog = catalog
+        if catalog.has_zstd() and not args.quiet:
+            _say(zstd_warning("serve") + " (a Docker before 23.0 asking is answered with an error saying so)")
         for blob in catalog.missing_layers():
             _say(f"serve: layer {blob.digest} is left out of this delta bundle: pulls that need it fail "
                  "(404 BLOB_UNKNOWN)")
         url = f"http://{server.address}"
         if args.json:
             doc = {"ok": True, "listening": server.address, "url": url, "bundle": bundle.path, "kind": bundle.kind,
+                   "compression": args.compression, "renamedManifests": dict(args.renamed),
                    "bundleDigest": str(bundle.digest), "verification": report.to_dict(),
                    "repositories": catalog.listing()}
             sys.stdout.write(json.dumps(doc) + "\n")
@@ -85,12 +114,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 _out(f"  {server.address}/{repo['name']}: {', '.join(repo['tags']) or '(by digest)'}")
     except BaseException:
         server.server_close()
+        remove_workdir(workdir)
         raise
     try:
         serve_forever(server)
     except KeyboardInterrupt as e:  # SIGINT/SIGTERM: the normal way to stop serving
         _say(f"{stop_error(e, 'serve').message}; {server.stats.requests} request(s), "
              f"{server.stats.bytes_sent} bytes sent")
+    finally:
+        remove_workdir(workdir)
     error = damaged_error(server, bundle.path)
     if error is not None:
         raise error

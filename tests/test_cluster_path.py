@@ -1,0 +1,153 @@
+"""The cluster path with default bundles (issue 25, points 1 and 3): a default bundle's zstd layers
+reach Docker 20.10 (the fixture ``docker_host``, overlay2: an engine that reads no zstd) through
+``bundle-import serve --compression gzip`` with the image IDs as built, and a Docker that old asking
+for zstd without it gets a registry error that says what to do. An ``--all-platforms`` bundle's
+layout names its index (skopeo reads every platform from ``oci:BUNDLE:REF``), ``serve`` answers the
+tag with the index, and Docker 20.10 pulling ``--platform linux/arm64`` gets the arm64 image ID.
+
+Engines covered: Docker 20.10 (overlay2), skopeo; the HTTP checks need none."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import engines
+from tests.fuzzkit import repin_file
+from tests.helpers import docker, image_facts, run_cli
+from tests.servekit import serving
+from tests.test_cli_json import validate
+from tests.test_multiplatform import ARCHES, REF, export, write_layout
+from tests.test_serve import request
+from tests.transferkit import random_bundle
+
+pytestmark = pytest.mark.engine
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OLD_DOCKER = {"User-Agent": "docker/20.10.24+dfsg1 go/go1.19.8 git-commit/5d6db84 kernel/6.1.0 os/linux arch/amd64"}
+
+
+@pytest.fixture(scope="module")
+def zstd_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A default bundle: zstd layers, two images sharing a base layer."""
+    return random_bundle(tmp_path_factory.mktemp("zstd") / "carry.bundle", mb=(1, 1), compression="zstd")
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """An ``--all-platforms`` bundle of an amd64/arm64/ppc64le index, and what the source held."""
+    root = tmp_path_factory.mktemp("multi")
+    facts = write_layout(root / "layout")
+    export(root / "layout", root / "all.bundle", "--all-platforms")
+    return root / "all.bundle", facts
+
+
+def _doc(bundle: Path) -> dict[str, Any]:
+    return json.loads((bundle / "bundle.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_docker_20_pulls_a_zstd_bundle_through_serve_gzip(zstd_bundle: Path, docker_host: str) -> None:
+    doc = _doc(zstd_bundle)
+    assert all(layer["mediaType"].endswith("+zstd") for image in doc["images"] for layer in image["layers"])
+    with serving(zstd_bundle / "bundle-import.pyz", zstd_bundle, "--compression", "gzip") as s:
+        validate("serve", s.start)
+        assert s.start["compression"] == "gzip"
+        renamed = s.start["renamedManifests"]
+        assert set(renamed) == {image["manifest"]["digest"] for image in doc["images"]}
+        for image in doc["images"]:
+            ref = f"{s.addr}/{image['refs'][0]}"
+            docker(docker_host, "image", "rm", ref, check=False)
+            docker(docker_host, "image", "rm", image["config"]["digest"], check=False)  # 20.10 skips an ID it holds
+            proc = docker(docker_host, "pull", ref, check=False)
+            assert proc.returncode == 0, proc.stderr + s.stderr()
+            facts = image_facts(docker_host, ref)
+            assert facts is not None and facts[0] == image["config"]["digest"]  # the image ID as built
+            assert facts[1] == [layer["diffId"] for layer in image["layers"]]
+            status, headers, body = request(s.addr, "GET", f"/v2/{image['refs'][0].replace(':', '/manifests/')}",
+                                            OLD_DOCKER)
+            assert status == 200 and headers["docker-content-digest"] == renamed[image["manifest"]["digest"]]
+            assert all(layer["mediaType"].endswith("+gzip") for layer in json.loads(body)["layers"])
+        assert s.stop() == 0
+        assert "recompressing layer" in s.stderr()
+    for image in doc["images"]:
+        docker(docker_host, "image", "rm", f"{s.addr}/{image['refs'][0]}", check=False)
+
+
+def test_docker_20_asking_for_zstd_gets_an_error_that_says_what_to_do(zstd_bundle: Path, docker_host: str) -> None:
+    doc = _doc(zstd_bundle)
+    image = doc["images"][0]
+    with serving(zstd_bundle / "bundle-import.pyz", zstd_bundle) as s:
+        assert "Docker before 23.0 cannot pull them" in s.stderr()  # the warning at start
+        path = f"/v2/{image['refs'][0].replace(':', '/manifests/')}"
+        status, _, body = request(s.addr, "GET", path, OLD_DOCKER)
+        assert status == 404 and "--compression gzip" in json.loads(body)["errors"][0]["message"]
+        new = {"User-Agent": "docker/26.1.5 go/go1.22 os/linux arch/amd64"}
+        assert request(s.addr, "GET", path, new)[0] == 200  # a Docker that reads zstd gets it
+        assert request(s.addr, "GET", path, {"User-Agent": "containerd/1.6.20"})[0] == 200
+        ref = f"{s.addr}/{image['refs'][0]}"
+        docker(docker_host, "image", "rm", image["config"]["digest"], check=False)
+        proc = docker(docker_host, "pull", ref, check=False)
+        assert proc.returncode != 0 and "--compression gzip" in proc.stderr  # the real Docker 20.10 shows it
+        assert s.stop() == 0
+
+
+def test_an_all_platforms_layout_names_the_index(multi: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    bundle, facts = multi
+    doc = _doc(bundle)
+    assert doc["schemaVersion"] == "3.3"
+    entries = json.loads((bundle / "index.json").read_text())["manifests"]
+    named = [e for e in entries if e.get("annotations")]
+    assert [(e["digest"], e["mediaType"]) for e in named] == [(facts["index"], OCI_INDEX)]
+    skopeo = engines.require("skopeo")
+    raw = subprocess.run([skopeo, "--insecure-policy", "inspect", "--raw", f"oci:{bundle}:{REF}"],
+                         capture_output=True, timeout=120, check=True).stdout
+    assert raw == facts["index_bytes"]  # every platform, to a layout reader
+    copy = subprocess.run([skopeo, "--insecure-policy", "copy", "--all", f"oci:{bundle}:{REF}",
+                           f"oci:{tmp_path / 'copy'}:{REF}"], capture_output=True, text=True, timeout=300)
+    assert copy.returncode == 0, copy.stderr
+    for arch in ARCHES:
+        assert (tmp_path / "copy" / "blobs" / "sha256" / facts["arch"][arch]["config"][7:]).is_file()
+    proc = run_cli("importer", str(bundle), "--verify", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_32_layout_naming_the_primary_still_verifies(multi: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """Bundles written before 3.3 name the primary platform's manifest: still accepted."""
+    bundle, _ = multi
+    old = tmp_path / "old.bundle"
+    shutil.copytree(bundle, old)
+    entries = json.loads((old / "index.json").read_text())["manifests"]
+    refs = [e["annotations"] for e in entries if e.get("annotations")]
+    rest = [e for e in entries if not e.get("annotations")]
+    rest[0] = {**rest[0], "annotations": refs[0]}  # the ref on the primary platform's manifest, as 3.2 wrote it
+    (old / "index.json").write_text(json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": rest}))
+    doc = _doc(old)
+    doc["schemaVersion"] = "3.2"
+    (old / "bundle.json").write_text(json.dumps(doc, indent=2))
+    repin_file(old, "index.json")
+    proc = run_cli("importer", str(old), "--verify", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_serve_answers_the_tag_with_the_index_and_docker_gets_arm64(multi: tuple[Path, dict[str, Any]],
+                                                                   docker_host: str) -> None:
+    bundle, facts = multi
+    with serving(bundle / "bundle-import.pyz", bundle) as s:
+        status, headers, body = request(s.addr, "GET", "/v2/multi/app/manifests/1", {"Accept": OCI_INDEX})
+        assert status == 200 and body == facts["index_bytes"] and headers["content-type"] == OCI_INDEX
+        for arch in ARCHES:
+            assert request(s.addr, "HEAD", f"/v2/multi/app/manifests/{facts['arch'][arch]['manifest']}")[0] == 200
+            assert request(s.addr, "HEAD", f"/v2/multi/app/blobs/{facts['arch'][arch]['layer']}")[0] == 200
+        ref = f"{s.addr}/{REF}"
+        docker(docker_host, "image", "rm", ref, check=False)
+        docker(docker_host, "image", "rm", facts["arch"]["arm64"]["config"], check=False)
+        proc = docker(docker_host, "pull", "--platform", "linux/arm64", ref, check=False)
+        assert proc.returncode == 0, proc.stderr
+        found = image_facts(docker_host, ref)
+        assert found is not None and found[0] == facts["arch"]["arm64"]["config"]  # arm64, its ID as built
+        docker(docker_host, "image", "rm", ref)
+        assert s.stop() == 0
