@@ -1,17 +1,20 @@
 """The cluster path with default bundles (issue 25, points 1 and 3): a default bundle's zstd layers
 reach Docker 20.10 (the fixture ``docker_host``, overlay2: an engine that reads no zstd) through
-``bundle-import serve --compression gzip`` with the image IDs as built, and a Docker that old asking
-for zstd without it gets a registry error that says what to do. An ``--all-platforms`` bundle's
-layout names its index (skopeo reads every platform from ``oci:BUNDLE:REF``), ``serve`` answers the
-tag with the index, and Docker 20.10 pulling ``--platform linux/arm64`` gets the arm64 image ID.
+``bundle-import serve --compression gzip`` and ``bundle push --compression gzip`` with the image IDs
+as built, and a Docker that old asking for zstd without it gets a registry error that says what to do.
+An ``--all-platforms`` bundle's layout names its index (skopeo reads every platform from
+``oci:BUNDLE:REF``), ``serve`` answers the tag with the index, and Docker 20.10 pulling
+``--platform linux/arm64`` gets the arm64 image ID.
 
-Engines covered: Docker 20.10 (overlay2), skopeo; the HTTP checks need none."""
+Engines covered: Docker 20.10 (overlay2), skopeo, docker-registry; the HTTP checks need none."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from tests.transferkit import random_bundle
 
 pytestmark = pytest.mark.engine
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 OLD_DOCKER = {"User-Agent": "docker/20.10.24+dfsg1 go/go1.19.8 git-commit/5d6db84 kernel/6.1.0 os/linux arch/amd64"}
 
 
@@ -151,3 +155,34 @@ def test_serve_answers_the_tag_with_the_index_and_docker_gets_arm64(multi: tuple
         assert found is not None and found[0] == facts["arch"]["arm64"]["config"]  # arm64, its ID as built
         docker(docker_host, "image", "rm", ref)
         assert s.stop() == 0
+
+
+def test_docker_20_pulls_a_zstd_bundle_after_push_gzip(zstd_bundle: Path, docker_host: str) -> None:
+    """``bundle push --compression gzip`` into a docker-registry: gzip layers, the image IDs as built,
+    the new manifest digests in --json; Docker 20.10 pulls them (engines: docker-registry, Docker 20.10)."""
+    doc = _doc(zstd_bundle)
+    with engines.private_registry(f"cl-{os.getpid()}") as reg:
+        proc = run_cli("bundle", "push", str(zstd_bundle), f"{reg.addr}/site", "--compression", "gzip", "--json")
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        validate("push", out)
+        assert out["ok"] and out["compression"] == "gzip"
+        renamed = out["renamedManifests"]
+        for image, pushed in zip(doc["images"], out["images"]):
+            assert pushed["manifestDigest"] == renamed[image["manifest"]["digest"]] != image["manifest"]["digest"]
+            assert pushed["configDigest"] == image["config"]["digest"]
+            req = urllib.request.Request(f"http://{reg.addr}/v2/{pushed['repository']}/manifests/{pushed['tag']}",
+                                         headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                manifest = json.loads(r.read())
+            assert [x["mediaType"] for x in manifest["layers"]] == [OCI_GZIP] * len(image["layers"])
+            docker(docker_host, "image", "rm", image["config"]["digest"], check=False)
+            pulled = docker(docker_host, "pull", pushed["pushedTo"], check=False)
+            assert pulled.returncode == 0, pulled.stderr
+            facts = image_facts(docker_host, pushed["pushedTo"])
+            assert facts is not None and facts[0] == image["config"]["digest"]  # the image ID as built
+            assert facts[1] == [layer["diffId"] for layer in image["layers"]]
+            docker(docker_host, "image", "rm", pushed["pushedTo"], check=False)
+        plain = run_cli("bundle", "push", str(zstd_bundle), f"{reg.addr}/keep")
+        assert plain.returncode == 0, plain.stderr
+        assert "Docker before 23.0 cannot pull them" in plain.stderr and "--compression gzip" in plain.stdout
