@@ -186,3 +186,34 @@ def test_docker_20_pulls_a_zstd_bundle_after_push_gzip(zstd_bundle: Path, docker
         plain = run_cli("bundle", "push", str(zstd_bundle), f"{reg.addr}/keep")
         assert plain.returncode == 0, plain.stderr
         assert "Docker before 23.0 cannot pull them" in plain.stderr and "--compression gzip" in plain.stdout
+
+
+def test_recompressing_a_layer_that_is_not_its_diff_id_fails_and_keeps_nothing(tmp_path: Path) -> None:
+    """Hostile: a zstd layer swapped for another valid zstd stream (bundle.json's digest made to
+    match, so only the diff_id check can see it) is refused by the recompression, typed, and no
+    recompressed blob of it is left in the work folder."""
+    import dataclasses
+
+    import zstandard
+
+    from importer.errors import DigestMismatch
+    from importer.format.digest import Digest
+    from importer.format.manifest import load_bundle_manifest
+    from importer.input.opened import open_bundle
+    from importer.registry.transcode import transcode
+
+    bundle = random_bundle(tmp_path / "b.bundle", mb=(1, 1), compression="zstd")
+    opened = open_bundle(str(bundle))
+    manifest = load_bundle_manifest(opened.raw_bundle_json)
+    image = manifest.images[0]
+    layer = image.layers[0]
+    other = zstandard.ZstdCompressor().compress(b"\0" * layer.uncompressed_size)  # the right size, not the tar
+    swapped = dataclasses.replace(layer, digest=Digest.of_bytes(other), size=len(other))
+    (bundle / swapped.digest.blob_path).write_bytes(other)
+    bad = dataclasses.replace(manifest, images=(dataclasses.replace(image, layers=(swapped, *image.layers[1:])),
+                                                *manifest.images[1:]))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(DigestMismatch, match="expected diff_id"):
+        transcode(opened.root, bad, "gzip", str(work))
+    assert [p.name for p in work.iterdir()] == []
