@@ -217,3 +217,16 @@ def test_recompressing_a_layer_that_is_not_its_diff_id_fails_and_keeps_nothing(t
     with pytest.raises(DigestMismatch, match="expected diff_id"):
         transcode(opened.root, bad, "gzip", str(work))
     assert [p.name for p in work.iterdir()] == []
+
+
+def test_only_a_docker_before_23_is_taken_for_too_old() -> None:
+    """The User-Agent rule serve refuses zstd by: hostile, odd and other clients are served."""
+    from importer.registry.serve import too_old_for_zstd
+
+    assert too_old_for_zstd(OLD_DOCKER["User-Agent"]) == "20.10.24+dfsg1"
+    assert too_old_for_zstd("docker/19.03.15 go/go1.13") == "19.03.15"
+    assert too_old_for_zstd("docker/22.06.0-beta.0") == "22.06.0-beta.0"
+    for served in ("docker/23.0.0 go/go1.19", "docker/26.1.5", "containerd/1.6.20", "skopeo/1.9",
+                   "Go-http-client/1.1", "", "docker/", "docker/x.y", "xdocker/20.10", "docker/" + "9" * 5000,
+                   "buildkit/v0.11 docker/20.10"):
+        assert too_old_for_zstd(served) is None, served
