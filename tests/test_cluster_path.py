@@ -23,6 +23,7 @@ import pytest
 from tests import engines
 from tests.fuzzkit import repin_file
 from tests.helpers import docker, image_facts, run_cli
+from tests.imagegen import simple_context
 from tests.servekit import serving
 from tests.test_cli_json import validate
 from tests.test_multiplatform import ARCHES, REF, export, write_layout
@@ -230,3 +231,32 @@ def test_only_a_docker_before_23_is_taken_for_too_old() -> None:
                    "Go-http-client/1.1", "", "docker/", "docker/x.y", "xdocker/20.10", "docker/" + "9" * 5000,
                    "buildkit/v0.11 docker/20.10"):
         assert too_old_for_zstd(served) is None, served
+
+
+def test_export_auto_for_a_docker_20_inventory_writes_gzip(docker_host: str, busybox: str, tmp_path: Path) -> None:
+    """``bundle export --have`` the inventory of Docker 20.10 (real, ``docker_host``) with the default
+    ``--compression auto``: gzip layers, and that Docker pulls them from ``serve`` without --compression."""
+    held = "cluster/held:1"  # the inventory lists at least one image
+    engines.build_image(docker_host, simple_context(tmp_path / "held", busybox, f"held {os.getpid()}"), held)
+    inventory = run_cli("importer", "--inventory", "--engine", "docker", "--docker-host", docker_host, check=True)
+    assert json.loads(inventory.stdout)["engine"]["version"].startswith("20.10")
+    (tmp_path / "have.json").write_text(inventory.stdout)
+    docker(docker_host, "image", "rm", held)
+    ref = "cluster/auto:1"
+    engines.build_image(docker_host, simple_context(tmp_path / "ctx", busybox, f"auto {os.getpid()}"), ref)
+    out = tmp_path / "auto.bundle"
+    proc = run_cli("bundle", "export", ref, "-o", str(out), "--have", str(tmp_path / "have.json"), "-q",
+                   docker_host=docker_host)
+    assert proc.returncode == 0, proc.stderr
+    [image] = _doc(out)["images"]
+    carried = [x["mediaType"] for x in image["layers"] if not x.get("external")]
+    assert carried and all(t.endswith("+gzip") or t.endswith(".tar.gzip") for t in carried), carried
+    docker(docker_host, "image", "rm", ref)
+    with serving(out / "bundle-import.pyz", out) as s:
+        assert "zstd" not in s.stderr()  # no warning: nothing to warn about
+        pulled = docker(docker_host, "pull", f"{s.addr}/{ref}", check=False)
+        assert pulled.returncode == 0, pulled.stderr
+        facts = image_facts(docker_host, f"{s.addr}/{ref}")
+        assert facts is not None and facts[0] == image["config"]["digest"]
+        assert s.stop() == 0
+    docker(docker_host, "image", "rm", f"{s.addr}/{ref}")
