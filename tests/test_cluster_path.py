@@ -260,3 +260,34 @@ def test_export_auto_for_a_docker_20_inventory_writes_gzip(docker_host: str, bus
         assert facts is not None and facts[0] == image["config"]["digest"]
         assert s.stop() == 0
     docker(docker_host, "image", "rm", f"{s.addr}/{ref}")
+
+
+def test_push_recompressed_keeps_every_platform(multi: tuple[Path, dict[str, Any]]) -> None:
+    """``bundle push --compression zstd`` of an ``--all-platforms`` bundle (gzip layers): the tag names
+    a rewritten index listing every platform's rewritten manifest, each with its config (image ID) as
+    built and zstd layers (engines: docker-registry)."""
+    bundle, facts = multi
+    with engines.private_registry(f"clm-{os.getpid()}") as reg:
+        proc = run_cli("bundle", "push", str(bundle), f"{reg.addr}/site", "--compression", "zstd", "--json")
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["ok"]
+        renamed = out["renamedManifests"]
+        [pushed] = out["images"]
+        assert pushed["readBack"]["manifestDigest"] == renamed[facts["index"]]  # the tag names the new index
+        assert pushed["manifestDigest"] == renamed[facts["arch"]["amd64"]["manifest"]]  # the primary's, new
+
+        def get(ref: str, accept: str) -> Any:
+            req = urllib.request.Request(f"http://{reg.addr}/v2/{pushed['repository']}/manifests/{ref}",
+                                         headers={"Accept": accept})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())
+
+        index = get(pushed["tag"], OCI_INDEX)
+        listed = {m["platform"]["architecture"]: m["digest"] for m in index["manifests"]}
+        assert set(listed) == set(ARCHES)
+        for arch in ARCHES:
+            assert listed[arch] == renamed[facts["arch"][arch]["manifest"]]
+            manifest = get(listed[arch], "application/vnd.oci.image.manifest.v1+json")
+            assert manifest["config"]["digest"] == facts["arch"][arch]["config"]  # its image ID as built
+            assert [x["mediaType"] for x in manifest["layers"]] == ["application/vnd.oci.image.layer.v1.tar+zstd"]
