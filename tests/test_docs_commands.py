@@ -325,8 +325,8 @@ SPECS: Dict[str, Spec] = {
     "docker pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
     "ctr -n k8s.io images pull --plain-http registry.internal:5000/team/my/train:1": skip(REGISTRY),
     "nerdctl --insecure-registry pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
-    "bundle-import serve BUNDLE [--listen ADDR:PORT] [--trust PUBKEY] [--require-signature] [--shallow] "
-    "[--quiet] [--json]": skip(SERVE),
+    "bundle-import serve BUNDLE [--listen ADDR:PORT] [--compression keep|gzip] [--trust PUBKEY] "
+    "[--require-signature] [--shallow] [--quiet] [--json]": skip(SERVE),
     "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000":
         skip(SERVE),
     "docker pull 127.0.0.1:5000/my/train:1": skip(SERVE),
