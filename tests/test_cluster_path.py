@@ -55,12 +55,16 @@ def _doc(bundle: Path) -> dict[str, Any]:
     return json.loads((bundle / "bundle.json").read_text())  # type: ignore[no-any-return]
 
 
-def test_docker_20_pulls_a_zstd_bundle_through_serve_gzip(zstd_bundle: Path, docker_host: str) -> None:
+def test_docker_20_pulls_a_zstd_bundle_through_serve_gzip(zstd_bundle: Path, docker_host: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     doc = _doc(zstd_bundle)
     assert all(layer["mediaType"].endswith("+zstd") for image in doc["images"] for layer in image["layers"])
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where serve keeps the recompressed layers
     with serving(zstd_bundle / "bundle-import.pyz", zstd_bundle, "--compression", "gzip") as s:
         validate("serve", s.start)
         assert s.start["compression"] == "gzip"
+        [work] = tmp_path.glob("sneakernet-serve-*")
+        assert work.stat().st_mode & 0o077 == 0  # private
         renamed = s.start["renamedManifests"]
         assert set(renamed) == {image["manifest"]["digest"] for image in doc["images"]}
         for image in doc["images"]:
@@ -78,6 +82,7 @@ def test_docker_20_pulls_a_zstd_bundle_through_serve_gzip(zstd_bundle: Path, doc
             assert all(layer["mediaType"].endswith("+gzip") for layer in json.loads(body)["layers"])
         assert s.stop() == 0
         assert "recompressing layer" in s.stderr()
+    assert not list(tmp_path.glob("sneakernet-serve-*"))  # removed when serve stopped
     for image in doc["images"]:
         docker(docker_host, "image", "rm", f"{s.addr}/{image['refs'][0]}", check=False)
 
@@ -90,6 +95,10 @@ def test_docker_20_asking_for_zstd_gets_an_error_that_says_what_to_do(zstd_bundl
         path = f"/v2/{image['refs'][0].replace(':', '/manifests/')}"
         status, _, body = request(s.addr, "GET", path, OLD_DOCKER)
         assert status == 404 and "--compression gzip" in json.loads(body)["errors"][0]["message"]
+        by_digest = f"/v2/{image['refs'][0].split(':')[0]}/manifests/{image['manifest']['digest']}"
+        assert request(s.addr, "HEAD", by_digest, OLD_DOCKER)[0] == 404  # by digest, HEAD too
+        layer = image["layers"][0]["digest"]
+        assert request(s.addr, "HEAD", f"/v2/{image['refs'][0].split(':')[0]}/blobs/{layer}", OLD_DOCKER)[0] == 200
         new = {"User-Agent": "docker/26.1.5 go/go1.22 os/linux arch/amd64"}
         assert request(s.addr, "GET", path, new)[0] == 200  # a Docker that reads zstd gets it
         assert request(s.addr, "GET", path, {"User-Agent": "containerd/1.6.20"})[0] == 200
@@ -116,7 +125,10 @@ def test_an_all_platforms_layout_names_the_index(multi: tuple[Path, dict[str, An
     assert copy.returncode == 0, copy.stderr
     for arch in ARCHES:
         assert (tmp_path / "copy" / "blobs" / "sha256" / facts["arch"][arch]["config"][7:]).is_file()
-    proc = run_cli("importer", str(bundle), "--verify", "--json")
+    proc = run_cli("importer", str(bundle), "--verify-only", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_cli("bundle", "pack", str(bundle), str(tmp_path / "all.tar"), check=True)  # archive verification too
+    proc = run_cli("importer", str(tmp_path / "all.tar"), "--verify-only")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -134,7 +146,7 @@ def test_a_32_layout_naming_the_primary_still_verifies(multi: tuple[Path, dict[s
     doc["schemaVersion"] = "3.2"
     (old / "bundle.json").write_text(json.dumps(doc, indent=2))
     repin_file(old, "index.json")
-    proc = run_cli("importer", str(old), "--verify", "--json")
+    proc = run_cli("importer", str(old), "--verify-only", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -291,3 +303,25 @@ def test_push_recompressed_keeps_every_platform(multi: tuple[Path, dict[str, Any
             manifest = get(listed[arch], "application/vnd.oci.image.manifest.v1+json")
             assert manifest["config"]["digest"] == facts["arch"][arch]["config"]  # its image ID as built
             assert [x["mediaType"] for x in manifest["layers"]] == ["application/vnd.oci.image.layer.v1.tar+zstd"]
+
+
+@pytest.mark.parametrize("damage", ["index-size", "ref-dropped"])
+def test_a_33_layout_that_misdescribes_the_index_fails_verification(multi: tuple[Path, dict[str, Any]],
+                                                                    tmp_path: Path, damage: str) -> None:
+    """Hostile: index.json's entry for the index with a wrong size, or the ref on nothing (both
+    re-pinned in bundle.json and SHA256SUMS, so only the layout check can see it)."""
+    bundle, facts = multi
+    bad = tmp_path / "bad.bundle"
+    shutil.copytree(bundle, bad)
+    entries = json.loads((bad / "index.json").read_text())["manifests"]
+    for e in entries:
+        if e["digest"] == facts["index"]:
+            if damage == "index-size":
+                e["size"] += 1
+            else:
+                del e["annotations"]
+    (bad / "index.json").write_text(json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}))
+    repin_file(bad, "index.json")
+    proc = run_cli("importer", str(bad), "--verify-only", "--json")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "invalid-layout" in proc.stdout and ("index of" in proc.stdout or "its index" in proc.stdout)
