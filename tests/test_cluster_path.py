@@ -199,6 +199,10 @@ def test_docker_20_pulls_a_zstd_bundle_after_push_gzip(zstd_bundle: Path, docker
         plain = run_cli("bundle", "push", str(zstd_bundle), f"{reg.addr}/keep")
         assert plain.returncode == 0, plain.stderr
         assert "Docker before 23.0 cannot pull them" in plain.stderr and "--compression gzip" in plain.stdout
+        imported = run_cli("importer", str(zstd_bundle), "--verify", "--engine", "registry", "--registry",
+                           f"{reg.addr}/imported", "--no-receipt")
+        assert imported.returncode == 0, imported.stderr
+        assert "Docker before 23.0 cannot pull them" in imported.stderr  # --engine registry says so too
 
 
 def test_recompressing_a_layer_that_is_not_its_diff_id_fails_and_keeps_nothing(tmp_path: Path) -> None:
