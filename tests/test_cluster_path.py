@@ -57,6 +57,8 @@ def _doc(bundle: Path) -> dict[str, Any]:
 
 def test_docker_20_pulls_a_zstd_bundle_through_serve_gzip(zstd_bundle: Path, docker_host: str, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A default (zstd) bundle served with ``--compression gzip``: Docker 20.10 pulls each image with
+    its ID and diff_ids as built (engines: Docker 20.10 overlay2, the old one)."""
     doc = _doc(zstd_bundle)
     assert all(layer["mediaType"].endswith("+zstd") for image in doc["images"] for layer in image["layers"])
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where serve keeps the recompressed layers
@@ -88,6 +90,8 @@ def test_docker_20_pulls_a_zstd_bundle_through_serve_gzip(zstd_bundle: Path, doc
 
 
 def test_docker_20_asking_for_zstd_gets_an_error_that_says_what_to_do(zstd_bundle: Path, docker_host: str) -> None:
+    """Without ``--compression``: a warning at start; Docker 20.10 gets an error naming
+    ``--compression gzip``, Docker 26 and containerd User-Agents get the manifest (engines: Docker 20.10)."""
     doc = _doc(zstd_bundle)
     image = doc["images"][0]
     with serving(zstd_bundle / "bundle-import.pyz", zstd_bundle) as s:
@@ -110,6 +114,8 @@ def test_docker_20_asking_for_zstd_gets_an_error_that_says_what_to_do(zstd_bundl
 
 
 def test_an_all_platforms_layout_names_the_index(multi: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """The 3.3 layout: skopeo reads the index from ``oci:BUNDLE:REF`` and copies every platform;
+    folder and tar verify (engines: skopeo)."""
     bundle, facts = multi
     doc = _doc(bundle)
     assert doc["schemaVersion"] == "3.3"
@@ -133,7 +139,7 @@ def test_an_all_platforms_layout_names_the_index(multi: tuple[Path, dict[str, An
 
 
 def test_a_32_layout_naming_the_primary_still_verifies(multi: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
-    """Bundles written before 3.3 name the primary platform's manifest: still accepted."""
+    """Bundles written before 3.3 name the primary platform's manifest: still accepted (no engine)."""
     bundle, _ = multi
     old = tmp_path / "old.bundle"
     shutil.copytree(bundle, old)
@@ -152,6 +158,8 @@ def test_a_32_layout_naming_the_primary_still_verifies(multi: tuple[Path, dict[s
 
 def test_serve_answers_the_tag_with_the_index_and_docker_gets_arm64(multi: tuple[Path, dict[str, Any]],
                                                                    docker_host: str) -> None:
+    """``serve`` of an ``--all-platforms`` bundle: the tag is the index, every platform by digest;
+    Docker 20.10 (amd64) pulling ``--platform linux/arm64`` gets the arm64 image ID (engines: Docker 20.10)."""
     bundle, facts = multi
     with serving(bundle / "bundle-import.pyz", bundle) as s:
         status, headers, body = request(s.addr, "GET", "/v2/multi/app/manifests/1", {"Accept": OCI_INDEX})
