@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--compression", choices=["auto", "zstd", "gzip"], default="auto",
                    help="layer compression (schema 3, Docker sources). auto (default): zstd, or gzip when a "
                    "--have inventory says the offline host has no fast zstd decoder (zstandard module, "
-                   "zstd command, Python 3.14+); the importer decodes zstd without them too, but slowly. auto keeps "
+                   "zstd command, Python 3.14+) or an engine that reads no zstd (Docker before 23.0, containerd "
+                   "before 1.5; zstd is read by Docker >= 23, containerd >= 1.5, podman); the importer decodes "
+                   "zstd without them too, but slowly. auto keeps "
                    "layers a source stores compressed as they are (and the manifest); zstd or gzip given "
                    "explicitly recompresses those too (the manifest, so the image ID, then changes)")
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")

@@ -27,7 +27,7 @@ from bundle.writer import write_bundle
 from importer.errors import DestinationInUse, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
-from importer.inventory.have import have_platform, merge_have, zstd_is_fast_on
+from importer.inventory.have import engines_read_zstd, have_platform, merge_have, zstd_is_fast_on
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -46,9 +46,11 @@ def choose_compression(have: Sequence[str]) -> str:
     """``--compression auto``: zstd, unless a ``--have`` inventory says its host has no fast zstd
     decoder (no zstandard module, no zstd command, Python < 3.14): then gzip, which every python3
     decodes at C speed, where the importer's pure-Python zstd fallback manages a few MB/s
-    (docs/benchmarks.md)."""
+    (docs/benchmarks.md); gzip too when an inventory's engine reads no zstd layer (Docker before
+    23.0, containerd before 1.5)."""
     fast = zstd_is_fast_on(have) if have else None
-    return "gzip" if fast is False else "zstd"
+    reads = engines_read_zstd(have) if have else None
+    return "gzip" if fast is False or (reads is not None and not reads[0]) else "zstd"
 
 
 def export_images(

@@ -7,15 +7,17 @@ closed whatever happens."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
 from importer.errors import PostLoadMismatch
-from importer.input.opened import open_bundle
+from importer.format.manifest import BundleManifest
+from importer.input.opened import BundleRoot, open_bundle
 from importer.registry.auth import Credentials
-from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
+from importer.registry.client import DEFAULT_CHUNK, RegistryClient, RegistryTarget, parse_target
 from importer.registry.push import PushReport, push_bundle
+from importer.registry.transcode import Transcoded, has_zstd, new_workdir, remove_workdir, transcode, zstd_warning
 from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -27,9 +29,13 @@ class PushOutcome:
     via: Optional[str]
     scheme: str
     api_version: str
+    compression: str = "keep"
+    renamed: Dict[str, str] = field(default_factory=dict)  # the bundle's manifest/index digest -> the pushed one
 
     def to_dict(self) -> Dict[str, Any]:
         doc = self.report.to_dict()
+        doc["compression"] = self.compression
+        doc["renamedManifests"] = dict(self.renamed)
         doc["via"] = self.via
         doc["scheme"] = self.scheme
         doc["apiVersion"] = self.api_version
@@ -57,20 +63,37 @@ def push(
     ssh: Optional[SshTarget] = None,
     progress: Optional[ProgressFactory] = None,
     log: Optional[Callable[[str], None]] = None,
+    compression: str = "keep",
 ) -> PushOutcome:
     target = parse_target(registry)
     opened = open_bundle(bundle)
     root = opened.root
     manifest = verify_or_raise(opened, progress=progress).manifest
     assert manifest is not None
+    workdir = new_workdir("sneakernet-push-") if compression != "keep" else ""
+    try:
+        done = transcode(root, manifest, compression, workdir)
+        if log is not None and any(has_zstd(image) for image in done.images):
+            log(zstd_warning("push"))
+        return _push(done.manifest(manifest), root, target, ssh, insecure, concurrency, chunk_size, credentials,
+                     progress, log, done, compression, realm_credentials=realm_credentials)
+    finally:
+        remove_workdir(workdir)
+
+
+def _push(manifest: BundleManifest, root: BundleRoot, target: RegistryTarget, ssh: Optional[SshTarget], insecure: bool,
+          concurrency: int, chunk_size: int, credentials: Optional[Credentials], progress: Optional[ProgressFactory],
+          log: Optional[Callable[[str], None]], done: Transcoded, compression: str, *,
+          realm_credentials: bool = False) -> PushOutcome:
     with terminate_as_interrupt(), _route(target.host, ssh, insecure) as port:
         connect = ("127.0.0.1", port) if port is not None else None
         with RegistryClient(target, connect_to=connect, insecure=insecure, credentials=credentials,
                             chunk_size=chunk_size, log=log, realm_credentials=realm_credentials) as client:
             client.ping()
-            report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress)
+            report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress,
+                                 local=done.files)
             outcome = PushOutcome(report, f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None,
-                                  client.scheme, client.api_version)
+                                  client.scheme, client.api_version, compression, dict(done.renamed))
     if not report.ok:
         bad = [r for r in report.refs if not r.readback.ok]
         raise PostLoadMismatch(

@@ -22,6 +22,7 @@ from importer.cli.output import emit, success
 from importer.errors import UsageError
 from importer.registry.client import DEFAULT_CHUNK
 from importer.registry.sink import REALM_HELP, credentials_from_args
+from importer.registry.transcode import CHOICES, ZSTD_READERS, has_zstd
 from importer.streams.progress import human_bytes
 from importer.streams.sizes import parse_size
 
@@ -68,6 +69,10 @@ def add_transfer_commands(sub: Any) -> None:
     ps.add_argument("--concurrency", type=int, default=4, metavar="N", help="parallel blob uploads (default 4)")
     ps.add_argument("--chunk-size", metavar="SIZE", default=str(DEFAULT_CHUNK),
                     help="bytes per upload request (default 16M; lower it behind a proxy body limit)")
+    ps.add_argument("--compression", choices=CHOICES, default="keep",
+                    help="the layers' compression in the registry: keep (default; a default bundle's are zstd, read "
+                    f"by {ZSTD_READERS}), gzip (for Docker before 23.0) or zstd; recompressed on the way, each "
+                    "layer's diff_id checked: same image IDs, new manifest digests (in --json: renamedManifests)")
     ps.add_argument("--username", metavar="USER", help="registry user (default: ~/.docker/config.json, else none)")
     ps.add_argument("--password-stdin", action="store_true", help="read the registry password from stdin")
     ps.add_argument("--allow-realm-credentials", action="store_true", help=REALM_HELP)
@@ -150,7 +155,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     outcome = push(args.bundle, args.registry, insecure=args.insecure, concurrency=args.concurrency,
                    chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096),
                    credentials=credentials_from_args(args), ssh=ssh, realm_credentials=args.allow_realm_credentials,
-                   progress=_progress(args), log=_log(args))
+                   progress=_progress(args), log=_log(args), compression=args.compression)
     rep = outcome.report
     if args.json:
         emit(success(outcome.to_dict()))
@@ -163,6 +168,12 @@ def cmd_push(args: argparse.Namespace) -> int:
           f"{rep.blobs_present} already there; {rep.stats.get('retries', 0)} retries, "
           f"{rep.stats.get('resumes', 0)} resumed, {rep.stats.get('restarts', 0)} restarted; {rep.seconds:.1f}s"
           + (f"; via {outcome.via}" if outcome.via else ""))
+    if outcome.renamed:
+        print(f"layers recompressed to {args.compression}: {len(outcome.renamed)} manifest(s) have new digests "
+              "(image IDs unchanged)")
     if rep.refs:
-        print(f"on the nodes: docker pull {rep.refs[0].pullable}")
+        zstd = any(has_zstd(r.image) for r in rep.refs)
+        print(f"on the nodes: docker pull {rep.refs[0].pullable}"
+              + (f"  (zstd layers: {ZSTD_READERS}; for Docker before 23.0 push with --compression gzip)"
+                 if zstd else ""))
     return 0

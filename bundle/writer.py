@@ -63,15 +63,7 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         records.append(ImageRecord(refs=image.refs, manifest=primary.manifest, config=primary.config,
                                    layers=primary.layers, platform=primary.platform, index=index,
                                    others=tuple(variants[1:])))
-        for n, rec in enumerate(variants):
-            base: Dict[str, Any] = rec.manifest.to_dict()
-            if rec.platform.get("os") and rec.platform.get("architecture"):
-                base["platform"] = dict(rec.platform)
-            if image.refs and n == 0:  # the refs name the primary; the other platforms are listed unnamed
-                for ref in image.refs:
-                    index_entries.append({**base, "annotations": {REF_NAME_ANNOTATION: ref}})
-            else:
-                index_entries.append(base)
+        index_entries += _layout_entries(image.refs, variants, index)
     for path, blob in store.written.items():
         record(path, blob.digest, blob.size)
 
@@ -101,6 +93,27 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
     return manifest_model
 
 
+def _layout_entries(refs: Sequence[str], variants: Sequence[ImageRecord],
+                    index: BlobRef | None) -> List[Dict[str, Any]]:
+    """index.json entries of one image. A carried image index is named by the refs (3.3: layout
+    readers such as skopeo ``oci:DIR:REF`` see every platform), each platform's manifest listed
+    unnamed after it; else the refs name the primary platform's manifest."""
+    entries: List[Dict[str, Any]] = []
+    if index is not None:
+        entries += [{**index.to_dict(), "annotations": {REF_NAME_ANNOTATION: ref}} for ref in refs]
+    for n, rec in enumerate(variants):
+        base: Dict[str, Any] = rec.manifest.to_dict()
+        if rec.platform.get("os") and rec.platform.get("architecture"):
+            base["platform"] = dict(rec.platform)
+        if index is None and refs and n == 0:  # the refs name the primary; the other platforms are unnamed
+            entries += [{**base, "annotations": {REF_NAME_ANNOTATION: ref}} for ref in refs]
+        else:
+            entries.append(base)
+    if index is not None and not refs:
+        entries.insert(0, index.to_dict())
+    return entries
+
+
 def _record(store: BlobStore, image: SourceImage) -> ImageRecord:
     """One platform of an image: its config and manifest written (the source's manifest byte for
     byte when it kept one: same digest, same image ID; else one of the bundle's own)."""
@@ -119,8 +132,11 @@ def _record(store: BlobStore, image: SourceImage) -> ImageRecord:
 
 def _minor(records: Sequence[ImageRecord]) -> int:
     """The lowest minor that says what the bundle holds, so older 3.x importers read the rest:
-    3.2 multi-platform images, 3.1 delta bundles (external layers), else 3.0."""
-    if any(r.others or r.index is not None for r in records):
+    3.3 an image index named in index.json, 3.2 multi-platform images, 3.1 delta bundles
+    (external layers), else 3.0."""
+    if any(r.index is not None for r in records):
+        return 3
+    if any(r.others for r in records):
         return 2
     return 1 if any(x.external for r in records for v in r.variants for x in v.layers) else 0
 

@@ -339,8 +339,8 @@ SPECS: Dict[str, Spec] = {
     "docker pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
     "ctr -n k8s.io images pull --plain-http registry.internal:5000/team/my/train:1": skip(REGISTRY),
     "nerdctl --insecure-registry pull registry.internal:5000/team/my/train:1": skip(REGISTRY),
-    "bundle-import serve BUNDLE [--listen ADDR:PORT] [--trust PUBKEY] [--require-signature] [--shallow] "
-    "[--quiet] [--json]": skip(SERVE),
+    "bundle-import serve BUNDLE [--listen ADDR:PORT] [--compression keep|gzip] [--trust PUBKEY] "
+    "[--require-signature] [--shallow] [--quiet] [--json]": skip(SERVE),
     "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000":
         skip(SERVE),
     "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000 "
@@ -374,6 +374,14 @@ SPECS: Dict[str, Spec] = {
     # tests/test_check_only.py, test_fleet_report.py, test_serve_engines.py, test_smoke_engines.py)
     "python3 bundle-import.pyz /data/train.bundle --verify-only": skip(REGISTRY + "; the step before a push"),
     "bundle push /data/train.bundle registry.internal:5000/team": skip(REGISTRY),
+    # docs/fleet.md, old Docker and several platforms: run for real in tests/test_cluster_path.py
+    "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000 "
+    "--compression gzip": skip(SERVE + "; tests/test_cluster_path.py runs it with Docker 20.10"),
+    "bundle push /data/train.bundle registry.internal:5000/team --compression gzip":
+        skip(REGISTRY + "; tests/test_cluster_path.py runs it against a docker-registry"),
+    "docker pull --platform linux/arm64 gpu-gw:5000/my/train:1": skip(SERVE + "; tests/test_cluster_path.py"),
+    "skopeo inspect --raw oci:/data/train.bundle:my/train:1":
+        skip("an --all-platforms bundle; tests/test_cluster_path.py runs it on one"),
     "python3 bundle-import.pyz /shared/train.bundle --check-only --name-prefix registry.internal:5000/team "
     "--receipt /shared/receipts/node01/check.json": skip(FLEET),
     "python3 bundle-import.pyz /shared/train.bundle --check-only --engine containerd --namespace k8s.io "

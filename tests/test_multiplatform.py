@@ -82,7 +82,7 @@ def test_all_platforms_keeps_the_index_and_docker_gets_its_own(layout: tuple[Pat
     src, facts = layout
     out = tmp_path / "all.bundle"
     doc = export(src, out, "--all-platforms")
-    assert doc["schemaVersion"] == "3.2"
+    assert doc["schemaVersion"] == "3.3"
     [image] = doc["images"]
     assert image["refs"] == [REF] and image["platform"]["architecture"] == "amd64"  # this host's is the primary
     assert image["index"]["digest"] == facts["index"]

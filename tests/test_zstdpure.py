@@ -201,11 +201,13 @@ def test_a_damaged_layer_is_decompress_failed_with_the_pure_fallback(only_the_pu
 
 # ============================== export --compression auto, from the inventory's decoders
 
-def _inventory_file(tmp_path: Path, decoders: Any, name: str) -> str:
+def _inventory_file(tmp_path: Path, decoders: Any, name: str, engine_kind: str = "docker",
+                    engine_version: str = "26.1.5") -> str:
+    """An inventory whose host has ``decoders``; its engine reads zstd unless told otherwise."""
     from importer.inventory.engine import build_inventory, checksum
     from importer.sinks import EngineImage, EngineInfo
 
-    engine = EngineInfo("docker", "20.10.24", "overlay2", "classic", "unix:///var/run/docker.sock")
+    engine = EngineInfo(engine_kind, engine_version, "overlay2", "classic", "unix:///var/run/docker.sock")
     doc = build_inventory(engine, [EngineImage("sha256:" + "a" * 64, ["sha256:" + "1" * 64], ["x:1"])])
     if decoders is None:  # as an inventory 1.0 was written
         del doc["decoders"]
@@ -263,3 +265,29 @@ def test_export_defaults_to_auto() -> None:
 
     args = build_parser().parse_args(["export", "x:1", "-o", "out"])
     assert args.compression == "auto"
+
+
+def test_auto_compression_is_gzip_for_an_engine_that_reads_no_zstd(tmp_path: Path) -> None:
+    """Issue 25: the inventory's engine version decides too (Docker 20.10 pulls and loads no zstd
+    layer; containerd from 1.5 does), whatever decoders python3 has on that host."""
+    from bundle.export import choose_compression
+    from importer.inventory.have import engine_reads_zstd
+
+    fast = ["gzip", "zstandard", "zstd-pure-python"]
+    docker20 = _inventory_file(tmp_path, fast, "d20.json", "docker", "20.10.24+dfsg1")
+    docker23 = _inventory_file(tmp_path, fast, "d23.json", "docker", "23.0.0")
+    ctr14 = _inventory_file(tmp_path, fast, "c14.json", "containerd", "v1.4.13")
+    ctr17 = _inventory_file(tmp_path, fast, "c17.json", "containerd", "1.7.24~ds1")
+    podman = _inventory_file(tmp_path, fast, "p.json", "podman", "4.3.1")
+    assert choose_compression([docker20]) == "gzip"
+    assert choose_compression([docker23]) == "zstd"
+    assert choose_compression([ctr14]) == "gzip"
+    assert choose_compression([ctr17]) == "zstd"
+    assert choose_compression([podman]) == "zstd"
+    assert choose_compression([docker23, docker20]) == "gzip"  # one of the hosts cannot read zstd
+    # hostile or odd versions say nothing rather than guess
+    assert engine_reads_zstd("docker", "") is None
+    assert engine_reads_zstd("docker", "dev") is None
+    assert engine_reads_zstd("docker", "9" * 5000) is None
+    assert engine_reads_zstd("docker", "1" * 5 + ".1") is None
+    assert engine_reads_zstd("other", "30.0") is None

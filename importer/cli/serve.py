@@ -11,12 +11,14 @@ from typing import Optional, Sequence
 from importer.cli.output import ArgumentParser, guarded
 from importer.cli.servesecure import add_options, print_node_config, security, start_info, start_lines
 from importer.errors import UsageError
+from importer.format.manifest import LayerRecord
 from importer.format.text import printable
 from importer.input.archive import locate
-from importer.input.opened import open_bundle
+from importer.input.opened import OpenedBundle, open_bundle
 from importer.registry.serve import DEFAULT_LISTEN, Catalog, damaged_error, serve_forever, stderr_log
 from importer.registry.servelimits import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, checked_limits
 from importer.registry.servetls import GuardedRegistry
+from importer.registry.transcode import ZSTD_READERS, new_workdir, remove_workdir, transcode, zstd_warning
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.opened import verify_or_raise
@@ -46,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                    help=f"serve at most N connections at once; more get 503 (default: {DEFAULT_MAX_CONNECTIONS})")
     add_options(p)
+    p.add_argument("--compression", choices=("keep", "gzip"), default="keep",
+                   help="keep: serve the layers as the bundle holds them (default; zstd in a default bundle, read "
+                   f"by {ZSTD_READERS}); gzip: recompress zstd layers once at start into a private temp folder "
+                   "(each layer's diff_id checked; removed at exit) and serve those, for Docker before 23.0 "
+                   "(same image IDs, new manifest digests)")
     p.add_argument("--json", action="store_true", help="print one JSON line on stdout once serving (the address)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines and no access log")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -62,6 +69,22 @@ def _out(line: str) -> None:
     sys.stdout.flush()
 
 
+def _recompressed(bundle: OpenedBundle, args: argparse.Namespace, workdir: str) -> Catalog:
+    """The catalog of the bundle's images with their layers recompressed (--compression)."""
+    manifest = bundle.manifest()
+
+    def note(layer: LayerRecord) -> None:
+        if not args.quiet:
+            _say(f"serve: recompressing layer {layer.digest.short} ({layer.size} bytes) to {args.compression}")
+
+    done = transcode(bundle.root, manifest, args.compression, workdir, note)
+    args.renamed = done.renamed
+    if not args.quiet:
+        _say(f"serve: {done.layers} layer(s) recompressed to {args.compression}; "
+             f"{len(done.renamed)} manifest(s) rewritten (image IDs unchanged)")
+    return Catalog(done.manifest(manifest), _say, local=done.files)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     bundle = open_bundle(args.bundle)
     sec = security(args)  # certificate and users: a bad file fails before anything is checked or listens
@@ -74,13 +97,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     limits = checked_limits(args.idle_timeout, args.max_connections)
     if args.print_node_config:
         return print_node_config(bundle, args, sec)
+    args.renamed = {}
     server = GuardedRegistry(bundle, Catalog(bundle.manifest(), _say), args.listen,
                              log=None if args.quiet else stderr_log, limits=limits, tls=sec.tls,
                              htpasswd=sec.htpasswd)  # bound now: a taken port fails before verifying
+    workdir = ""
     try:
+        workdir = new_workdir("sneakernet-serve-") if args.compression != "keep" else ""
         report = verify_or_raise(bundle, progress=stderr_progress(args.quiet), deep=not args.shallow)
         report.signature = sig.to_dict()
-        catalog = server.catalog
+        catalog = _recompressed(bundle, args, workdir) if args.compression != "keep" else server.catalog
+        server.catalog = catalog
+        if catalog.has_zstd() and not args.quiet:
+            _say(zstd_warning("serve") + " (a Docker before 23.0 asking is answered with an error saying so)")
         for blob in catalog.missing_layers():
             _say(f"serve: layer {blob.digest} is left out of this delta bundle: pulls that need it fail "
                  "(404 BLOB_UNKNOWN)")
@@ -89,6 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         info = start_info(sec, server.address, args.listen, listing[0] if listing else None)
         if args.json:
             doc = {"ok": True, "listening": server.address, "url": url, "bundle": bundle.path, "kind": bundle.kind,
+                   "compression": args.compression, "renamedManifests": dict(args.renamed),
                    "bundleDigest": str(bundle.digest), "verification": report.to_dict(),
                    "repositories": listing, **info}
             sys.stdout.write(json.dumps(doc) + "\n")
@@ -103,12 +133,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 _out(line)
     except BaseException:
         server.server_close()
+        remove_workdir(workdir)
         raise
     try:
         serve_forever(server)
     except KeyboardInterrupt as e:  # SIGINT/SIGTERM: the normal way to stop serving
         _say(f"{stop_error(e, 'serve').message}; {server.stats.requests} request(s), "
              f"{server.stats.bytes_sent} bytes sent, {server.stats.bytes_hashed} bytes hashed")
+    finally:
+        remove_workdir(workdir)
     error = damaged_error(server, bundle.path)
     if error is not None:
         raise error

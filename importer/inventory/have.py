@@ -9,7 +9,8 @@ need to complete it (docs/deltas.md)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Set
+import re
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from importer.errors import ManifestError, UsageError
 from importer.format.digest import Digest, is_digest
@@ -126,6 +127,37 @@ def zstd_is_fast_on(paths: Sequence[str]) -> Optional[bool]:
             if decoders is not None:
                 said.append(any(d in FAST_ZSTD_DECODERS for d in decoders))
     return all(said) if said else None
+
+
+def engine_reads_zstd(kind: str, version: str) -> Optional[bool]:
+    """Whether an engine pulls and loads zstd layers: Docker from 23.0, containerd from 1.5
+    (podman, OCI layouts and registries do); None when the version says nothing."""
+    m = re.match(r"\s*v?(\d{1,4})\.(\d{1,4})", version)
+    if kind in ("podman", "oci", "registry"):
+        return True
+    if m is None or kind not in ("docker", "containerd"):
+        return None
+    major, minor = int(m.group(1)), int(m.group(2))
+    return major >= 23 if kind == "docker" else (major, minor) >= (1, 5)
+
+
+def engines_read_zstd(paths: Sequence[str]) -> Optional[Tuple[bool, str]]:
+    """Whether every engine an inventory among ``paths`` describes reads zstd layers (and the
+    first that does not, ``docker 20.10.24``); None when no inventory says."""
+    said: List[Tuple[bool, str]] = []
+    for path in paths:
+        raw = read_file_limited(path, MAX_ENGINE_JSON, path)
+        doc = parse_json(raw, path)
+        if isinstance(doc, dict) and doc.get("kind") == "inventory":
+            engine = load_inventory(raw, what=path).get("engine")
+            if isinstance(engine, dict):
+                kind, version = str(engine.get("kind", "")), str(engine.get("version", ""))
+                reads = engine_reads_zstd(kind, version)
+                if reads is not None:
+                    said.append((reads, f"{kind} {version}"[:80]))
+    if not said:
+        return None
+    return next((s for s in said if not s[0]), said[0])
 
 
 def have_platform(paths: Sequence[str]) -> Optional[Platform]:

@@ -11,6 +11,7 @@ its left-out layers must be there or be mounted from another repository
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -21,6 +22,7 @@ from importer.pipeline.importing import ImportResult
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.registry.push import PushedRef, PushReport, push_bundle
 from importer.registry.sink import RegistrySink
+from importer.registry.transcode import has_zstd, zstd_warning
 from importer.sinks import EngineImage
 from importer.verify.bundle import VerifyReport
 from importer.verify.opened import verify_or_raise
@@ -69,6 +71,8 @@ def import_to_registry(
     manifest = res.report.manifest
     assert manifest is not None
     res.engine = sink.probe()
+    if progress is not None and any(has_zstd(image) for image in manifest.images):  # not --quiet
+        sys.stderr.write(f"note: {zstd_warning('--engine registry')} with `bundle push`\n")
     t_push = time.monotonic()
     try:
         report = push_bundle(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
 
 from importer.errors import DigestMismatch, PolicyRejected, UsageError
 from importer.format.digest import Digest
@@ -145,8 +145,21 @@ def _carried(image: ImageRecord) -> List[Any]:
     return list(image.variants) if image.index is not None else [image]
 
 
-def _manifest_bytes(root: BundleRoot, blob: BlobRef, what: str) -> Tuple[bytes, str]:
-    raw = read_bundle_file(root, blob.digest.blob_path, MAX_MANIFEST, what)
+def _opener(root: BundleRoot, local: Dict[str, str]) -> Callable[[Digest], BinaryIO]:
+    """Opens a blob: from ``local`` (recompressed for this push, transcode.py), else the bundle."""
+    def open_blob(digest: Digest) -> BinaryIO:
+        path = local.get(str(digest))
+        return open(path, "rb") if path is not None else open_bundle_file(root, digest.blob_path)
+    return open_blob
+
+
+def _manifest_bytes(root: BundleRoot, blob: BlobRef, what: str, local: Dict[str, str]) -> Tuple[bytes, str]:
+    path = local.get(str(blob.digest))
+    if path is not None:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_MANIFEST + 1)
+    else:
+        raw = read_bundle_file(root, blob.digest.blob_path, MAX_MANIFEST, what)
     got = Digest.of_bytes(raw)
     if got != blob.digest:
         raise DigestMismatch(f"reading {what}: expected {blob.digest}, found {got}",
@@ -169,16 +182,19 @@ def push_bundle(
     concurrency: int = 4,
     move_tags: bool = True,
     progress: Optional[ProgressFactory] = None,
+    local: Optional[Dict[str, str]] = None,
 ) -> PushReport:
     """Push every tagged image of ``manifest`` (already verified) from ``root`` to the client's
-    registry. ``move_tags=False`` refuses to move a tag that names another manifest."""
+    registry. ``move_tags=False`` refuses to move a tag that names another manifest. ``local``:
+    blobs recompressed for this push (digest -> file; ``manifest`` then names them)."""
     started = time.monotonic()
+    local = dict(local or {})
     report = PushReport(target=str(client.target))
     refs, report.untagged = plan_refs(manifest, client)
     if not refs:
         raise UsageError("pushing: expected at least one image with a name, found only untagged images",
                          hint="a registry names images by repository:tag; re-export them tagged")
-    raw_manifests = {blob.digest: _manifest_bytes(root, blob, what)
+    raw_manifests = {blob.digest: _manifest_bytes(root, blob, what, local)
                      for r in refs for blob, what in _manifest_blobs(r.image)}
     workers = max(1, concurrency)
     _check_tags(client, refs, workers, move_tags)
@@ -191,7 +207,7 @@ def push_bundle(
     elsewhere = {(b.repository, b.layer.digest) for b in outside}
 
     sizes, missing = _missing_blobs(client, refs, elsewhere, workers, report)
-    _send_blobs(root, client, missing, sizes, workers, progress, report)
+    _send_blobs(_opener(root, local), client, missing, sizes, workers, progress, report)
     if report.delta is not None:
         report.blobs_present += report.delta.count("present")
         report.blobs_mounted += report.delta.count("mounted")
@@ -249,7 +265,7 @@ def _missing_blobs(client: RegistryClient, refs: List[PushedRef], elsewhere: Set
     return sizes, missing
 
 
-def _send_blobs(root: BundleRoot, client: RegistryClient, missing: List[Tuple[str, Digest]],
+def _send_blobs(open_blob: Callable[[Digest], BinaryIO], client: RegistryClient, missing: List[Tuple[str, Digest]],
                 sizes: Dict[Digest, int], workers: int, progress: Optional[ProgressFactory],
                 report: PushReport) -> None:
     """Upload each missing blob once, then into the other repositories: mount, else upload."""
@@ -261,7 +277,7 @@ def _send_blobs(root: BundleRoot, client: RegistryClient, missing: List[Tuple[st
 
     def upload(item: Tuple[Digest, str]) -> None:
         digest, repo = item
-        client.upload_blob(repo, digest, sizes[digest], lambda: open_bundle_file(root, digest.blob_path), on_bytes)
+        client.upload_blob(repo, digest, sizes[digest], lambda: open_blob(digest), on_bytes)
 
     _each(workers, upload, uploads, client.cancel)
     report.blobs_uploaded = len(uploads)
@@ -272,7 +288,7 @@ def _send_blobs(root: BundleRoot, client: RegistryClient, missing: List[Tuple[st
         repo, digest = pair
         if client.mount_blob(repo, digest, first_repo[digest]):
             return True
-        client.upload_blob(repo, digest, sizes[digest], lambda: open_bundle_file(root, digest.blob_path), on_bytes)
+        client.upload_blob(repo, digest, sizes[digest], lambda: open_blob(digest), on_bytes)
         return False
 
     mounted = _each(workers, mount, others, client.cancel)

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 from importer import __version__
 from importer.errors import BundleError, IntegrityError, UsageError
 from importer.format.digest import Digest, is_digest
-from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
 from importer.format.refs import has_domain, split_ref
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
@@ -86,6 +86,7 @@ class Blob:
     size: int
     media_type: str
     stored: bool  # False: a layer a delta bundle leaves out
+    path: Optional[str] = None  # a blob recompressed for serving (importer/registry/transcode.py)
 
     @property
     def rel(self) -> str:
@@ -96,24 +97,32 @@ class Blob:
 class Repository:
     name: str
     tags: Dict[str, ImageRecord] = field(default_factory=dict)
-    manifests: Dict[str, ImageRecord] = field(default_factory=dict)  # digest -> image
+    #: digest -> image: each platform's manifest, and a multi-platform image's index (what its tags name)
+    manifests: Dict[str, ImageRecord] = field(default_factory=dict)
     blobs: Set[str] = field(default_factory=set)  # digests of manifests, configs, layers
 
 
 class Catalog:
-    """What the bundle serves: repositories (by the rule above) and every blob bundle.json pins."""
+    """What the bundle serves: repositories (by the rule above) and every blob bundle.json pins.
+    A multi-platform image's tags name its index (every platform pullable, each by its digest).
+    ``local``: blobs recompressed for serving (digest -> file), ``manifest`` then holds the images
+    as recompressed (importer/registry/transcode.py)."""
 
-    def __init__(self, manifest: BundleManifest, on_notice: Callable[[str], None]) -> None:
+    def __init__(self, manifest: BundleManifest, on_notice: Callable[[str], None],
+                 local: Optional[Dict[str, str]] = None) -> None:
         self.repositories: Dict[str, Repository] = {}
         self.blobs: Dict[str, Blob] = {}
+        self.local = dict(local or {})
+        #: manifests (and indexes) naming a zstd layer: refused to a Docker too old to read them
+        self.zstd: Set[str] = set()
         stored = {f.path for f in manifest.files}
         for image in manifest.images:
             for ref in image.refs:
                 self._add(image, ref, stored, on_notice)
 
     def _blob(self, digest: Digest, size: int, media_type: str, stored: Set[str]) -> str:
-        blob = Blob(digest, size, media_type, False)
-        blob.stored = blob.rel in stored
+        blob = Blob(digest, size, media_type, False, self.local.get(str(digest)))
+        blob.stored = blob.path is not None or blob.rel in stored
         self.blobs.setdefault(str(digest), blob)
         return str(digest)
 
@@ -125,22 +134,51 @@ class Catalog:
         repo = self.repositories.setdefault(name, Repository(name))
         if tag:
             other = repo.tags.get(tag)
-            if other is not None and other.manifest.digest != image.manifest.digest:
+            if other is not None and top_of(other).digest != top_of(image).digest:
                 on_notice(f"serve: {name}:{tag} names two images of the bundle; serving {other.name}, "
                           f"{image.name} only by digest")
             else:
                 repo.tags[tag] = image
-        repo.manifests[str(image.manifest.digest)] = image
-        repo.blobs.add(self._blob(image.manifest.digest, image.manifest.size, image.manifest.media_type, stored))
-        repo.blobs.add(self._blob(image.config.digest, image.config.size, image.config.media_type, stored))
-        for layer in image.layers:
-            repo.blobs.add(self._blob(layer.digest, layer.size, layer.media_type, stored))
+        if image.index is not None:
+            repo.manifests[str(image.index.digest)] = image
+            repo.blobs.add(self._blob(image.index.digest, image.index.size, image.index.media_type, stored))
+            if any(_zstd(v) for v in image.variants):
+                self.zstd.add(str(image.index.digest))
+        for v in image.variants if image.index is not None else (image,):
+            repo.manifests[str(v.manifest.digest)] = v
+            if _zstd(v):
+                self.zstd.add(str(v.manifest.digest))
+            repo.blobs.add(self._blob(v.manifest.digest, v.manifest.size, v.manifest.media_type, stored))
+            repo.blobs.add(self._blob(v.config.digest, v.config.size, v.config.media_type, stored))
+            for layer in v.layers:
+                repo.blobs.add(self._blob(layer.digest, layer.size, layer.media_type, stored))
+
+    def has_zstd(self) -> bool:
+        return bool(self.zstd)
 
     def missing_layers(self) -> List[Blob]:
         return [b for b in self.blobs.values() if not b.stored]
 
     def listing(self) -> List[Dict[str, Any]]:
         return [{"name": r.name, "tags": sorted(r.tags)} for _, r in sorted(self.repositories.items())]
+
+
+def top_of(image: ImageRecord) -> BlobRef:
+    """What a tag of ``image`` names: its index when the bundle carries one, else its manifest."""
+    return image.index if image.index is not None else image.manifest
+
+
+def _zstd(image: ImageRecord) -> bool:
+    return any(layer.media_type.endswith("+zstd") for layer in image.layers)
+
+
+def too_old_for_zstd(user_agent: str) -> Optional[str]:
+    """The Docker version in a client's User-Agent when it is before 23.0 (reads no zstd layer):
+    ``docker/20.10.24 go/go1.19 ...`` -> ``20.10.24``; None for any other client."""
+    m = re.match(r"\s*docker/(\d+)\.(\d+)[^\s]*", user_agent)
+    if m is None or int(m.group(1)) >= 23:
+        return None
+    return m.group(0).strip()[len("docker/"):]
 
 
 @dataclass
@@ -440,7 +478,17 @@ class _Handler(BaseHTTPRequestHandler):
         if image is None:
             return self._error(404, "MANIFEST_UNKNOWN", "manifest unknown",
                                {"name": repo.name, "reference": ref[:200]})
-        blob = self.server.catalog.blobs[str(image.manifest.digest)]
+        digest = ref if is_digest(ref) else str(top_of(image).digest)
+        old = too_old_for_zstd(self.headers.get("User-Agent", ""))
+        if old is not None and digest in self.server.catalog.zstd:
+            self._note = f"refused: zstd layers to Docker {old[:40]}"
+            return self._error(
+                404, "MANIFEST_UNKNOWN",
+                f"{repo.name}:{ref[:80]} has zstd layers and Docker {old[:40]} (before 23.0) cannot read them: "
+                "serve this bundle with `bundle-import serve --compression gzip` (same image IDs), "
+                "or pull with Docker >= 23, containerd >= 1.5 or podman",
+                {"name": repo.name, "reference": ref[:200]})
+        blob = self.server.catalog.blobs[digest]
         self._send_blob(blob, blob.media_type)
 
     def _blob(self, repo: Repository, ref: str) -> None:
@@ -486,8 +534,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         first, last = wanted if wanted is not None else (0, blob.size - 1)
         try:  # the identity first: a file rewritten while it is hashed is not remembered as verified
-            identity = blob_identity(self.server.bundle, blob.rel)
-            f = self.server.bundle.open(blob.rel)
+            identity = blob_identity(self.server.bundle, blob.rel, blob.path)
+            f = open(blob.path, "rb") if blob.path is not None else self.server.bundle.open(blob.rel)  # noqa: SIM115
         except (OSError, BundleError) as e:
             self._damaged(blob, f"it cannot be opened ({getattr(e, 'message', None) or e})")
             self._error(500, "BLOB_UNKNOWN", "blob can no longer be read from the bundle; the server goes on",

@@ -26,6 +26,7 @@ from importer.format.manifest import (
     BUNDLE_JSON,
     SIGNATURE_FILE,
     SUMS_FILE,
+    BlobRef,
     BundleManifest,
     ImageRecord,
     LayerRecord,
@@ -426,16 +427,33 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
             issue = _descriptor_issue(entry, f"manifests[{k}]")
             if issue is not None:
                 add(Problem("invalid-manifest", "index.json", issue))
-    for image in manifest.records():
-        _check_image(root, image, entries, bad, add)
+    for top in manifest.images:
+        if top.index is not None:
+            _check_index_entries(top, entries, add)
+        for image in top.variants:
+            _check_image(root, image, entries, bad, add, top.index)
+
+
+def _check_index_entries(image: ImageRecord, entries: List[Any], add: Callable[[Problem], None]) -> None:
+    """3.3: the entries naming a carried image index describe it (3.2 bundles name the primary
+    platform's manifest instead, and list no index entry)."""
+    assert image.index is not None
+    for e in entries:
+        if isinstance(e, dict) and e.get("digest") == str(image.index.digest) and (
+                e.get("size") != image.index.size or e.get("mediaType") != image.index.media_type):
+            add(Problem("invalid-layout", "index.json",
+                        f"expected the entry for the index of {image.name} to describe {image.index.media_type} of "
+                        f"{image.index.size} bytes, found {str(e.get('mediaType'))[:80]!r} of {e.get('size')!r:.40}"))
 
 
 def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str],
-                 add: Callable[[Problem], None]) -> None:
+                 add: Callable[[Problem], None], index: Optional[BlobRef] = None) -> None:
     mdigest = str(image.manifest.digest)
     mine = [e for e in entries if isinstance(e, dict) and e.get("digest") == mdigest]
+    named = [e for e in entries if isinstance(e, dict) and e.get("digest") in (
+        mdigest, str(index.digest) if index is not None else mdigest)]  # 3.3: the refs name the index
     refs_in_index = {
-        str(e.get("annotations", {}).get(REF_NAME_ANNOTATION)) for e in mine if isinstance(e.get("annotations"), dict)
+        str(e.get("annotations", {}).get(REF_NAME_ANNOTATION)) for e in named if isinstance(e.get("annotations"), dict)
     }
     if not mine:
         add(Problem("invalid-layout", "index.json", f"expected an entry for {image.name} ({mdigest}), found none"))
@@ -447,7 +465,8 @@ def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str
                         f"{e.get('size')!r:.40}"))
     for ref in image.refs:
         if ref not in refs_in_index:
-            add(Problem("invalid-layout", "index.json", f"expected ref.name {ref!r} on {mdigest}, found none"))
+            add(Problem("invalid-layout", "index.json", f"expected ref.name {ref!r} on {mdigest}"
+                        + (f" or on its index {index.digest}" if index is not None else "") + ", found none"))
     mpath = image.manifest.digest.blob_path
     doc = _read_json(root, mpath, limits.MAX_MANIFEST, bad, add)
     if doc is _UNREAD:

@@ -172,8 +172,8 @@ def delta_compressed() -> Doc:
 
 
 def multi_platform() -> Doc:
-    """Schema 3.2: an image carried for two platforms with its image index (the primary, amd64,
-    in the image's own fields; arm64 in ``platforms``)."""
+    """Schema 3.3: an image carried for two platforms with its image index (the primary, amd64,
+    in the image's own fields; arm64 in ``platforms``; 3.3: index.json names the index)."""
     arm = image("multi arm64", [], [layer("multi arm64 layer", LAYER_GZIP, 1_201, 10_240)],
                 platform={"os": "linux", "architecture": "arm64", "variant": "v8"})
     del arm["refs"]
@@ -181,7 +181,7 @@ def multi_platform() -> Doc:
                                                                           10_240)])
     img["index"] = {"mediaType": OCI_INDEX, "digest": digest("multi index"), "size": 734}
     img["platforms"] = [arm]
-    return bundle([img], version="3.2")
+    return bundle([img], version="3.3")
 
 
 def _multi_with(change: Callable[[Doc], None]) -> Callable[[Doc], Doc]:
