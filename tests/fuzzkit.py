@@ -173,7 +173,8 @@ def _retarget(doc: Any, old: str, new: str, size: int) -> bool:
 
 def replace_blob(bundle: Path, old: str, data: bytes) -> None:
     """Store ``data`` in place of blob ``old`` and re-pin everything that names it: manifests
-    naming a changed config are re-pinned in turn, then index.json, bundle.json, SHA256SUMS."""
+    naming a changed config (and image indexes naming a changed manifest) are re-pinned in turn,
+    then index.json, bundle.json, SHA256SUMS."""
     blobs = bundle / "blobs" / "sha256"
     new = "sha256:" + _sha(data)
     (blobs / old[7:]).unlink(missing_ok=True)
@@ -183,9 +184,9 @@ def replace_blob(bundle: Path, old: str, data: bytes) -> None:
             continue
         try:
             doc = json.loads(path.read_bytes())
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, FileNotFoundError):  # not JSON, or re-pinned already
             continue
-        if isinstance(doc, dict) and "layers" in doc and _retarget(doc, old, new, len(data)):
+        if isinstance(doc, dict) and ("layers" in doc or "manifests" in doc) and _retarget(doc, old, new, len(data)):
             replace_blob(bundle, "sha256:" + path.name, json.dumps(doc).encode())
     index = json.loads((bundle / "index.json").read_bytes())
     if _retarget(index, old, new, len(data)):

@@ -307,6 +307,9 @@ def _nonzero_after(cf: ConcatFile, offset: int) -> int:
 def _small_documents(manifest: BundleManifest) -> Dict[str, int]:
     """Paths of the JSON documents the layout check reads, with their size limits."""
     docs = {"oci-layout": 4096, "index.json": limits.MAX_INDEX}
+    for image in manifest.images:
+        if image.index is not None:
+            docs[image.index.digest.blob_path] = limits.MAX_INDEX
     for image in manifest.records():
         docs[image.manifest.digest.blob_path] = limits.MAX_MANIFEST
         docs[image.config.digest.blob_path] = limits.MAX_CONFIG

@@ -36,6 +36,7 @@ from importer.format.problems import Problem
 from importer.format.sums import parse_sums
 from importer.input.layers import check_layer
 from importer.input.opened import open_bundle
+from importer.verify.carriedindex import carried_index_issues, config_platform_issue
 
 ProgressFn = Callable[[int], None]
 
@@ -425,6 +426,21 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
                 add(Problem("invalid-manifest", "index.json", issue))
     for image in manifest.records():
         _check_image(root, image, entries, bad, add)
+    for image in manifest.images:
+        if image.index is not None:
+            _check_carried_index(root, image, bad, add)
+
+
+def _check_carried_index(root: str, image: ImageRecord, bad: Set[str], add: Callable[[Problem], None]) -> None:
+    """A multi-platform image's index lists exactly its recorded platform manifests, each for its
+    platform (importer/verify/carriedindex.py)."""
+    assert image.index is not None
+    path = image.index.digest.blob_path
+    doc = _read_json(root, path, limits.MAX_INDEX, bad, add)
+    if doc is _UNREAD:
+        return
+    for issue in carried_index_issues(image, doc):
+        add(Problem("index-platform-mismatch", path, f"index of {image.name}: {issue}"))
 
 
 def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str],
@@ -462,6 +478,9 @@ def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str
         add(Problem("invalid-manifest", cpath,
                     f"config of {image.name}: expected a JSON object (an OCI image config), found {_kind(cfg)}"))
         return
+    platform_issue = config_platform_issue(image, cfg)
+    if platform_issue is not None:
+        add(Problem("config-platform-mismatch", cpath, f"config of {image.name}: {platform_issue}"))
     rootfs = cfg.get("rootfs")
     if not isinstance(rootfs, dict):
         add(Problem("invalid-manifest", cpath,
