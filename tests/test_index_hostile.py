@@ -174,3 +174,39 @@ def test_the_exporter_refuses_an_index_whose_platforms_contradict_the_configs(tm
         err = json.loads(proc.stdout)["error"]
         assert err["id"] == "source" and "s390x" in err["message"] and "arm64" in err["message"], err
         assert not (out / "bundle.json").exists()
+
+
+def test_an_oci_target_whose_index_gives_a_platform_another_image_is_not_held(pristine: Path,
+                                                                               tmp_path: Path) -> None:
+    """What the OCI target exposes for a platform is read back and must be that platform's image:
+    an index in the target that lists the arm64 manifest for ppc64le (and the reverse) makes
+    --check-only fail, though this host's (amd64) entry is untouched."""
+    import hashlib
+
+    target = tmp_path / "target"
+    proc = run_cli("importer", str(pristine), "--engine", "oci", "--oci-dir", str(target), "-q")
+    assert proc.returncode == 0, proc.stderr
+    check = ["--check-only", "--engine", "oci", "--oci-dir", str(target), "--json"]
+    assert run_cli("importer", str(pristine), *check).returncode == 0
+    top = json.loads((target / "index.json").read_text())
+    [entry] = [e for e in top["manifests"] if e["digest"] == _index_digest(pristine)]
+    index = json.loads((target / "blobs/sha256" / entry["digest"][7:]).read_bytes())
+    m = index["manifests"]
+    m[1]["platform"], m[2]["platform"] = m[2]["platform"], m[1]["platform"]
+    raw = json.dumps(index).encode()
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    (target / "blobs/sha256" / digest[7:]).write_bytes(raw)
+    entry.update(digest=digest, size=len(raw))
+    (target / "index.json").write_text(json.dumps(top))
+    proc = run_cli("importer", str(pristine), *check)
+    assert proc.returncode == 8, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["id"] == "check-only-mismatch" and "ppc64le" in (error["context"] or ""), error
+
+
+def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(pristine: Path, tmp_path: Path) -> None:
+    b = _copy(pristine, tmp_path)
+    rewrite_index(b, _swap_platforms)
+    proc = run_cli("importer", "serve", str(b), "--listen", "127.0.0.1:0", "--json", timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "error[verification-failed]" in proc.stderr and "index-platform-mismatch" in proc.stderr, proc.stderr
