@@ -344,6 +344,8 @@ def _check_member(name: str, raw: HashingReader, want: Digest, layer: Optional[L
         _drain(raw)
         if raw.digest() == want and len(data) <= keep_limit:
             kept[name] = data
+        elif raw.digest() == want:  # a document too large to check is refused, as in a folder
+            return Problem("limit-exceeded", name, f"reading {name}: expected at most {keep_limit} bytes, found more")
     else:
         _drain(raw)
     got = raw.digest()
