@@ -210,3 +210,25 @@ def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(prist
     proc = run_cli("importer", "serve", str(b), "--listen", "127.0.0.1:0", "--json", timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "error[verification-failed]" in proc.stderr and "index-platform-mismatch" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_carried_index_too_large_to_check_is_refused(pristine: Path, tmp_path: Path, packed: bool) -> None:
+    """An index the verifier will not parse (over its 4 MiB bound) is refused, not skipped: in a
+    tar it used to be left out of the documents checked, so its platforms went unjudged."""
+    from importer.format.limits import MAX_INDEX
+
+    b = _copy(pristine, tmp_path)
+    old = _index_digest(b)
+    raw = (b / "blobs/sha256" / old[7:]).read_bytes()
+    doc = json.loads(raw)
+    _swap_platforms(doc)
+    body = json.dumps(doc).encode()
+    replace_blob(b, old, body[:-1] + b" " * (MAX_INDEX + 1 - len(body)) + b"}")
+    subject = b
+    if packed:
+        assert run_cli("bundle", "pack", str(b), str(tmp_path / "b.tar")).returncode == 0
+        subject = tmp_path / "b.tar"
+    code, result, err = _verify(subject)
+    assert code == 3, err
+    assert "limit-exceeded" in {p["id"] for p in result["problems"]}, result["problems"]
