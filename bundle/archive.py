@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional
 from importer import __version__
 from importer.errors import DigestMismatch, ManifestError, SizeMismatch, UsageError
 from importer.format.digest import CHUNK, Digest
-from importer.format.limits import MAX_BUNDLE_JSON, read_file_limited
+from importer.format.limits import MAX_BUNDLE_JSON, read_limited
 from importer.format.manifest import (
     BUNDLE_JSON,
     IMPORTER_PYZ,
@@ -42,7 +42,7 @@ from importer.input.archive import (
     index_name,
     part_name,
 )
-from importer.streams.fsutil import atomic_write_bytes, fsync_dir
+from importer.streams.fsutil import atomic_write_bytes, fsync_dir, open_regular
 from importer.streams.readers import HashingReader
 
 ProgressFn = Callable[[int], None]
@@ -160,7 +160,7 @@ def member_order(manifest: BundleManifest, src: str) -> List[str]:
     first = [BUNDLE_JSON, SUMS_FILE]
     if manifest.importer is not None:
         first.append(manifest.importer.path)
-    if os.path.isfile(os.path.join(src, SIGNATURE_FILE)):
+    if os.path.lexists(os.path.join(src, SIGNATURE_FILE)):  # a link or special file: refused when opened
         first.append(SIGNATURE_FILE)
     small = ["oci-layout", "index.json"]
     for image in manifest.images:
@@ -170,6 +170,22 @@ def member_order(manifest: BundleManifest, src: str) -> List[str]:
         if path not in order and (path in first or any(f.path == path for f in manifest.files)):
             order.append(path)
     return order
+
+
+def _open_member(src: str, rel: str) -> BinaryIO:
+    """A file of the bundle folder, opened only when it is a regular file reached through no link
+    (lstat first, O_NOFOLLOW|O_NONBLOCK, fstat after: importer/streams/fsutil.py open_regular)."""
+    return open_regular(os.path.join(src, rel), f"packing {rel}", root=src)
+
+
+def _regular_size(src: str, rel: str) -> int:
+    with _open_member(src, rel) as f:
+        return os.fstat(f.fileno()).st_size
+
+
+def _read_member(src: str, rel: str, limit: int) -> bytes:
+    with _open_member(src, rel) as f:
+        return read_limited(f, limit, rel)
 
 
 def _stale_outputs(archive: str) -> List[str]:
@@ -195,10 +211,11 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     if os.path.isdir(archive):
         raise UsageError(f"packing into {archive}: expected a file name (FILE.tar), found a folder")
     os.makedirs(os.path.dirname(archive), exist_ok=True)
-    if not os.path.isfile(os.path.join(src, BUNDLE_JSON)):
+    if not os.path.lexists(os.path.join(src, BUNDLE_JSON)):
         raise ManifestError(f"packing {src}: expected a bundle folder holding {BUNDLE_JSON}, found none",
                             hint="pass the folder `bundle export -o DIR` wrote")
-    raw_bj = read_file_limited(os.path.join(src, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
+    with _open_member(src, BUNDLE_JSON) as f:  # a link, FIFO or device is refused, never opened or followed
+        raw_bj = read_limited(f, MAX_BUNDLE_JSON, BUNDLE_JSON)
     manifest = load_bundle_manifest(raw_bj, where=os.path.join(src, BUNDLE_JSON))
     stale = _stale_outputs(archive)
     if stale and not force:
@@ -209,21 +226,22 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
         os.unlink(path)
     pins: Dict[str, FileRecord] = {f.path: f for f in manifest.files}
     order = member_order(manifest, src)
-    total = sum(os.path.getsize(os.path.join(src, p)) for p in order)
+    total = sum(_regular_size(src, p) for p in order)
     on_bytes = progress("pack", total) if progress is not None else None
     writer = PartWriter(archive, split)
     try:
         with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT, bufsize=CHUNK) as tar:  # type: ignore[call-overload]
             for rel in order:
                 full = os.path.join(src, rel)
-                size = os.path.getsize(full)
+                f = _open_member(src, rel)
+                size = os.fstat(f.fileno()).st_size
                 info = tarfile.TarInfo(rel)
                 info.size = size
                 info.mtime = 0
                 info.mode = 0o755 if rel == IMPORTER_PYZ else 0o644
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
-                with open(full, "rb") as f:
+                with f:
                     hashing = HashingReader(f, on_bytes)
                     tar.addfile(info, hashing)
                 _check_pin(rel, pins.get(rel), hashing, raw_bj if rel == BUNDLE_JSON else None)
@@ -236,8 +254,8 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     importer_rec = manifest.importer
     beside: Optional[str] = None
     if importer_rec is not None:
-        pyz = read_file_limited(os.path.join(src, importer_rec.path), 256 * 1024 * 1024, IMPORTER_PYZ) \
-            if os.path.exists(os.path.join(src, importer_rec.path)) else None
+        pyz = _read_member(src, importer_rec.path, 256 * 1024 * 1024) \
+            if os.path.lexists(os.path.join(src, importer_rec.path)) else None
         if pyz is not None and Digest.of_bytes(pyz) == importer_rec.digest:
             beside = os.path.join(os.path.dirname(archive), IMPORTER_PYZ)
             atomic_write_bytes(beside, pyz, mode=0o755)

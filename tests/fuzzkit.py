@@ -4,8 +4,10 @@ check, written apart from the importer, that says which accepted bundles must ha
 
 Targets: bundle.json, index.json, an image manifest, an image config (JSON mutations, raw or
 re-pinned so every digest, size and SHA256SUMS line still matches), SHA256SUMS (line-level byte
-mutations), the parts index of a split bundle (JSON mutations) and the tar headers of a packed
-bundle (byte flips, raw or with the header checksum recomputed)."""
+mutations), the parts index of a split bundle (JSON mutations), the tar headers of a packed
+bundle (byte flips, raw or with the header checksum recomputed) and, in a multi-platform bundle,
+the carried image index (manifests dropped, added, duplicated or swapped, platform fields
+changed, wrong types, null; issue 24 class 4)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from tests.trustkit import regenerate_sums
 REPO = Path(__file__).resolve().parents[1]
 BUNDLE_SCHEMA = json.loads((REPO / "schemas" / "bundle" / "v3.schema.json").read_text())
 TARGETS = ("bundle.json", "index.json", "manifest", "config", "SHA256SUMS", "parts-index", "tar-header")
+#: targets of a multi-platform (schema 3.2) bundle: its carried image index (``images[].index``)
+MULTI_TARGETS = ("carried-index", "carried-index", "manifest", "config", "bundle.json")
 CASE_SECONDS = 30
 
 
@@ -121,6 +125,43 @@ def mutate_json(doc: Any, rnd: random.Random, rounds: int = 0) -> Any:
     return doc
 
 
+_ODD_PLATFORM_VALUES = ["arm64", "amd64", "ppc64le", "s390x", "aarch64", "x86_64", "v8", "v7", "", "windows",
+                        "linux", None, 7, [], {}, "\udc80", "\x1b[2J"]
+
+
+def mutate_index(doc: Any, rnd: random.Random) -> Any:
+    """1-3 mutations aimed at an image index's manifests and their platforms (else JSON ones)."""
+    doc = json.loads(json.dumps(doc))
+    for _ in range(rnd.randint(1, 3)):
+        entries = doc.get("manifests") if isinstance(doc, dict) else None
+        if not isinstance(entries, list) or not entries or rnd.random() < 0.2:
+            return mutate_json(doc, rnd, rounds=1)
+        i, j = rnd.randrange(len(entries)), rnd.randrange(len(entries))
+        op = rnd.randrange(8)
+        if op == 0:
+            del entries[i]
+        elif op == 1:
+            entries.insert(j, json.loads(json.dumps(entries[i])))
+        elif op == 2 and isinstance(entries[i], dict) and isinstance(entries[j], dict):
+            entries[i]["platform"], entries[j]["platform"] = entries[j].get("platform"), entries[i].get("platform")
+        elif op == 3:
+            entries[i], entries[j] = entries[j], entries[i]  # order only: still the same index
+        elif op == 4 and isinstance(entries[i], dict):
+            entries.append({**entries[i], "digest": rnd.choice(["sha256:" + f"{rnd.getrandbits(256):064x}",
+                                                                entries[i].get("digest")])})
+        elif op in (5, 6) and isinstance(entries[i], dict) and isinstance(entries[i].get("platform"), dict):
+            key = rnd.choice(["os", "architecture", "variant", "os.version"])
+            entries[i]["platform"][key] = rnd.choice(_ODD_PLATFORM_VALUES)
+        else:
+            target = entries[i] if isinstance(entries[i], dict) and rnd.random() < 0.7 else None
+            if target is not None:
+                target[rnd.choice(["platform", "digest", "size", "mediaType"])] = rnd.choice(
+                    [None, 0, "x", [], {}, {"os": "linux"}])
+            else:
+                entries[i] = rnd.choice([None, 1, "x", []])
+    return doc
+
+
 def mutate_lines(raw: bytes, rnd: random.Random) -> bytes:
     """Line-level byte mutations of a SHA256SUMS file."""
     lines = raw.split(b"\n")
@@ -173,7 +214,8 @@ def _retarget(doc: Any, old: str, new: str, size: int) -> bool:
 
 def replace_blob(bundle: Path, old: str, data: bytes) -> None:
     """Store ``data`` in place of blob ``old`` and re-pin everything that names it: manifests
-    naming a changed config are re-pinned in turn, then index.json, bundle.json, SHA256SUMS."""
+    naming a changed config (and image indexes naming a changed manifest) are re-pinned in turn,
+    then index.json, bundle.json, SHA256SUMS."""
     blobs = bundle / "blobs" / "sha256"
     new = "sha256:" + _sha(data)
     (blobs / old[7:]).unlink(missing_ok=True)
@@ -183,9 +225,9 @@ def replace_blob(bundle: Path, old: str, data: bytes) -> None:
             continue
         try:
             doc = json.loads(path.read_bytes())
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, FileNotFoundError):  # not JSON, or re-pinned already
             continue
-        if isinstance(doc, dict) and "layers" in doc and _retarget(doc, old, new, len(data)):
+        if isinstance(doc, dict) and ("layers" in doc or "manifests" in doc) and _retarget(doc, old, new, len(data)):
             replace_blob(bundle, "sha256:" + path.name, json.dumps(doc).encode())
     index = json.loads((bundle / "index.json").read_bytes())
     if _retarget(index, old, new, len(data)):
@@ -274,8 +316,10 @@ def _reference_problems(bundle: Path) -> list[str]:
     problems += [f"index.json manifests[{i}]: {d}" for i, d in enumerate(index["manifests"]) if not _descriptor(d)]
     indexed = [(m.get("digest"), m.get("size"), m.get("mediaType")) for m in index["manifests"] if isinstance(m, dict)]
     records: dict[str, dict] = {}
-    for image in doc["images"]:
-        name = image["refs"][0] if image["refs"] else image["manifest"]["digest"]
+    for top in doc["images"]:
+        problems += _reference_index_problems(bundle, top)
+    for image in [r for top in doc["images"] for r in (top, *top.get("platforms", []))]:
+        name = image["refs"][0] if image.get("refs") else image["manifest"]["digest"]
         manifest = json.loads((bundle / "blobs/sha256" / image["manifest"]["digest"][7:]).read_bytes())
         config = json.loads((bundle / "blobs/sha256" / image["config"]["digest"][7:]).read_bytes())
         if not isinstance(manifest, dict) or not _descriptor(manifest.get("config")) or \
@@ -295,6 +339,8 @@ def _reference_problems(bundle: Path) -> list[str]:
         named = [(x["digest"], x["size"]) for x in manifest["layers"]]
         if named != [(x["digest"], x["size"]) for x in image["layers"]]:
             problems.append(f"{name}: manifest names other layers")
+        if image.get("platform", {}).get("os") and _platform(image["platform"]) != _platform(config):
+            problems.append(f"{name}: the config is for another platform than recorded")
         if config["rootfs"]["diff_ids"] != [x["diffId"] for x in image["layers"]]:
             problems.append(f"{name}: config names other diff_ids")
         for layer in image["layers"]:
@@ -309,6 +355,35 @@ def _reference_problems(bundle: Path) -> list[str]:
             if "sha256:" + _sha(plain) != layer["diffId"] or len(plain) != layer["uncompressedSize"]:
                 problems.append(f"{name}: layer {layer['digest'][:19]} does not decompress to its diffId")
     return problems
+
+
+_ALIASES = {"aarch64": "arm64", "x86_64": "amd64"}
+_VARIANT = {"arm64": "v8", "arm": "v7"}
+
+
+def _platform(p: Any) -> tuple:
+    """(os, architecture, variant) as containerd compares them (aliases, default variants)."""
+    if not isinstance(p, dict) or not all(isinstance(p.get(k, ""), str) for k in ("os", "architecture", "variant")):
+        return ("?",)
+    arch = _ALIASES.get(p.get("architecture", ""), p.get("architecture", ""))
+    variant = p.get("variant") or _VARIANT.get(arch, "")
+    return p.get("os", ""), arch, "v8" if arch == "arm64" and variant == "8" else variant
+
+
+def _reference_index_problems(bundle: Path, image: dict) -> list[str]:
+    """A carried index lists exactly the image's recorded platform manifests, each for its platform."""
+    if "index" not in image:
+        return []
+    index = json.loads((bundle / "blobs/sha256" / image["index"]["digest"][7:]).read_bytes())
+    if not isinstance(index, dict) or not isinstance(index.get("manifests"), list) or \
+            not all(_descriptor(m) and isinstance(m.get("platform"), dict) for m in index["manifests"]):
+        return ["carried index: not an index of descriptors with platforms"]
+    got = sorted((m["digest"], m["size"], m["mediaType"], _platform(m["platform"])) for m in index["manifests"])
+    want = sorted((r["manifest"]["digest"], r["manifest"]["size"], r["manifest"]["mediaType"],
+                   _platform(r.get("platform"))) for r in (image, *image.get("platforms", [])))
+    if got != want or len({w[3] for w in want}) != len(want) or ("?",) in {w[3] for w in got}:
+        return ["carried index: does not list exactly the recorded platform manifests"]
+    return []
 
 
 # ============================================================================ one case
@@ -401,8 +476,15 @@ def run_case(pristine: Path, work: Path, rnd: random.Random, target: str) -> Out
                                                                   rnd)))
         if repinned:
             repin_file(bundle, "index.json")
+    elif target == "carried-index":
+        old = doc["images"][0]["index"]["digest"]
+        data = json.dumps(mutate_index(json.loads((bundle / "blobs/sha256" / old[7:]).read_bytes()), rnd)).encode()
+        if repinned:
+            replace_blob(bundle, old, data)
+        else:
+            (bundle / "blobs/sha256" / old[7:]).write_bytes(data)
     elif target in ("manifest", "config"):
-        image = rnd.choice(doc["images"])
+        image = rnd.choice([r for img in doc["images"] for r in (img, *img.get("platforms", []))])
         old = image[target]["digest"]
         raw = (bundle / "blobs/sha256" / old[7:]).read_bytes()
         data = json.dumps(mutate_json(json.loads(raw), rnd)).encode()

@@ -260,12 +260,15 @@ def test_only_a_docker_before_23_is_taken_for_too_old() -> None:
 def test_export_auto_for_a_docker_20_inventory_writes_gzip(docker_host: str, busybox: str, tmp_path: Path) -> None:
     """``bundle export --have`` the inventory of Docker 20.10 (real, ``docker_host``) with the default
     ``--compression auto``: gzip layers, and that Docker pulls them from ``serve`` without --compression."""
-    held = "cluster/held:1"  # the inventory lists at least one image
-    engines.build_image(docker_host, simple_context(tmp_path / "held", busybox, f"held {os.getpid()}"), held)
+    held = "cluster/held:1"  # the inventory lists at least one image, sharing no layer with the one exported:
+    ctx = tmp_path / "held"  # a delta's left-out layer is pulled by digest, which Docker 20.10 knows only
+    ctx.mkdir()  # from an earlier pull of the same blob (test order would decide)
+    (ctx / "msg").write_text(f"held {os.getpid()}")
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY msg /msg\n")
+    engines.build_image(docker_host, ctx, held)
     inventory = run_cli("importer", "--inventory", "--engine", "docker", "--docker-host", docker_host, check=True)
     assert json.loads(inventory.stdout)["engine"]["version"].startswith("20.10")
-    (tmp_path / "have.json").write_text(inventory.stdout)
-    docker(docker_host, "image", "rm", held)
+    (tmp_path / "have.json").write_text(inventory.stdout)  # held stays: it keeps the layers the delta leaves out
     ref = "cluster/auto:1"
     engines.build_image(docker_host, simple_context(tmp_path / "ctx", busybox, f"auto {os.getpid()}"), ref)
     out = tmp_path / "auto.bundle"
@@ -283,7 +286,7 @@ def test_export_auto_for_a_docker_20_inventory_writes_gzip(docker_host: str, bus
         facts = image_facts(docker_host, f"{s.addr}/{ref}")
         assert facts is not None and facts[0] == image["config"]["digest"]
         assert s.stop() == 0
-    docker(docker_host, "image", "rm", f"{s.addr}/{ref}")
+    docker(docker_host, "image", "rm", f"{s.addr}/{ref}", held)
 
 
 def test_push_recompressed_keeps_every_platform(multi: tuple[Path, dict[str, Any]]) -> None:

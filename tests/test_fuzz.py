@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bundlegen import make_bundle
-from tests.fuzzkit import TARGETS, budget_seconds, reference_problems, run_case
+from tests.bundlegen import make_bundle, make_multiplatform_bundle
+from tests.fuzzkit import MULTI_TARGETS, TARGETS, budget_seconds, reference_problems, run_case
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +39,51 @@ def test_the_reference_check_is_not_vacuous(pristine: Path, tmp_path: Path) -> N
     assert reference_problems(b)
 
 
+@pytest.fixture(scope="module")
+def pristine_multi(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_multiplatform_bundle(tmp_path_factory.mktemp("fuzz") / "multi.bundle")
+
+
+def test_the_reference_check_accepts_the_pristine_multiplatform_bundle(pristine_multi: Path) -> None:
+    assert reference_problems(pristine_multi) == []
+
+
+def test_the_reference_check_reads_the_carried_index(pristine_multi: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from tests.fuzzkit import replace_blob
+
+    b = tmp_path / "b"
+    shutil.copytree(pristine_multi, b)
+    old = json.loads((b / "bundle.json").read_text())["images"][0]["index"]["digest"]
+    index = json.loads((b / "blobs/sha256" / old[7:]).read_bytes())
+    index["manifests"][0]["platform"], index["manifests"][1]["platform"] = \
+        index["manifests"][1]["platform"], index["manifests"][0]["platform"]
+    replace_blob(b, old, json.dumps(index).encode())
+    assert reference_problems(b)
+
+
 def test_fuzz_bundles_tars_and_parts(pristine: Path, tmp_path: Path) -> None:
+    _fuzz(pristine, tmp_path, TARGETS, 60)
+
+
+def test_fuzz_the_carried_index_of_a_multiplatform_bundle(pristine_multi: Path, tmp_path: Path) -> None:
+    """Issue 24 class 4: 0 accepted-bad among mutations of the carried index (and the other
+    platforms' manifests and configs)."""
+    _fuzz(pristine_multi, tmp_path, MULTI_TARGETS, 20)
+
+
+def _fuzz(pristine: Path, tmp_path: Path, targets: tuple[str, ...], seconds: float) -> None:
     seed = int(os.environ.get("SNEAKERNET_FUZZ_SEED", "20261203"))
     rnd = random.Random(seed)
-    deadline = time.monotonic() + budget_seconds(60)
+    deadline = time.monotonic() + budget_seconds(seconds)
     counts: collections.Counter[str] = collections.Counter()
     exits: collections.Counter[int] = collections.Counter()
     defects: list[str] = []
     n = 0
-    while time.monotonic() < deadline or n < len(TARGETS):
-        target = TARGETS[n % len(TARGETS)]
+    while time.monotonic() < deadline or n < len(targets):
+        target = targets[n % len(targets)]
         case_rnd = random.Random(rnd.getrandbits(64))
         outcome = run_case(pristine, tmp_path / "case", case_rnd, target)
         counts[target] += 1

@@ -334,7 +334,10 @@ def copy_target(provider: BlobProvider, target: Dict[str, Any], refs: Tuple[str,
         isinstance(doc, dict) and isinstance(doc.get("manifests"), list))
     if choice is None or not is_index:
         manifest, raw_manifest = pick_manifest_raw(provider, target, platform, what)
-        return copy_image(provider, manifest, refs, store, what=what, raw_manifest=raw_manifest, **copy)
+        image = copy_image(provider, manifest, refs, store, what=what, raw_manifest=raw_manifest, **copy)
+        if is_index:
+            _check_index_platform(image, platform if isinstance(platform, Platform) else Platform(*platform), what)
+        return image
     entries = choice.entries(doc, what)
     primary = next((e for e in entries if _entry_platform(e).matches(platform)), entries[0])
     images = []
@@ -343,9 +346,20 @@ def copy_target(provider: BlobProvider, target: Dict[str, Any], refs: Tuple[str,
         manifest, raw_manifest = pick_manifest_raw(provider, entry, platform, sub_what)
         images.append(copy_image(provider, manifest, refs if entry is primary else (), store, what=sub_what,
                                  raw_manifest=raw_manifest, **copy))
+        _check_index_platform(images[-1], _entry_platform(entry), sub_what)
     return dataclasses.replace(images[0], others=tuple(images[1:]),
                                raw_index=raw if choice.every else None,
                                index_media_type=str(target.get("mediaType") or doc.get("mediaType") or ""))
+
+
+def _check_index_platform(image: SourceImage, listed: Platform, what: str) -> None:
+    """The config of the manifest an index lists for ``listed`` is for that platform: a reader
+    picking its platform from the index must get its own image (issue 24 class 4)."""
+    got = of_dict(image.platform)
+    if got is not None and not got.matches(listed):
+        raise SourceError(f"{what}: expected the manifest the index lists for {listed} to be an image for "
+                          f"{listed}, found a config for {got}",
+                          hint="the source's index contradicts its images; rebuild or re-push the image index")
 
 
 def _entry_platform(entry: Dict[str, Any]) -> Platform:

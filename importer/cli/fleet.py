@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from importer.cli.output import ArgumentParser, emit, guarded, success
 from importer.errors import UsageError
+from importer.format.text import printable_block
 from importer.receipts.fleet import (
     REQUIREMENTS,
     build_report,
@@ -29,7 +30,7 @@ MAX_PASSPHRASE = 4096
 
 
 def _out(text: str) -> None:
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(printable_block(text) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from importer.cli.smoke import main as smoke_main
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.format.legacy import load_legacy_manifest
 from importer.format.platform import parse_platform
-from importer.format.text import printable
+from importer.format.text import printable, printable_block
 from importer.input.archive import locate
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only, receipt_sections
@@ -289,7 +289,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         emit(receipt)  # its "ok" and "error": the one JSON document of a failed import too
         args.json_done = True
     elif result.checks and not args.json:
-        print(render_table(result.checks))
+        print(printable_block(render_table(result.checks)))
     if receipt_path and not args.json:
         _say(f"receipt: {receipt_path}")
     if result.leftovers:

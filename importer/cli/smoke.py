@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from importer import __version__
 from importer.cli.output import ArgumentParser, emit, failure, render_error
 from importer.errors import BundleError, InternalError, os_error_text
+from importer.format.text import printable_block
 from importer.receipts.receipt import check_receipt_path, default_receipt_path
 from importer.smoke.container import ENGINES
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
@@ -34,7 +35,9 @@ RECEIPT_SUFFIX = "qualification.json"
 
 
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """A line or table for people (or a JSON document, ASCII already): its strings quote the
+    bundle, the engine and the image, so control characters are shown escaped."""
+    sys.stdout.write(printable_block(text) + "\n")
 
 
 def _err(text: str) -> None:

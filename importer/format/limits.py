@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, List, Optional
 
 from importer.errors import LimitExceeded, ManifestError
 from importer.format.digest import Readable
@@ -43,10 +44,42 @@ def read_file_limited(path: str, limit: int, what: str) -> bytes:
 
 
 def parse_json(raw: bytes, what: str) -> Any:
+    """A JSON document of the bundle (or one the tools read), refused as ManifestError when it is
+    not UTF-8 JSON or holds a lone surrogate (``"\\udc80"``: no encoding writes it, so printing
+    or storing the value later would fail)."""
     try:
-        return json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ManifestError(
             f"parsing {what}: expected JSON, found invalid data ({e})",
             hint="the file was modified or truncated; re-copy the bundle",
         ) from e
+    if _SURROGATE_ESCAPE.search(raw) is not None:
+        bad = _lone_surrogate(doc)
+        if bad is not None:
+            raise ManifestError(
+                f"parsing {what}: expected JSON of valid Unicode, found a lone surrogate in {bad}",
+                hint="the file was modified or damaged; re-copy the bundle (or re-export it)",
+            )
+    return doc
+
+
+#: a \uD800-\uDFFF escape: only then can json.loads return a lone surrogate (UTF-8 input cannot hold one)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(doc: Any) -> Optional[str]:
+    """The first string (key or value) of ``doc`` holding a lone surrogate, shown escaped; or None.
+    Iterative: json.loads already bounded the depth."""
+    pending: List[Any] = [doc]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str) and _SURROGATE.search(value) is not None:
+            return ascii(value[:80])
+    return None

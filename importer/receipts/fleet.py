@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from importer import __version__
 from importer.errors import FileAccessError, UsageError, os_error_text
+from importer.format.text import printable
 from importer.receipts.receipt import now_utc
 from importer.verify.receiptsig import (
     MAX_SIGNATURE_FILE,
@@ -496,8 +497,9 @@ def render_table(report: Dict[str, Any]) -> str:
         verify = "-" if h["verification"] is None else "ok" if h["verification"] else "FAIL"
         engine = (h["engine"] or {}).get("kind") or "-"
         busbw = f"{h['busbwGBps']:.2f}GB/s" if h["busbwGBps"] is not None else "-"
-        rows.append((h["hostname"], str(engine), image, verify, *[h["gates"].get(g, "-") for g in gates], busbw,
-                     h["verdict"].upper()))
+        rows.append(tuple(printable(str(c)) for c in (  # every cell quotes a receipt: escaped (docs/security.md)
+            h["hostname"], engine, image, verify, *[h["gates"].get(g, "-") for g in gates], busbw,
+            str(h["verdict"]).upper())))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     for h in report["hosts"]:
@@ -508,4 +510,4 @@ def render_table(report: Dict[str, Any]) -> str:
                  + (f", {c['missing']} missing" if c["missing"] else "")
                  + (f", {c['problems']} problem(s)" if c["problems"] else "")
                  + f" ({c['receipts']} receipt(s))")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

@@ -21,7 +21,7 @@ from importer.format.identity import OCI
 from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
-from importer.format.platform import pick_platform_manifest
+from importer.format.platform import of_dict, pick_platform_manifest
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
 from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of
@@ -123,8 +123,23 @@ class OciLayoutSink(SinkBase):
         mine = pick_platform_manifest(doc)  # this host's platform, else the first listed
         first = next((i for i in images if i.image_id == mine), images[0])
         problems = list(first.problems) + [p for i in images if i is not first for p in i.problems]
+        problems += self._platform_problems(digest, listed, images)
         return EngineImage(first.image_id, first.diff_ids, tags, config_digest=first.config_digest,
                            manifest_digest=first.manifest_digest, blobs=first.blobs, problems=problems)
+
+    def _platform_problems(self, digest: str, listed: List[Dict[str, Any]], images: List[EngineImage]) -> List[str]:
+        """Each manifest the index lists for a platform has a config for that platform: a reader
+        of one platform never gets another's image (issue 24 class 4)."""
+        problems = []
+        for entry, image in zip(listed, images):
+            want, config = of_dict(entry.get("platform")), str(image.config_digest)
+            if want is None or not is_digest(config) or not os.path.isfile(self._blob(config)):
+                continue
+            got = of_dict(self._json_blob(config, MAX_CONFIG, f"config {config}"))
+            if got is None or not got.matches(want):
+                problems.append(f"index {digest[:19]} lists {str(entry['digest'])[:19]} for {want}, "
+                                f"its config is for {got or 'no platform'}")
+        return problems
 
     def _entry_for(self, index: Dict[str, Any], image_id: str) -> Optional[Dict[str, Any]]:
         """The entry naming ``image_id``: a manifest itself, or an index holding it (multi-platform)."""

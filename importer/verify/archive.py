@@ -297,6 +297,9 @@ def _nonzero_after(cf: ConcatFile, offset: int) -> int:
 def _small_documents(manifest: BundleManifest) -> Dict[str, int]:
     """Paths of the JSON documents the layout check reads, with their size limits."""
     docs = {"oci-layout": 4096, "index.json": limits.MAX_INDEX}
+    for image in manifest.images:
+        if image.index is not None:
+            docs[image.index.digest.blob_path] = limits.MAX_INDEX
     for image in manifest.records():
         docs[image.manifest.digest.blob_path] = limits.MAX_MANIFEST
         docs[image.config.digest.blob_path] = limits.MAX_CONFIG
@@ -331,6 +334,8 @@ def _check_member(name: str, raw: HashingReader, want: Digest, layer: Optional[L
         _drain(raw)
         if raw.digest() == want and len(data) <= keep_limit:
             kept[name] = data
+        elif raw.digest() == want:  # a document too large to check is refused, as in a folder
+            return Problem("limit-exceeded", name, f"reading {name}: expected at most {keep_limit} bytes, found more")
     else:
         _drain(raw)
     got = raw.digest()

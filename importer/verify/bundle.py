@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from importer.errors import BundleError, IntegrityError, LimitExceeded, ManifestError, UnreadableFile, os_error_text
 from importer.format import limits
 from importer.format.digest import Digest, hash_file, is_digest
-from importer.format.limits import parse_json, read_file_limited
+from importer.format.limits import parse_json, read_limited
 from importer.format.manifest import (
     BUNDLE_JSON,
     SIGNATURE_FILE,
@@ -36,7 +36,8 @@ from importer.format.mediatypes import REF_NAME_ANNOTATION
 from importer.format.problems import Problem
 from importer.format.sums import parse_sums
 from importer.input.layers import check_layer
-from importer.input.opened import open_bundle
+from importer.input.opened import open_bundle, open_bundle_file
+from importer.verify.carriedindex import carried_index_issues, config_platform_issue
 
 ProgressFn = Callable[[int], None]
 
@@ -159,12 +160,16 @@ def verify_bundle(
 
 def _read_sums(root: str, add: Callable[[Problem], None]) -> Optional[Dict[str, Digest]]:
     """SHA256SUMS parsed, or None when it is missing or unreadable (reported)."""
-    sums_path = os.path.join(root, SUMS_FILE)
-    if not os.path.isfile(sums_path):
+    if not os.path.lexists(os.path.join(root, SUMS_FILE)):
         add(Problem("missing-file", SUMS_FILE, "expected the checksum list, found no file"))
         return None
+    if not _is_regular(root, SUMS_FILE):
+        return None  # a link or special file, never opened or followed: reported with the listing
     try:
-        raw_sums = read_file_limited(sums_path, limits.MAX_SUMS, SUMS_FILE)
+        raw_sums = _read_regular(root, SUMS_FILE, limits.MAX_SUMS)
+    except BundleError as e:  # replaced by a link or special file since the check, or unreadable
+        add(_problem_of(e, SUMS_FILE))
+        return None
     except OSError as e:
         add(Problem("unreadable-file", SUMS_FILE, f"expected a readable file, found {os_error_text(e)}"))
         return None
@@ -352,11 +357,26 @@ def _layer_names(manifest: BundleManifest) -> Dict[Digest, str]:
 _UNREAD: Any = object()
 
 
+def _is_regular(root: str, rel: str) -> bool:
+    """``rel`` is a regular file itself (lstat: a link, even to a file, is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(os.path.join(root, rel)).st_mode)
+    except OSError:
+        return False
+
+
+def _read_regular(root: str, rel: str, limit: int) -> bytes:
+    """A small file of the bundle, opened without following a link or blocking on a FIFO (raises
+    NotRegularFile when it changed into one since the listing)."""
+    with open_bundle_file(root, rel) as f:
+        return read_limited(f, limit, rel)
+
+
 def _read_json(root: str, path: str, limit: int, bad: Set[str], add: Callable[[Problem], None]) -> Any:
-    if path in bad or not os.path.isfile(os.path.join(root, path)):
+    if path in bad or not _is_regular(root, path):  # absent, or a link or special file: reported elsewhere
         return _UNREAD
     try:
-        return parse_json(read_file_limited(os.path.join(root, path), limit, path), path)
+        return parse_json(_read_regular(root, path, limit), path)
     except BundleError as e:
         add(_problem_of(e, path))
         return _UNREAD
@@ -413,8 +433,10 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
     if layout is not _UNREAD and (not isinstance(layout, dict) or layout.get("imageLayoutVersion") != "1.0.0"):
         add(Problem("invalid-layout", "oci-layout", f"expected imageLayoutVersion 1.0.0, found {layout!r}"[:200]))
     index = _read_json(root, "index.json", limits.MAX_INDEX, bad, add)
-    entries: List[Any] = []
-    if index is _UNREAD:
+    entries: Optional[List[Any]] = []
+    if index is _UNREAD and ("index.json" in bad or os.path.lexists(os.path.join(root, "index.json"))):
+        entries = None  # damaged, a link or special file: reported already, its entries are not judged
+    elif index is _UNREAD:
         pass
     elif not isinstance(index, dict):
         add(Problem("invalid-manifest", "index.json",
@@ -428,13 +450,27 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
             if issue is not None:
                 add(Problem("invalid-manifest", "index.json", issue))
     for top in manifest.images:
-        if top.index is not None:
-            _check_index_entries(top, entries, add)
+        if top.index is not None and entries is not None:
+            _check_index_entry(top, entries, add)
         for image in top.variants:
             _check_image(root, image, entries, bad, add, top.index)
+        if top.index is not None:
+            _check_carried_index(root, top, bad, add)
 
 
-def _check_index_entries(image: ImageRecord, entries: List[Any], add: Callable[[Problem], None]) -> None:
+def _check_carried_index(root: str, image: ImageRecord, bad: Set[str], add: Callable[[Problem], None]) -> None:
+    """A multi-platform image's index lists exactly its recorded platform manifests, each for its
+    platform (importer/verify/carriedindex.py)."""
+    assert image.index is not None
+    path = image.index.digest.blob_path
+    doc = _read_json(root, path, limits.MAX_INDEX, bad, add)
+    if doc is _UNREAD:
+        return
+    for issue in carried_index_issues(image, doc):
+        add(Problem("index-platform-mismatch", path, f"index of {image.name}: {issue}"))
+
+
+def _check_index_entry(image: ImageRecord, entries: List[Any], add: Callable[[Problem], None]) -> None:
     """3.3: the entries naming a carried image index describe it (3.2 bundles name the primary
     platform's manifest instead, and list no index entry)."""
     assert image.index is not None
@@ -446,8 +482,10 @@ def _check_index_entries(image: ImageRecord, entries: List[Any], add: Callable[[
                         f"{image.index.size} bytes, found {str(e.get('mediaType'))[:80]!r} of {e.get('size')!r:.40}"))
 
 
-def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str],
-                 add: Callable[[Problem], None], index: Optional[BlobRef] = None) -> None:
+def _check_index_entries(image: ImageRecord, entries: List[Any], add: Callable[[Problem], None],
+                         index: Optional[BlobRef] = None) -> None:
+    """index.json names the image's manifest, with its size and media type, and its refs (on the
+    manifest, or in 3.3 on the carried index ``index``)."""
     mdigest = str(image.manifest.digest)
     mine = [e for e in entries if isinstance(e, dict) and e.get("digest") == mdigest]
     named = [e for e in entries if isinstance(e, dict) and e.get("digest") in (
@@ -467,6 +505,12 @@ def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str
         if ref not in refs_in_index:
             add(Problem("invalid-layout", "index.json", f"expected ref.name {ref!r} on {mdigest}"
                         + (f" or on its index {index.digest}" if index is not None else "") + ", found none"))
+
+
+def _check_image(root: str, image: ImageRecord, entries: Optional[List[Any]], bad: Set[str],
+                 add: Callable[[Problem], None], index: Optional[BlobRef] = None) -> None:
+    if entries is not None:
+        _check_index_entries(image, entries, add, index)
     mpath = image.manifest.digest.blob_path
     doc = _read_json(root, mpath, limits.MAX_MANIFEST, bad, add)
     if doc is _UNREAD:
@@ -484,6 +528,9 @@ def _check_image(root: str, image: ImageRecord, entries: List[Any], bad: Set[str
         add(Problem("invalid-manifest", cpath,
                     f"config of {image.name}: expected a JSON object (an OCI image config), found {_kind(cfg)}"))
         return
+    platform_issue = config_platform_issue(image, cfg)
+    if platform_issue is not None:
+        add(Problem("config-platform-mismatch", cpath, f"config of {image.name}: {platform_issue}"))
     rootfs = cfg.get("rootfs")
     if not isinstance(rootfs, dict):
         add(Problem("invalid-manifest", cpath,
