@@ -168,6 +168,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                all_platforms=args.all_platforms)
     finally:
         stop_progress()
+    for note in result.notes:
+        print(note, file=sys.stderr)
     if result.recompressed:
         print(f"note: --compression {args.compression} recompressed {result.recompressed} layer(s) the source "
               "keeps in another compression: those images get a manifest of the bundle's own, so on a host "

@@ -40,6 +40,7 @@ class ExportResult:
     schema: int = 3
     signed_by: Optional[str] = None  # key fingerprint when exported with a signing key
     recompressed: int = 0  # layers recompressed because --compression was asked explicitly
+    notes: Tuple[str, ...] = ()  # lines for the user: platforms a default export left out
 
 
 def choose_compression(have: Sequence[str]) -> str:
@@ -126,7 +127,7 @@ def export_images(
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
-                        len(store.recompressed) if schema == 3 else 0)
+                        len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())))
 
 
 def _check_options(schema: int, compression: str, sign_key: Optional[Ed25519PrivateKey],
@@ -181,6 +182,7 @@ def _pick_platform(source: Any, values: Sequence[str], all_platforms: bool = Fal
                              "platforms from containerd:REF or an OCI layout (oci:DIR[:REF])")
         return
     source.platform = wanted[0]
+    source.platform_given = True
 
 
 def _empty_folder(path: str) -> bool:

@@ -223,13 +223,18 @@ def read_blob_bytes(provider: BlobProvider, digest: str, limit: int, what: str) 
 
 
 def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Any,
-                      what: str) -> Tuple[Any, bytes]:
+                      what: str, notes: Optional[List[str]] = None) -> Tuple[Any, bytes]:
     """:func:`pick_manifest` and the manifest's exact bytes. ``platform``: a Platform or an
-    (os, architecture) pair."""
+    (os, architecture) pair. ``notes``: gets one line when an index of several platforms is
+    resolved to one (the others are dropped: the user is told how to keep them)."""
     raw = read_blob_bytes(provider, str(desc["digest"]), MAX_CONFIG, f"{what}: manifest {str(desc['digest'])[:19]}")
     doc = parse_json(raw, f"{what}: manifest")
     if desc.get("mediaType") in INDEX_TYPES or (isinstance(doc, dict) and isinstance(doc.get("manifests"), list)):
         sub = _platform_entry(doc, platform, what)
+        runs = sorted({str(p) for p in index_platforms(doc) if p.os != "unknown"})
+        if notes is not None and len(runs) > 1:
+            notes.append(f"note: {what}: a multi-platform image ({', '.join(runs)}); carrying "
+                         f"{_entry_platform(sub)} only (pass --all-platforms to keep every platform)")
         return pick_manifest_raw(provider, sub, platform, what)
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list) or not isinstance(doc.get("config"), dict):
         raise SourceError(f"{what}: expected an image manifest with a config and layers, found something else")
@@ -247,9 +252,27 @@ def _platform_entry(doc: Any, platform: Any, what: str) -> Dict[str, Any]:
                            hint="pick one of those with --platform OS/ARCH[/VARIANT], or pull that platform first")
 
 
-def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Any, what: str) -> Any:
-    """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``)."""
-    return pick_manifest_raw(provider, desc, platform, what)[0]
+def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Any, what: str, *,
+                  strict: bool = False, notes: Optional[List[str]] = None) -> Any:
+    """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``).
+    ``strict`` (``--platform`` given): a single-platform image must be for ``platform`` too, as its
+    config says; without it a single manifest is carried whatever it runs on."""
+    manifest = pick_manifest_raw(provider, desc, platform, what, None if strict else notes)[0]
+    if strict:
+        require_platform(provider, manifest, platform, what)
+    return manifest
+
+
+def require_platform(provider: BlobProvider, manifest: Any, platform: Any, what: str) -> None:
+    """PlatformNotFound unless the image's config names ``platform`` (or names none)."""
+    want = platform if isinstance(platform, Platform) else Platform(*platform)
+    config_digest = str((manifest.get("config") or {}).get("digest"))
+    config = parse_json(read_blob_bytes(provider, config_digest, MAX_CONFIG, f"{what}: config"), f"{what}: config")
+    found = of_dict(config) if isinstance(config, dict) else None
+    if found is not None and not want.matches(found):
+        raise PlatformNotFound(f"{what}: expected an image for {want} (--platform), found a single-platform "
+                               f"image for {found}",
+                               hint=f"drop --platform to carry the {found} image, or export a build for {want}")
 
 
 def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], store: BlobStore, *,

@@ -33,6 +33,10 @@ class ContainerdSource:
         self._targets: Dict[str, Dict[str, Any]] = {}
         #: the platform picked from an image index (bundle export --platform; default: this host's)
         self.platform: Platform = host()
+        #: --platform was given: a single-platform image must be for it too
+        self.platform_given = False
+        #: lines for the user (platforms a default export leaves out)
+        self.notes: List[str] = []
         #: several platforms of a multi-platform image (--all-platforms, several --platform)
         self.choice: Optional[PlatformChoice] = None
 
@@ -55,7 +59,8 @@ class ContainerdSource:
     def check_refs(self, refs: Sequence[str]) -> int:
         total = 0
         for ref in refs:
-            manifest = pick_manifest(self, self._target(ref), self.platform, f"exporting {ref} from {self.where}")
+            manifest = pick_manifest(self, self._target(ref), self.platform, f"exporting {ref} from {self.where}",
+                                     strict=self.platform_given, notes=self.notes)
             total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
         return total
 

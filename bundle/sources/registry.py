@@ -159,6 +159,10 @@ class RegistrySource:
         #: the registries the references name (checked before anything is read)
         self.hosts = sorted({parse_registry_ref(r).host for r in refs})
         self.platform: Platform = host()
+        #: --platform was given: a single-platform image must be for it too
+        self.platform_given = False
+        #: lines for the user (platforms a default export leaves out)
+        self.notes: List[str] = []
         #: several platforms of a multi-platform image (--all-platforms, several --platform)
         self.choice: Optional[PlatformChoice] = None
         self.clients: Dict[str, RegistryClient] = {}
@@ -224,7 +228,8 @@ class RegistrySource:
         for text in refs:
             ref, target = self._target(text)
             self._current = ref
-            manifest = pick_manifest(self, target, self.platform, f"exporting docker://{text}")
+            manifest = pick_manifest(self, target, self.platform, f"exporting docker://{text}",
+                                     strict=self.platform_given, notes=self.notes)
             total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
         return total
 
