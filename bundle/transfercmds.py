@@ -12,7 +12,7 @@ import sys
 import uuid
 from typing import Any, Callable, Optional, Tuple
 
-from bundle.archive import PackResult, pack_bundle
+from bundle.archive import PackResult, check_archive_target, pack_bundle
 from bundle.embed import first_run_check
 from bundle.push import push
 from bundle.sshtunnel import SshTarget
@@ -97,6 +97,8 @@ def export_target(args: argparse.Namespace) -> Tuple[str, bool]:
         raise UsageError("exporting: expected --archive FILE.tar with --split, found none")
     if archive and getattr(args, "schema", 3) != 3:
         raise UsageError(f"exporting: --archive needs --schema 3, found --schema {args.schema}")
+    if archive:  # refused now, not after a long export
+        check_archive_target(archive, split=_split(args), force=args.force)
     if args.output:
         return args.output, False
     if not archive:
