@@ -43,6 +43,7 @@ from importer.input.archive import (
     part_name,
 )
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir
+from importer.streams.progress import close_progress
 from importer.streams.readers import HashingReader
 
 ProgressFn = Callable[[int], None]
@@ -239,6 +240,7 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
                 if consume and rel.startswith("blobs/"):
                     os.unlink(full)
         writer.finish()
+        close_progress(on_bytes)
     except BaseException:
         writer.abort()
         raise

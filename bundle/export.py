@@ -24,10 +24,12 @@ from bundle.sources.blobcopy import PlatformChoice
 from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
-from importer.errors import DestinationInUse, UsageError
+from importer.errors import DestinationInUse, InvalidReference, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
+from importer.format.reference import parse_reference
 from importer.pipeline.have import have_platform, merge_have, zstd_is_fast_on
+from importer.streams.progress import close_progress
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -103,7 +105,9 @@ def export_images(
     signed_by: Optional[str] = None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
-        on_bytes = progress("export", total) if progress else None
+        # Docker's image size counts file contents, not the tar bytes read: unknown (0), never a wrong total
+        exact = total if not isinstance(source, DockerDaemonSource) else 0
+        on_bytes = progress("export", exact) if progress else None
         source_doc = {"kind": source_info.kind, **source_info.details}
         if schema < 3:
             write_legacy_bundle(staging, source.docker.argv("save", *names), names, schema, source_doc,
@@ -117,6 +121,7 @@ def export_images(
             manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)
+        close_progress(on_bytes)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
         if os.path.lexists(out_dir):
             _check_replaceable(out_dir)  # again: it may have changed while the images were read
@@ -217,10 +222,11 @@ def _check_tags(refs: Sequence[str], tags: Sequence[str], schema: int) -> None:
     if len(tags) != len(refs):
         raise UsageError(f"exporting with --tag: expected one --tag per image ({len(refs)}), found {len(tags)}",
                          hint="give --tag once for each IMAGE, in the same order")
-    bad = [t for t in tags if not valid_ref(t) or "@" in t]
-    if bad:
-        raise UsageError(f"exporting with --tag {bad[0]!r}: expected an image reference such as "
-                         "registry.example/team/app:1, found something else")
+    for t in tags:
+        if parse_reference(t, what="exporting with --tag").digest or not valid_ref(t):
+            raise InvalidReference(f"exporting with --tag {t!r}: expected a name and tag such as "
+                                   "registry.example/team/app:1, found a digest",
+                                   hint="a bundle's image gets a tag; the digest is the bundle's own")
 
 
 def _renamed(images: List[SourceImage], tags: Sequence[str]) -> List[SourceImage]:

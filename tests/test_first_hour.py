@@ -3,9 +3,18 @@ progress without a terminal tells the truth and ends with a done line, errors na
 
 from __future__ import annotations
 
+import io
+import re
 from pathlib import Path
 
-from tests.helpers import run_cli
+import pytest
+
+from importer.errors import InvalidReference
+from importer.format.reference import parse_reference
+from importer.streams.progress import StderrProgress
+from tests import engines
+from tests.helpers import docker, run_cli
+from tests.imagegen import simple_context
 from tests.test_platforms import REF, two_platform_layout
 
 
@@ -31,3 +40,105 @@ def test_an_archive_that_will_be_refused_is_refused_before_exporting(tmp_path: P
     proc = run_cli("bundle", "export", src, "-o", str(tmp_path / "b.bundle"), "--archive", str(folder))
     assert proc.returncode == 2 and "found a folder" in proc.stderr, proc.stderr
     assert "export:" not in proc.stderr and not (tmp_path / "b.bundle").exists()
+
+
+# ============================== progress without a terminal
+_LINE = re.compile(r"^export: (?P<done>[\d.]+ \S+)(?: / (?P<total>[\d.]+ \S+) \((?P<pct>\d+)%\))? [\d.]+ \S+/s"
+                   r"(?: ETA \d+s)?$")
+_DONE = re.compile(r"^export: done, (?P<done>[\d.]+ \S+) in [\d.]+s \([\d.]+ \S+/s\)$")
+
+
+def _export_lines(stderr: str) -> tuple[list[re.Match[str]], list[re.Match[str]]]:
+    lines = [line for line in stderr.splitlines() if line.startswith("export:")]
+    progress = [m for m in map(_LINE.match, lines) if m]
+    done = [m for m in map(_DONE.match, lines) if m]
+    assert len(progress) + len(done) == len(lines), stderr  # every export line is one of the two
+    return progress, done
+
+
+def test_a_piped_export_counts_every_platform_and_ends_with_a_done_line(tmp_path: Path) -> None:
+    """stderr a pipe (CI logs, ``| tee``): progress lines whose total is every platform carried
+    (``--all-platforms`` used to count one), never past 100%, then one done line."""
+    built = two_platform_layout(tmp_path / "layout")
+    blobs = tmp_path / "layout" / "blobs" / "sha256"
+    both = sum((blobs / p["layer"].split(":")[1]).stat().st_size for p in built["platforms"].values())
+    proc = run_cli("bundle", "export", f"oci:{tmp_path / 'layout'}:{REF}", "--all-platforms",
+                   "-o", str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stderr
+    progress, done = _export_lines(proc.stderr)
+    assert progress and all(m["total"] == f"{both} B" and int(m["pct"]) <= 100 for m in progress), proc.stderr
+    assert [m["done"] for m in done] == [f"{both} B"], proc.stderr
+
+
+def test_progress_never_shows_a_percent_it_cannot_know() -> None:
+    stream = io.StringIO()
+    bar = StderrProgress("export", 0, stream=stream)  # a total the source cannot say: bytes and rate only
+    bar(2048)
+    bar.close()
+    bar.close()  # once
+    first, last = stream.getvalue().splitlines()
+    assert re.fullmatch(r"export: 2\.0 KiB [\d.]+ \S+/s", first)
+    assert re.fullmatch(r"export: done, 2\.0 KiB in [\d.]+s \([\d.]+ \S+/s\)", last)
+    stream = io.StringIO()
+    bar = StderrProgress("export", 23, stream=stream, interval=0)  # a total that was short: no 8904%
+    bar(2048)
+    assert "%" not in stream.getvalue() and "ETA" not in stream.getvalue()
+
+
+@pytest.mark.engine
+def test_a_piped_docker_export_shows_no_made_up_percent(docker_host: str, busybox: str, tmp_path: Path) -> None:
+    """Docker's image size counts file contents, not the tar bytes read: a tiny image's first line
+    read 8904% and a real one ended at 104%; now bytes and rate, then the done line."""
+    engines.build_image(docker_host, simple_context(tmp_path / "ctx", busybox, "progress"), "progress/app:1")
+    try:
+        proc = run_cli("bundle", "export", "progress/app:1", "-o", str(tmp_path / "b"), docker_host=docker_host)
+    finally:
+        docker(docker_host, "image", "rm", "progress/app:1", check=False)
+    assert proc.returncode == 0, proc.stderr
+    progress, done = _export_lines(proc.stderr)
+    assert all(m["pct"] is None for m in progress) and len(done) == 1, proc.stderr
+
+
+# ============================== errors name the cause
+@pytest.mark.parametrize(("ref", "part"), [
+    ("Demo/Hello:1", "found 'Demo' (uppercase: repository names are lowercase)"),
+    ("demo/hello:-x", "expected a tag of letters"),
+    ("demo//x", "found an empty one ('//' or a trailing '/')"),
+    ("demo@sha256:12", "expected 'sha256:' and 64 lowercase hex digits after '@', found 'sha256:12'"),
+    ("reg.example:99x/a", "expected a registry host as HOST or HOST:PORT, found 'reg.example:99x'"),
+    ("a b", "expected no spaces"),
+    ("a\x1b[2Jb", "expected no spaces, found a space or control character"),
+    ("x" * 300, "expected at most 255 characters, found 300"),
+    ("", "found an empty one"),
+    ("app:" + "t" * 129, "expected a tag of letters"),
+    ("émoji/app:1", "repository path components"),
+])
+def test_a_bad_reference_names_the_part_that_is_wrong(ref: str, part: str) -> None:
+    with pytest.raises(InvalidReference) as e:
+        parse_reference(ref)
+    assert part in e.value.message and e.value.hint and "e.g. registry.example:5000/team/app:1" in e.value.hint
+
+
+@pytest.mark.parametrize("ref", ["app", "app:1", "team/app:1.0-rc_1", "localhost:5000/a/b:c", "[::1]:5000/x:1",
+                                 "reg.example/a__b/c---d:v", "app@sha256:" + "a" * 64, "sha256:" + "b" * 64])
+def test_good_references_parse(ref: str) -> None:
+    assert parse_reference(ref).path
+
+
+def test_the_export_cli_names_the_bad_part_of_an_image_and_a_tag(tmp_path: Path) -> None:
+    proc = run_cli("bundle", "export", "Demo/Hello:1", "-o", str(tmp_path / "b"))
+    assert proc.returncode == 2 and "error[invalid-reference]" in proc.stderr, proc.stderr
+    assert "found 'Demo' (uppercase: repository names are lowercase)" in proc.stderr
+    proc = run_cli("bundle", "export", _layout(tmp_path), "--tag", "team/app:-1", "-o", str(tmp_path / "b"))
+    assert proc.returncode == 2 and "exporting with --tag 'team/app:-1': expected a tag" in proc.stderr, proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_docker_host_without_a_scheme_is_a_socket_or_refused(tmp_path: Path) -> None:
+    """``--docker-host /x.sock`` used to become tcp://localhost:2375 in the docker CLI."""
+    sock = tmp_path / "none.sock"
+    proc = run_cli("importer", "--inventory", "--docker-host", str(sock))
+    assert proc.returncode == 6 and f"unix://{sock}" in proc.stderr and "2375" not in proc.stderr, proc.stderr
+    proc = run_cli("importer", "--inventory", "--docker-host", "none.sock")
+    assert proc.returncode == 2 and "error[usage]" in proc.stderr, proc.stderr
+    assert "reading --docker-host 'none.sock': expected unix:///path/docker.sock, a socket path" in proc.stderr

@@ -115,10 +115,10 @@ def _recompress(store: BlobStore, src: Readable, compression: str, what: str,
     target = store.recompress_to
     if target is None or target == compression:
         return None
-    tee = HashingReader(src)
+    tee = HashingReader(src, on_bytes)  # counts the stored bytes read, as the progress total does
     try:
         with _decompressed(tee, compression) as plain:
-            record = store.write_layer(plain, compression=target, on_bytes=on_bytes)
+            record = store.write_layer(plain, compression=target)
         tee.drain()
     except BundleError:
         raise
@@ -368,6 +368,29 @@ def copy_target(provider: BlobProvider, target: Dict[str, Any], refs: Tuple[str,
     return dataclasses.replace(images[0], others=tuple(images[1:]),
                                raw_index=raw if choice.every else None,
                                index_media_type=str(target.get("mediaType") or doc.get("mediaType") or ""))
+
+
+def manifests_for(provider: BlobProvider, target: Dict[str, Any], platform: Any, choice: Optional[PlatformChoice],
+                  what: str, *, strict: bool = False, notes: Optional[List[str]] = None) -> List[Any]:
+    """The image manifests :func:`copy_target` will carry for ``target`` (every platform chosen,
+    not one), checked before any layer is read."""
+    if choice is None:
+        return [pick_manifest(provider, target, platform, what, strict=strict, notes=notes)]
+    raw = read_blob_bytes(provider, str(target["digest"]), MAX_CONFIG, f"{what}: manifest {str(target['digest'])[:19]}")
+    doc = parse_json(raw, f"{what}: manifest")
+    is_index = isinstance(doc, dict) and isinstance(doc.get("manifests"), list)
+    if not (target.get("mediaType") in INDEX_TYPES or is_index):
+        return [pick_manifest_raw(provider, target, platform, what)[0]]
+    return [pick_manifest_raw(provider, e, platform, what)[0] for e in choice.entries(doc, what)]
+
+
+def add_layer_sizes(manifests: Sequence[Any], sizes: Dict[str, int]) -> None:
+    """Each layer blob's size into ``sizes`` (digest -> size): a blob two images share is read once,
+    so the export's progress total counts it once."""
+    for manifest in manifests:
+        for d in manifest.get("layers") or []:
+            if isinstance(d, dict):
+                sizes[str(d.get("digest"))] = int(d.get("size") or 0)
 
 
 def _entry_platform(entry: Dict[str, Any]) -> Platform:

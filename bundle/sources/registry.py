@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
+from bundle.sources.blobcopy import PlatformChoice, add_layer_sizes, copy_target, manifests_for
 from importer.errors import ImageNotFound, InvalidReference, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_CONFIG, parse_json
@@ -224,14 +224,13 @@ class RegistrySource:
                     self._manifests.setdefault(str(desc["digest"]), b"")  # fetched from /manifests/ when read
 
     def check_refs(self, refs: Sequence[str]) -> int:
-        total = 0
+        sizes: Dict[str, int] = {}
         for text in refs:
             ref, target = self._target(text)
             self._current = ref
-            manifest = pick_manifest(self, target, self.platform, f"exporting docker://{text}",
-                                     strict=self.platform_given, notes=self.notes)
-            total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
-        return total
+            add_layer_sizes(manifests_for(self, target, self.platform, self.choice, f"exporting docker://{text}",
+                                          strict=self.platform_given, notes=self.notes), sizes)
+        return sum(sizes.values())
 
     # === BlobProvider
     def read_json(self, digest: str, limit: int, what: str) -> Any:
