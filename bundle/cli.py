@@ -19,13 +19,13 @@ from rich.table import Table
 from rich.text import Text
 
 from bundle.embed import first_run_check
-from bundle.export import export_images
+from bundle.export import export_images, user_paths
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
 from importer.cli.output import ArgumentParser, emit, guarded, success
-from importer.errors import Interrupted, UsageError
+from importer.errors import BundleError, Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
 from importer.streams.progress import human_bytes, stderr_progress
@@ -166,6 +166,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
                                all_platforms=args.all_platforms)
+    except BundleError as e:  # --archive: the export folder is staging, the user named the archive
+        raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:
         stop_progress()
     for note in result.notes:

@@ -24,7 +24,7 @@ from bundle.sources.blobcopy import PlatformChoice
 from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
-from importer.errors import DestinationInUse, InvalidReference, UsageError
+from importer.errors import BundleError, DestinationInUse, InvalidReference, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
 from importer.format.reference import parse_reference
@@ -127,12 +127,27 @@ def export_images(
             _check_replaceable(out_dir)  # again: it may have changed while the images were read
             shutil.rmtree(out_dir)
         os.replace(staging, out_dir)
+    except BundleError as e:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+        raise user_paths(e, staging, out_dir) from e.__cause__
     except BaseException:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
                         len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())))
+
+
+def user_paths(error: BundleError, staging: str, user: str) -> BundleError:
+    """``error`` saying ``user`` (the path the user gave) where it said the staging folder the
+    work happened in (``NAME.partial-*``, removed by now: a path nobody can look at)."""
+    for name in ("message", "context", "hint"):
+        text = getattr(error, name)
+        if text:
+            setattr(error, name, text.replace(staging, user))
+    error.args = (error.message,)
+    return error
 
 
 def _check_options(schema: int, compression: str, sign_key: Optional[Ed25519PrivateKey],

@@ -14,11 +14,12 @@ from typing import Any, Callable, Optional, Tuple
 
 from bundle.archive import PackResult, check_archive_target, pack_bundle
 from bundle.embed import first_run_check
+from bundle.export import user_paths
 from bundle.push import push
 from bundle.sshtunnel import SshTarget
 from importer.cli.copy import add_copy_arguments, cmd_copy
 from importer.cli.output import emit, success
-from importer.errors import UsageError
+from importer.errors import BundleError, UsageError
 from importer.registry.client import DEFAULT_CHUNK
 from importer.registry.sink import credentials_from_args
 from importer.streams.progress import human_bytes
@@ -115,6 +116,8 @@ def finish_export(args: argparse.Namespace, folder: str, consume: bool) -> Optio
     try:
         return pack_bundle(folder, args.archive, split=_split(args), force=args.force, consume=consume,
                            progress=_progress(args))
+    except BundleError as e:  # the staging folder is gone: name the archive the user asked for
+        raise (user_paths(e, folder, args.archive) if consume else e) from e.__cause__
     finally:
         if consume:
             shutil.rmtree(folder, ignore_errors=True)

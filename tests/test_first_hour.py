@@ -11,11 +11,13 @@ import pytest
 
 from importer.errors import InvalidReference
 from importer.format.reference import parse_reference
+from importer.smoke.cli import render_gates
 from importer.streams.progress import StderrProgress
 from tests import engines
 from tests.helpers import docker, run_cli
 from tests.imagegen import simple_context
 from tests.test_platforms import REF, two_platform_layout
+from tests.trustkit import keypair
 
 
 def _layout(tmp_path: Path) -> str:
@@ -142,3 +144,45 @@ def test_a_docker_host_without_a_scheme_is_a_socket_or_refused(tmp_path: Path) -
     proc = run_cli("importer", "--inventory", "--docker-host", "none.sock")
     assert proc.returncode == 2 and "error[usage]" in proc.stderr, proc.stderr
     assert "reading --docker-host 'none.sock': expected unix:///path/docker.sock, a socket path" in proc.stderr
+
+
+@pytest.mark.parametrize("cli", ["bundle", "importer"])
+def test_sign_receipt_with_a_wrong_passphrase_says_so(cli: str, tmp_path: Path) -> None:
+    """The importer's openssl signer used to put OpenSSL's error dump in the message."""
+    if cli == "importer":
+        engines.require("openssl")
+    key, _ = keypair(tmp_path, "site", b"right one")
+    receipt = tmp_path / "r.json"
+    receipt.write_text('{"kind": "import"}')
+    proc = run_cli(cli, "sign-receipt", str(receipt), "--sign-key", str(key), "--passphrase-stdin",
+                   input="wrong one\n")
+    assert proc.returncode != 0 and "error[invalid-key]" in proc.stderr, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.endswith("found a wrong passphrase") or first.endswith("found a wrong key or passphrase"), first
+    assert "error:0" not in first and "routines" not in first  # no OpenSSL dump in the one line
+    assert not (tmp_path / "r.json.sig").exists()
+
+
+def test_the_smoke_table_keeps_the_end_of_an_error_where_the_reason_is() -> None:
+    reason = "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    error = "Traceback (most recent call last):\n" + "  File \"x.py\", line 1, in f\n" * 20 + reason
+    receipt = {"gates": [{"name": "matmul", "status": "fail", "required": True, "seconds": 1.0, "error": error},
+                         {"name": "env", "status": "pass", "required": True, "seconds": 0.1, "detail": "d" * 400}],
+               "verdict": "fail", "exitCode": 10, "device": "cuda", "image": {"ref": "x:1"}}
+    table = render_gates(receipt)
+    matmul, env = table.splitlines()[1:3]
+    assert matmul.endswith(reason) and "..." in matmul  # it used to stop 160 characters in, before the reason
+    assert len(env) < 200 and env.endswith("...")
+
+
+def test_an_export_error_names_the_users_path_not_the_staging_folder(tmp_path: Path) -> None:
+    """A layer the source lists but does not hold: the export stops, and its error (in the
+    staging folder's name while the work ran) names ``-o`` as the user wrote it."""
+    from bundle.export import user_paths
+    from importer.errors import SourceError
+
+    staging = str(tmp_path / "b.bundle.partial-abc123")
+    e = user_paths(SourceError(f"writing {staging}/blobs/sha256/x: no space left", context=f"in {staging}"),
+                   staging, str(tmp_path / "b.bundle"))
+    assert e.message == f"writing {tmp_path / 'b.bundle'}/blobs/sha256/x: no space left"
+    assert str(e) == e.message and e.context == f"in {tmp_path / 'b.bundle'}" and ".partial" not in str(e)

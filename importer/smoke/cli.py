@@ -137,13 +137,19 @@ def _progress(quiet: bool) -> Optional[Callable[[str], None]]:
     return lambda msg: _err(f"smoke: {msg}")
 
 
+#: characters of a gate's detail in the table; an error keeps its last ERROR_CELL (the receipt has all)
+DETAIL_CELL = 160
+ERROR_CELL = 600
+
+
 def render_gates(receipt: Dict[str, Any]) -> str:
     lines = [f"{'gate':<10} {'status':<6} {'req':<3} {'seconds':>8}  detail"]
     for g in receipt["gates"]:
-        text = g.get("error") or g.get("detail") or ""
-        text = text.replace("\n", " ")
-        if len(text) > 160:
-            text = text[:157] + "..."
+        text = (g.get("error") or g.get("detail") or "").replace("\n", " ")
+        if g.get("error") and len(text) > ERROR_CELL:
+            text = "..." + text[-(ERROR_CELL - 3):]  # an error's reason is its end (the last line said)
+        elif len(text) > DETAIL_CELL:
+            text = text[:DETAIL_CELL - 3] + "..."
         lines.append(f"{g['name']:<10} {g['status']:<6} {'yes' if g['required'] else 'no':<3} "
                      f"{g['seconds']:>8.1f}  {text}")
     what = (receipt.get("image") or {}).get("ref") or "this Python"
