@@ -24,7 +24,7 @@ from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
-from importer.cli.output import ArgumentParser, emit, guarded, success
+from importer.cli.output import ArgumentParser, emit, guarded, success, with_examples
 from importer.errors import BundleError, Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
@@ -96,7 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(handler=cmd_inspect)
     add_key_commands(sub)
     add_transfer_commands(sub)
+    for name, parser in sub.choices.items():
+        with_examples(parser, *EXAMPLES[name])
     return p
+
+
+#: ``bundle COMMAND --help`` ends with these (README.md, "Use", has them all)
+EXAMPLES = {
+    "export": ["bundle export my/train:1 -o /media/usb/train.bundle",
+               "bundle export oci:./layout:team/app:1 --archive /media/usb/app.tar --split 3900M",
+               "bundle export docker://registry.example:5000/team/app:1 --all-platforms -o app.bundle"],
+    "inspect": ["bundle inspect /media/usb/train.bundle", "bundle inspect train.bundle --json"],
+    "keygen": ["bundle keygen -o keys/publisher", "bundle keygen -o keys/publisher --passphrase-stdin < pass.txt"],
+    "sign": ["bundle sign /media/usb/train.bundle --sign-key keys/publisher.key"],
+    "sign-receipt": ["bundle sign-receipt receipts/node-1/check.json --sign-key keys/site.key"],
+    "pack": ["bundle pack train.bundle /media/usb/train.tar",
+             "bundle pack train.bundle /media/usb/train.tar --split 3900M   # FAT32"],
+    "copy": ["bundle copy /media/usb/train.tar.parts.json /data/incoming --bwlimit 50M"],
+    "push": ["bundle push train.bundle 127.0.0.1:5000/team",
+             "bundle push train.bundle 127.0.0.1:5000/team --ssh ops@offline-gw"],
+}
 
 
 _RICH: Optional[Progress] = None

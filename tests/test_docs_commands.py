@@ -143,6 +143,7 @@ FLEET = ("runs on the nodes of a cluster (tests/test_check_only.py, tests/test_f
          "command against private engines)")
 FIRST_RUN = ("run as a block by tests/test_importer_copies.py::test_first_run_check_by_hand_on_a_tar, against a "
              "signed tar with a good and with a swapped importer beside it")
+INSTALL = "run as written by tests/test_install.py, in a clean copy of the checkout (pip from PyPI)"
 NEW = "{W}/new.bundle"
 
 NOT_COMMANDS: Dict[Tuple[str, str], str] = {
@@ -159,6 +160,10 @@ NOT_COMMANDS: Dict[Tuple[str, str], str] = {
 }
 
 SPECS: Dict[str, Spec] = {
+    # README.md: install (run as written, in a clean copy of the checkout: tests/test_install.py)
+    "python3 -m venv .venv": skip(INSTALL),
+    ".venv/bin/python3 -m pip install .": skip(INSTALL),
+    ". .venv/bin/activate": skip(INSTALL),
     # README.md: quickstart without Docker (a docker-archive by hand, skopeo, --engine oci)
     "mkdir -p hello/rootfs && echo 'hello from the air gap' > hello/rootfs/hello.txt": run(docker=False),
     "tar -C hello/rootfs -cf hello/layer.tar hello.txt": run(docker=False),

@@ -186,3 +186,20 @@ def test_an_export_error_names_the_users_path_not_the_staging_folder(tmp_path: P
                    staging, str(tmp_path / "b.bundle"))
     assert e.message == f"writing {tmp_path / 'b.bundle'}/blobs/sha256/x: no space left"
     assert str(e) == e.message and e.context == f"in {tmp_path / 'b.bundle'}" and ".partial" not in str(e)
+
+
+# ============================== help a new user can act on
+_COMMANDS = [("bundle", c) for c in ("export", "inspect", "keygen", "sign", "sign-receipt", "pack", "copy", "push")] + [
+    ("importer", c) for c in ("", "smoke", "copy", "serve", "fleet-report", "sign-receipt")]
+
+
+@pytest.mark.parametrize(("cli", "command"), _COMMANDS)
+def test_every_command_help_has_an_example_and_says_where_the_docs_are(cli: str, command: str) -> None:
+    proc = run_cli(cli, *([command] if command else []), "--help")
+    assert proc.returncode == 0, proc.stderr
+    examples = proc.stdout.split("\nexamples:\n", 1)
+    assert len(examples) == 2, proc.stdout
+    first = examples[1].splitlines()[0].strip()
+    prog = "bundle" if cli == "bundle" else "bundle-import"
+    assert first.startswith((f"{prog} {command}".strip(), "python3 ")) and command in first, first
+    assert "docs/*.md: " in proc.stdout

@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
-from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success
+from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success, with_examples
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.format.platform import parse_platform
 from importer.format.text import printable
@@ -134,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version",
                    version=f"bundle-import {__version__} (bundle schema up to {SCHEMA_MAJOR}.x)")
-    return p
+    return with_examples(
+        p, "python3 /media/usb/train.bundle/bundle-import.pyz /media/usb/train.bundle --verify",
+        "bundle-import train.bundle --verify-only",
+        "bundle-import train.bundle --engine containerd --namespace k8s.io --receipt receipts/$(hostname)/import.json",
+        "bundle-import --inventory --engine podman > have.json")
 
 
 def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:

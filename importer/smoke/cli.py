@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import __version__
-from importer.cli.output import ArgumentParser, emit, failure, render_error
+from importer.cli.output import ArgumentParser, emit, failure, render_error, with_examples
 from importer.errors import BundleError, InternalError, os_error_text
 from importer.pipeline.receipt import check_receipt_path, default_receipt_path
 from importer.smoke.container import ENGINES
@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_smoke_arguments(p, standalone=True)
     p.add_argument("--version", action="version", version=f"bundle-import smoke {__version__}")
-    return p
+    return with_examples(p, "bundle-import smoke my/train:1 --gpus 0,1",
+                         "bundle-import smoke my/train:1 --device cpu --receipt receipts/$(hostname)/q.json",
+                         "bundle-import smoke --no-container --device cpu")
 
 
 def settings_from_args(args: argparse.Namespace, engine: Optional[str] = None,
