@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="carry every platform of a multi-platform image and its index byte for byte (docker://, "
                    "containerd: and oci: sources; bundle schema 3.2); an engine imports the platform it runs")
     e.add_argument("--force", action="store_true",
-                   help="replace an existing bundle folder (one holding bundle.json); anything else is refused")
+                   help="replace this export's output: the bundle folder at -o (one holding bundle.json) and "
+                   "the archive and its parts at --archive; anything else there is refused")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
                    "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")

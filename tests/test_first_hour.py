@@ -14,6 +14,7 @@ from importer.format.reference import parse_reference
 from importer.smoke.cli import render_gates
 from importer.streams.progress import StderrProgress
 from tests import engines
+from tests.bundlegen import make_bundle
 from tests.helpers import docker, run_cli
 from tests.imagegen import simple_context
 from tests.test_platforms import REF, two_platform_layout
@@ -203,3 +204,16 @@ def test_every_command_help_has_an_example_and_says_where_the_docs_are(cli: str,
     prog = "bundle" if cli == "bundle" else "bundle-import"
     assert first.startswith((f"{prog} {command}".strip(), "python3 ")) and command in first, first
     assert "docs/*.md: " in proc.stdout
+
+
+def test_the_import_table_names_both_digests(tmp_path: Path) -> None:
+    """An OCI layout's (and containerd's) image ID is the manifest digest: the table used to show
+    only the config digest beside it, two different digests and MATCH."""
+    bundle = make_bundle(tmp_path)
+    proc = run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(tmp_path / "out"), "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.splitlines()[:3]
+    assert header.split() == ["IMAGE", "CONFIG", "DIGEST", "MANIFEST", "DIGEST", "ENGINE", "ID", "LAYERS", "RESULT"]
+    for row in rows:
+        _, config, manifest, engine_id, _, result = row.split()
+        assert result == "MATCH" and engine_id == manifest and config != manifest, row

@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "<bundle>-<time>.import-receipt.json, ~/.local/state/... without XDG_STATE_HOME; its folder "
                    "is checked before anything is imported)")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
-    p.add_argument("--force", action="store_true", help="move existing tags that point to other images")
+    p.add_argument("--force", action="store_true",
+                   help="move the bundle's tags when the engine has them on other images (nothing else)")
     p.add_argument("--platform", metavar="OS/ARCH[/VARIANT]",
                    help="the platform the engine runs (default: this host's): a bundle whose images are for "
                    "another one is refused before any change (error platform-mismatch); e.g. linux/arm64 "
