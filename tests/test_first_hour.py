@@ -206,12 +206,14 @@ def test_every_command_help_has_an_example_and_says_where_the_docs_are(cli: str,
     assert "docs/*.md: " in proc.stdout
 
 
-def test_the_import_table_names_both_digests(tmp_path: Path) -> None:
+def test_the_import_table_names_both_digests_and_stages_end_with_done(tmp_path: Path) -> None:
     """An OCI layout's (and containerd's) image ID is the manifest digest: the table used to show
     only the config digest beside it, two different digests and MATCH."""
     bundle = make_bundle(tmp_path)
     proc = run_cli("importer", str(bundle), "--engine", "oci", "--oci-dir", str(tmp_path / "out"), "--no-receipt")
     assert proc.returncode == 0, proc.stderr
+    for stage in ("verify", "load"):  # stderr a pipe: each stage ends with its done line
+        assert re.search(rf"^{stage}: done, [\d.]+ \S+ in [\d.]+s \([\d.]+ \S+/s\)$", proc.stderr, re.M), proc.stderr
     header, *rows = proc.stdout.splitlines()[:3]
     assert header.split() == ["IMAGE", "CONFIG", "DIGEST", "MANIFEST", "DIGEST", "ENGINE", "ID", "LAYERS", "RESULT"]
     for row in rows:

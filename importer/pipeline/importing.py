@@ -27,6 +27,7 @@ from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_r
 from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
+from importer.streams.progress import close_progress
 from importer.verify.archive import verify_opened
 from importer.verify.bundle import VerifyReport
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
@@ -60,6 +61,7 @@ def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory]
     judged those bytes); raise VerificationFailed listing every problem."""
     on_bytes = progress("verify", _verify_total(bundle, deep)) if progress is not None else None
     report = verify_opened(bundle, deep=deep, on_bytes=on_bytes)
+    close_progress(on_bytes)
     if not report.ok:
         raise VerificationFailed(
             f"verifying {bundle.path}: expected every file to match bundle.json, "
@@ -255,6 +257,7 @@ def _load_staged(sink: Sink, root: str, manifest: BundleManifest, to_load: List[
     except BaseException:
         res.leftovers = cleanup(sink, list(staged.values()), [])
         raise
+    close_progress(on_bytes)
     res.timings["loadSeconds"] = time.monotonic() - t_load
     testhooks.reached("loaded")
     t_check = time.monotonic()
