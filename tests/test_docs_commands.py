@@ -209,7 +209,8 @@ SPECS: Dict[str, Spec] = {
     "bundle export oci:LAYOUT:REF --platform linux/arm64 -o DIR": run(subs={"REF": "my/train:1", "DIR": NEW},
                                                                      setup="rm -rf {W}/new.bundle", rc=5),
     # docs/engines.md: one platform of an index (tests/test_platforms.py exports each platform of a
-    # two-platform index); the test's layout is amd64 only, and --platform linux/arm64 of it is refused (it used to pass here)
+    # two-platform index); the test's layout is amd64 only, and --platform linux/arm64 of it is
+    # refused (it used to pass here)
     "bundle export oci:/srv/layout:team/app:1 --platform linux/arm64 -o /media/usb/app-arm64.bundle": skip(
         MULTI.replace("tests/test_multiplatform.py builds one", "tests/test_platforms.py builds one")),
     "bundle export SRC... --tag REF... -o DIR": run(subs={"SRC...": "oci:{W}/layout:my/train:1",
