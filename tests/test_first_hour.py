@@ -145,6 +145,9 @@ def test_a_docker_host_without_a_scheme_is_a_socket_or_refused(tmp_path: Path) -
     proc = run_cli("importer", "--inventory", "--docker-host", "none.sock")
     assert proc.returncode == 2 and "error[usage]" in proc.stderr, proc.stderr
     assert "reading --docker-host 'none.sock': expected unix:///path/docker.sock, a socket path" in proc.stderr
+    proc = run_cli("importer", "smoke", "x:1", "--docker-host", str(sock), "--device", "cpu", "--no-receipt",
+                   timeout=300)  # the smoke suite's engine too (it said tcp://localhost:2375/...sock)
+    assert proc.returncode != 0 and f"unix://{sock}" in proc.stderr and "2375" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("cli", ["bundle", "importer"])
