@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from importer.errors import InvalidReference
 from importer.format.reference import parse_reference
@@ -120,6 +122,17 @@ def test_a_bad_reference_names_the_part_that_is_wrong(ref: str, part: str) -> No
     with pytest.raises(InvalidReference) as e:
         parse_reference(ref)
     assert part in e.value.message and e.value.hint and "e.g. registry.example:5000/team/app:1" in e.value.hint
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_is_a_reference_or_one_invalid_reference_error(text: str) -> None:
+    try:
+        ref = parse_reference(text)
+    except InvalidReference as e:
+        assert repr(text)[:40] in e.message or len(text) > 255
+    else:
+        assert ref.path and text.startswith(f"{ref.host}/" if ref.host else ref.path)
 
 
 @pytest.mark.parametrize("ref", ["app", "app:1", "team/app:1.0-rc_1", "localhost:5000/a/b:c", "[::1]:5000/x:1",
