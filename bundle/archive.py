@@ -43,6 +43,7 @@ from importer.input.archive import (
     part_name,
 )
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir, open_regular
+from importer.streams.progress import close_progress
 from importer.streams.readers import HashingReader
 
 ProgressFn = Callable[[int], None]
@@ -198,12 +199,10 @@ def _stale_outputs(archive: str) -> List[str]:
     return sorted(found)
 
 
-def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: bool = False,
-                consume: bool = False, progress: Optional[Callable[[str, int], ProgressFn]] = None) -> PackResult:
-    """Pack the bundle folder ``src`` into ``archive`` (or its parts). ``consume``: delete each
-    packed blob from ``src`` right after it is in the archive (export --archive without -o)."""
-    started = time.monotonic()
-    src = os.path.abspath(src)
+def check_archive_target(archive: str, *, split: Optional[int] = None, force: bool = False) -> List[str]:
+    """What ``pack_bundle`` would refuse about ``archive``, said before any work (``bundle export
+    --archive`` checks it before the first byte is exported): a folder there, parts too small, an
+    earlier archive or parts without ``--force``. Returns the earlier outputs ``--force`` replaces."""
     archive = os.path.abspath(archive)
     if split is not None and split < MIN_PART:
         raise UsageError(f"splitting: expected parts of at least {MIN_PART} bytes, found {split}",
@@ -211,17 +210,28 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     if os.path.isdir(archive):
         raise UsageError(f"packing into {archive}: expected a file name (FILE.tar), found a folder")
     os.makedirs(os.path.dirname(archive), exist_ok=True)
+    stale = _stale_outputs(archive)
+    if stale and not force:
+        raise UsageError(f"packing into {archive}: expected no earlier archive or parts there, found "
+                         f"{len(stale)} ({os.path.basename(stale[0])}...)",
+                         hint="choose another name, or pass --force to replace them (stale parts are removed)")
+    return stale
+
+
+def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: bool = False,
+                consume: bool = False, progress: Optional[Callable[[str, int], ProgressFn]] = None) -> PackResult:
+    """Pack the bundle folder ``src`` into ``archive`` (or its parts). ``consume``: delete each
+    packed blob from ``src`` right after it is in the archive (export --archive without -o)."""
+    started = time.monotonic()
+    src = os.path.abspath(src)
+    archive = os.path.abspath(archive)
+    stale = check_archive_target(archive, split=split, force=force)
     if not os.path.lexists(os.path.join(src, BUNDLE_JSON)):
         raise ManifestError(f"packing {src}: expected a bundle folder holding {BUNDLE_JSON}, found none",
                             hint="pass the folder `bundle export -o DIR` wrote")
     with _open_member(src, BUNDLE_JSON) as f:  # a link, FIFO or device is refused, never opened or followed
         raw_bj = read_limited(f, MAX_BUNDLE_JSON, BUNDLE_JSON)
     manifest = load_bundle_manifest(raw_bj, where=os.path.join(src, BUNDLE_JSON))
-    stale = _stale_outputs(archive)
-    if stale and not force:
-        raise UsageError(f"packing into {archive}: expected no earlier archive or parts there, found "
-                         f"{len(stale)} ({os.path.basename(stale[0])}...)",
-                         hint="choose another name, or pass --force to replace them (stale parts are removed)")
     for path in stale:
         os.unlink(path)
     pins: Dict[str, FileRecord] = {f.path: f for f in manifest.files}
@@ -248,6 +258,7 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
                 if consume and rel.startswith("blobs/"):
                     os.unlink(full)
         writer.finish()
+        close_progress(on_bytes)
     except BaseException:
         writer.abort()
         raise

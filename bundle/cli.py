@@ -12,15 +12,15 @@ from rich.table import Table
 from rich.text import Text
 
 from bundle.embed import first_run_check
-from bundle.export import export_images
+from bundle.export import export_images, user_paths
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.progressui import progress_factory, stop_progress
 from bundle.tlscert import add_tls_command
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
-from importer.cli.output import ArgumentParser, emit, guarded, success
-from importer.errors import Interrupted, UsageError
+from importer.cli.output import ArgumentParser, emit, guarded, success, with_examples
+from importer.errors import BundleError, Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
 from importer.registry.sink import REALM_HELP
@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="carry every platform of a multi-platform image and its index byte for byte (docker://, "
                    "containerd: and oci: sources; bundle schema 3.2); an engine imports the platform it runs")
     e.add_argument("--force", action="store_true",
-                   help="replace an existing bundle folder (one holding bundle.json); anything else is refused")
+                   help="replace this export's output: the bundle folder at -o (one holding bundle.json) and "
+                   "the archive and its parts at --archive; anything else there is refused")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
                    "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")
@@ -100,7 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_key_commands(sub)
     add_tls_command(sub)
     add_transfer_commands(sub)
+    for name, parser in sub.choices.items():
+        with_examples(parser, *EXAMPLES[name])
     return p
+
+
+#: ``bundle COMMAND --help`` ends with these (README.md, "Use", has them all)
+EXAMPLES = {
+    "export": ["bundle export my/train:1 -o /media/usb/train.bundle",
+               "bundle export oci:./layout:team/app:1 --archive /media/usb/app.tar --split 3900M",
+               "bundle export docker://registry.example:5000/team/app:1 --all-platforms -o app.bundle"],
+    "inspect": ["bundle inspect /media/usb/train.bundle", "bundle inspect train.bundle --json"],
+    "keygen": ["bundle keygen -o keys/publisher", "bundle keygen -o keys/publisher --passphrase-stdin < pass.txt"],
+    "sign": ["bundle sign /media/usb/train.bundle --sign-key keys/publisher.key"],
+    "sign-receipt": ["bundle sign-receipt receipts/node-1/check.json --sign-key keys/site.key"],
+    "pack": ["bundle pack train.bundle /media/usb/train.tar",
+             "bundle pack train.bundle /media/usb/train.tar --split 3900M   # FAT32"],
+    "copy": ["bundle copy /media/usb/train.tar.parts.json /data/incoming --bwlimit 50M"],
+    "tls-cert": ["bundle tls-cert /etc/sneakernet/serve-tls --name gpu-gw.example --name 10.0.0.5"],
+    "push": ["bundle push train.bundle 127.0.0.1:5000/team",
+             "bundle push train.bundle 127.0.0.1:5000/team --ssh ops@offline-gw"],
+}
+
 
 
 def summary_line(m: BundleManifest) -> str:
@@ -139,8 +161,12 @@ def cmd_export(args: argparse.Namespace) -> int:
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
                                all_platforms=args.all_platforms,
                                realm_credentials=args.allow_realm_credentials)
+    except BundleError as e:  # --archive: the export folder is staging, the user named the archive
+        raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:
         stop_progress()
+    for note in result.notes:
+        print(note, file=sys.stderr)
     if result.recompressed:
         print(f"note: --compression {args.compression} recompressed {result.recompressed} layer(s) the source "
               "keeps in another compression: those images get a manifest of the bundle's own, so on a host "

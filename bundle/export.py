@@ -24,10 +24,12 @@ from bundle.sources.blobcopy import PlatformChoice
 from bundle.sources.choose import open_source
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.writer import write_bundle
-from importer.errors import DestinationInUse, UsageError
+from importer.errors import BundleError, DestinationInUse, InvalidReference, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
+from importer.format.reference import parse_reference
 from importer.inventory.have import engines_read_zstd, have_platform, merge_have, zstd_is_fast_on
+from importer.streams.progress import close_progress
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -40,6 +42,7 @@ class ExportResult:
     schema: int = 3
     signed_by: Optional[str] = None  # key fingerprint when exported with a signing key
     recompressed: int = 0  # layers recompressed because --compression was asked explicitly
+    notes: Tuple[str, ...] = ()  # lines for the user: platforms a default export left out
 
 
 def choose_compression(have: Sequence[str]) -> str:
@@ -105,7 +108,9 @@ def export_images(
     signed_by: Optional[str] = None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
-        on_bytes = progress("export", total) if progress else None
+        # Docker's image size counts file contents, not the tar bytes read: unknown (0), never a wrong total
+        exact = total if not isinstance(source, DockerDaemonSource) else 0
+        on_bytes = progress("export", exact) if progress else None
         source_doc = {"kind": source_info.kind, **source_info.details}
         if schema < 3:
             write_legacy_bundle(staging, source.docker.argv("save", *names), names, schema, source_doc,
@@ -119,17 +124,33 @@ def export_images(
             manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)
+        close_progress(on_bytes)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
         if os.path.lexists(out_dir):
             _check_replaceable(out_dir)  # again: it may have changed while the images were read
             shutil.rmtree(out_dir)
         os.replace(staging, out_dir)
+    except BundleError as e:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
+        raise user_paths(e, staging, out_dir) from e.__cause__
     except BaseException:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
-                        len(store.recompressed) if schema == 3 else 0)
+                        len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())))
+
+
+def user_paths(error: BundleError, staging: str, user: str) -> BundleError:
+    """``error`` saying ``user`` (the path the user gave) where it said the staging folder the
+    work happened in (``NAME.partial-*``, removed by now: a path nobody can look at)."""
+    for name in ("message", "context", "hint"):
+        text = getattr(error, name)
+        if text:
+            setattr(error, name, text.replace(staging, user))
+    error.args = (error.message,)
+    return error
 
 
 def _check_options(schema: int, compression: str, sign_key: Optional[Ed25519PrivateKey],
@@ -184,6 +205,7 @@ def _pick_platform(source: Any, values: Sequence[str], all_platforms: bool = Fal
                              "platforms from containerd:REF or an OCI layout (oci:DIR[:REF])")
         return
     source.platform = wanted[0]
+    source.platform_given = True
 
 
 def _empty_folder(path: str) -> bool:
@@ -218,10 +240,11 @@ def _check_tags(refs: Sequence[str], tags: Sequence[str], schema: int) -> None:
     if len(tags) != len(refs):
         raise UsageError(f"exporting with --tag: expected one --tag per image ({len(refs)}), found {len(tags)}",
                          hint="give --tag once for each IMAGE, in the same order")
-    bad = [t for t in tags if not valid_ref(t) or "@" in t]
-    if bad:
-        raise UsageError(f"exporting with --tag {bad[0]!r}: expected an image reference such as "
-                         "registry.example/team/app:1, found something else")
+    for t in tags:
+        if parse_reference(t, what="exporting with --tag").digest or not valid_ref(t):
+            raise InvalidReference(f"exporting with --tag {t!r}: expected a name and tag such as "
+                                   "registry.example/team/app:1, found a digest",
+                                   hint="a bundle's image gets a tag; the digest is the bundle's own")
 
 
 def _renamed(images: List[SourceImage], tags: Sequence[str]) -> List[SourceImage]:

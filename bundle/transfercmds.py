@@ -12,14 +12,15 @@ import sys
 import uuid
 from typing import Any, Callable, Optional, Tuple
 
-from bundle.archive import PackResult, pack_bundle
+from bundle.archive import PackResult, check_archive_target, pack_bundle
 from bundle.embed import first_run_check
+from bundle.export import user_paths
 from bundle.progressui import progress_factory
 from bundle.push import push
 from bundle.sshtunnel import SshTarget
 from importer.cli.copy import add_copy_arguments, cmd_copy
 from importer.cli.output import emit, success
-from importer.errors import UsageError
+from importer.errors import BundleError, UsageError
 from importer.registry.client import DEFAULT_CHUNK
 from importer.registry.sink import REALM_HELP, credentials_from_args
 from importer.registry.transcode import CHOICES, ZSTD_READERS, has_zstd
@@ -102,6 +103,8 @@ def export_target(args: argparse.Namespace) -> Tuple[str, bool]:
         raise UsageError("exporting: expected --archive FILE.tar with --split, found none")
     if archive and getattr(args, "schema", 3) != 3:
         raise UsageError(f"exporting: --archive needs --schema 3, found --schema {args.schema}")
+    if archive:  # refused now, not after a long export
+        check_archive_target(archive, split=_split(args), force=args.force)
     if args.output:
         return args.output, False
     if not archive:
@@ -118,6 +121,8 @@ def finish_export(args: argparse.Namespace, folder: str, consume: bool) -> Optio
     try:
         return pack_bundle(folder, args.archive, split=_split(args), force=args.force, consume=consume,
                            progress=_progress(args))
+    except BundleError as e:  # the staging folder is gone: name the archive the user asked for
+        raise (user_paths(e, folder, args.archive) if consume else e) from e.__cause__
     finally:
         if consume:
             shutil.rmtree(folder, ignore_errors=True)

@@ -54,6 +54,13 @@ class BundleNotFound(UsageError):
     reference = "bundle-not-found"
 
 
+class EngineNotChosen(UsageError):
+    """No ``--engine``, no engine option, no ``DOCKER_HOST`` and no Docker on its default socket,
+    but another engine answers: it is not chosen silently; the message lists what answered."""
+
+    reference = "engine-not-chosen"
+
+
 class UnwritableDestination(UsageError):
     """``copy SRC DST``: DST cannot be written (permissions, no space, a link or special file in it)."""
 

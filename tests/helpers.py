@@ -22,13 +22,14 @@ def _env(drop: tuple[str, ...], docker_host: str | None, extra: dict[str, str] |
 
 def run_cli(module: str, *args: str, docker_host: str | None = None, check: bool = False,
             timeout: float = 900, env: dict[str, str] | None = None, drop_env: tuple[str, ...] = (),
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+            cwd: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m bundle|importer ARGS`` from this checkout and capture its output (the one
     way the tests run a CLI from source). ``drop_env``: prefixes of variables not passed on (e.g.
-    ``DOCKER_`` so that only the options choose the engine); ``env``: variables to set."""
+    ``DOCKER_`` so that only the options choose the engine); ``env``: variables to set; ``input``:
+    its stdin (else inherited)."""
     full = _env(drop_env, docker_host, {**(env or {}), "PYTHONPATH": str(REPO)})
     proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          env=full, timeout=timeout, check=False, cwd=cwd)
+                          env=full, timeout=timeout, check=False, cwd=cwd, input=input)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -99,10 +99,22 @@ def _import(cwd: Path, bundle: Path, layout: Path, *args: str) -> subprocess.Com
     return run_cli_in(cwd, str(bundle), "--engine", "oci", "--oci-dir", str(layout), *args)
 
 
-def test_a_receipt_in_a_missing_folder_is_refused_before_importing(bundle: Path, tmp_path: Path) -> None:
+def test_a_receipt_in_a_missing_folder_gets_its_folder(bundle: Path, tmp_path: Path) -> None:
+    """docs/fleet.md's per-node ``receipts/$(hostname)/check.json`` works as written: the folder is
+    made as ``mkdir -p`` would (it used to be refused)."""
     layout = tmp_path / "layout"
-    proc = _import(tmp_path, bundle, layout, "--receipt", str(tmp_path / "missing" / "x.json"), "--json")
+    receipt = tmp_path / "receipts" / "node-1" / "x.json"
+    proc = _import(tmp_path, bundle, layout, "--receipt", str(receipt), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(receipt.read_text())["result"] == "pass"
+
+
+def test_a_receipt_folder_that_cannot_be_made_is_refused_before_importing(bundle: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    layout = tmp_path / "layout"
+    proc = _import(tmp_path, bundle, layout, "--receipt", str(tmp_path / "afile" / "sub" / "x.json"), "--json")
     assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
+    assert f"{tmp_path / 'afile' / 'sub'} cannot be made" in proc.stderr
     assert "nothing was done" in proc.stderr and not layout.exists()  # nothing imported
 
 
@@ -120,7 +132,7 @@ def test_an_unusable_state_folder_falls_back_to_the_temp_dir_with_a_note(bundle:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.bundle", "layout", "state"]
 
 
-@pytest.mark.parametrize("where", ["missing/x.json", "folder", "afile/x.json"])
+@pytest.mark.parametrize("where", ["afile/sub/x.json", "folder", "afile/x.json"])
 def test_every_unwritable_receipt_path_is_refused_before_importing(where: str, bundle: Path, tmp_path: Path) -> None:
     (tmp_path / "folder").mkdir()
     (tmp_path / "afile").write_text("")
@@ -146,16 +158,18 @@ def test_a_run_refused_for_its_arguments_writes_no_receipt(bundle: Path, tmp_pat
 
 
 def test_smoke_with_a_bad_receipt_path_is_refused_before_the_suite_runs(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
     proc = run_cli_in(tmp_path, "smoke", "--no-container", "--device", "cpu", "--gates", "shutdown",
-                      "--receipt", str(tmp_path / "missing" / "q.json"), "--json")
+                      "--receipt", str(tmp_path / "afile" / "q.json"), "--json")
     assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
     assert "Traceback" not in proc.stderr and "smoke:" not in proc.stderr  # the suite never started
 
 
 def test_smoke_after_import_with_a_bad_receipt_path_imports_nothing(bundle: Path, tmp_path: Path) -> None:
     layout = tmp_path / "layout"
+    (tmp_path / "afile").write_text("")
     proc = _import(tmp_path, bundle, layout, "--smoke", "--no-container", "--device", "cpu",
-                   "--smoke-receipt", str(tmp_path / "missing" / "q.json"))
+                   "--smoke-receipt", str(tmp_path / "afile" / "q.json"))
     assert proc.returncode == 2 and error_id(proc.stderr) == "receipt-unwritable", proc.stderr
     assert "--smoke-receipt" in proc.stderr and not layout.exists()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from importer.errors import EngineNotChosen
 from importer.format.identity import chain_ids, docker_archive_manifest_digest
 from importer.sinks.choose import EngineOptions, choose_sink
 from importer.sinks.dockerarchive import write_docker_archive
@@ -145,14 +146,17 @@ def test_an_unknown_snapshotter_is_refused_with_the_usable_ones(containerd_addre
     assert "native" in proc.stderr and "overlayfs" in proc.stderr
 
 
-def test_detection_finds_containerd_and_prefers_k8s_namespace(containerd_address: str,
+def test_detection_names_containerd_and_its_k8s_namespace(containerd_address: str,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
     for name in ("DOCKER_HOST", "CONTAINERD_ADDRESS", "CONTAINERD_NAMESPACE"):
         monkeypatch.delenv(name, raising=False)
     if "k8s.io" not in ctr(containerd_address, "default", "namespaces", "ls", "-q").split():
         ctr(containerd_address, "default", "namespaces", "create", "k8s.io", timeout=60)
-    sink, why = choose_sink(EngineOptions(), docker_socket=str(tmp_path / "no-docker.sock"),
-                            containerd_socket=containerd_address)
-    assert sink.kind == "containerd" and sink.namespace == "k8s.io"
-    assert why == f"containerd answers on {containerd_address}; namespace k8s.io exists (a Kubernetes node)"
+    with pytest.raises(EngineNotChosen) as e:  # found, and said, but never chosen silently
+        choose_sink(EngineOptions(), docker_socket=str(tmp_path / "no-docker.sock"),
+                    containerd_socket=containerd_address, which=lambda name: name if name != "podman" else None)
+    assert e.value.message.endswith(
+        f"found containerd on {containerd_address} (namespace k8s.io exists: a Kubernetes node) answering instead")
+    assert e.value.hint == ("name the engine to load into: "
+                            f"--engine containerd --address {containerd_address} --namespace k8s.io")

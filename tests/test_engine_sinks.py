@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from importer.errors import EngineUnavailable, InventoryDamaged, ManifestError, UsageError
+from importer.errors import EngineNotChosen, EngineUnavailable, InventoryDamaged, ManifestError, UsageError
 from importer.format.identity import (
     chain_ids,
     docker_archive_manifest,
@@ -39,6 +39,7 @@ from importer.sinks.podman import engine_image_from_podman
 from importer.verify.bundle import verify_bundle
 from importer.verify.deep import compare, export_refused
 from tests.bundlegen import make_bundle
+from tests.engines import require
 from tests.fakesave import docker_save, layer_tar, sample_images
 
 REPO = Path(__file__).resolve().parents[1]
@@ -258,9 +259,11 @@ def test_options_imply_the_engine(opts: EngineOptions, kind: str, why: str) -> N
 
 
 def test_detection_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DOCKER_HOST", "unix:///somewhere/docker.sock")
-    sink, why = choose_sink(EngineOptions())
-    assert sink.kind == "docker" and why.startswith("DOCKER_HOST is set")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/docker.sock")
+    with pytest.raises(EngineUnavailable) as e:  # a dead DOCKER_HOST is said at once, with the way out
+        choose_sink(EngineOptions())
+    assert f"DOCKER_HOST is set (unix://{tmp_path}/docker.sock)" in e.value.message
+    assert "--engine containerd|podman|oci" in (e.value.hint or "")
     monkeypatch.delenv("DOCKER_HOST")
     monkeypatch.delenv("CONTAINERD_ADDRESS", raising=False)
     with pytest.raises(EngineUnavailable) as e:
@@ -271,6 +274,21 @@ def test_detection_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
                     containerd_socket=str(tmp_path / "none2"), which=lambda name: name if name != "podman" else None)
     assert f"Docker: no {tmp_path / 'none'}" in (e.value.context or "")
     assert f"containerd: no {tmp_path / 'none2'}" in (e.value.context or "")
+
+
+def test_podman_is_never_chosen_silently(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No --engine, no DOCKER_HOST, no Docker socket: the system podman answers, but a load into
+    an engine nobody named is refused, naming what answered and ``--engine podman``."""
+    require("podman")
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("CONTAINERD_ADDRESS", raising=False)
+    with pytest.raises(EngineNotChosen) as e:
+        choose_sink(EngineOptions(), docker_socket=str(tmp_path / "none"),
+                    containerd_socket=str(tmp_path / "none2"))
+    assert "found podman (default storage) answering instead" in e.value.message
+    assert e.value.hint == "name the engine to load into: --engine podman"
+    assert "podman (default storage): answers" in (e.value.context or "")
+    assert e.value.exit_code == 2 and e.value.reference == "engine-not-chosen"
 
 
 # ============================== the inventory

@@ -165,7 +165,7 @@ def test_a_bare_tag_layout_is_named_with_tag(docker_host: str, src: dict, tmp_pa
     docker(docker_host, "image", "rm", "team/train:7")
     # one --tag per image; a valid reference; not with the docker-save schemas
     for extra, words in ((["--tag", "a:1", "--tag", "b:1"], "expected one --tag per image (1), found 2"),
-                         (["--tag", "Bad Name"], "expected an image reference"),
+                         (["--tag", "Bad Name"], "exporting with --tag 'Bad Name': expected no spaces"),
                          (["--tag", "a:1", "--schema", "2"], "schemas 1 and 2 carry the names")):
         out = tmp_path / "bad"
         proc = run_cli("bundle", "export", f"oci:{layout}:latest", *extra, "-o", str(out))

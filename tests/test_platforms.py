@@ -148,6 +148,13 @@ def test_export_carries_only_the_picked_platform(tmp_path: Path, asked: list[str
     assert [x["digest"] for x in image["layers"]] == [want["layer"]]
     other = built["platforms"]["amd64" if arch == "arm64" else "arm64"]
     assert not {other["config"], other["layer"], other["manifest"]} & _blobs_of(out)
+    dropped = [line for line in proc.stderr.splitlines() if "--all-platforms" in line]
+    if asked:  # a platform named is a choice made; the default drops the others and says so, once
+        assert dropped == [], proc.stderr
+    else:
+        assert dropped == [f"note: exporting from the OCI layout {tmp_path / 'layout'}: a multi-platform image "
+                           f"(linux/amd64, linux/arm64/v8); carrying linux/{arch}{'/v8' if arch == 'arm64' else ''} "
+                           "only (pass --all-platforms to keep every platform)"], proc.stderr
     assert run_cli("importer", str(out), "--verify-only").returncode == 0
     shown = run_cli("bundle", "inspect", str(out))
     assert shown.returncode == 0 and f"linux/{arch}" in shown.stdout, shown.stdout
@@ -164,6 +171,29 @@ def test_a_platform_the_index_lacks_is_refused_naming_what_it_has(tmp_path: Path
     assert "linux/s390x" in proc.stderr and "found linux/amd64, linux/arm64/v8" in proc.stderr
     assert "platform-not-found" in proc.stderr or "--platform" in proc.stderr
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["layout"]  # no partial folder left
+
+
+def test_a_single_platform_image_for_another_platform_is_refused(tmp_path: Path) -> None:
+    """An OCI layout naming one amd64 manifest (no index): ``--platform linux/arm64`` is refused
+    (it used to give an amd64 bundle), ``--platform linux/amd64`` carries it."""
+    built = two_platform_layout(tmp_path / "layout")
+    amd = built["platforms"]["amd64"]
+    size = (tmp_path / "layout" / "blobs" / "sha256" / amd["manifest"].split(":")[1]).stat().st_size
+    (tmp_path / "layout" / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": amd["manifest"], "size": size,
+         "annotations": {"org.opencontainers.image.ref.name": REF}}]}))
+    out = tmp_path / "b"
+    proc = run_cli("bundle", "export", f"oci:{tmp_path / 'layout'}:{REF}", "--platform", "linux/arm64",
+                   "-o", str(out))
+    assert proc.returncode == 5, proc.stderr
+    assert "error[platform-not-found]" in proc.stderr, proc.stderr
+    assert "expected an image for linux/arm64 (--platform), found a single-platform image for linux/amd64" \
+        in proc.stderr
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["layout"]
+    proc = run_cli("bundle", "export", f"oci:{tmp_path / 'layout'}:{REF}", "--platform", "linux/amd64",
+                   "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "bundle.json").read_text())["images"][0]["config"]["digest"] == amd["config"]
 
 
 def test_a_docker_source_on_another_platform_is_refused(tmp_path: Path) -> None:

@@ -115,10 +115,10 @@ def _recompress(store: BlobStore, src: Readable, compression: str, what: str,
     target = store.recompress_to
     if target is None or target == compression:
         return None
-    tee = HashingReader(src)
+    tee = HashingReader(src, on_bytes)  # counts the stored bytes read, as the progress total does
     try:
         with _decompressed(tee, compression) as plain:
-            record = store.write_layer(plain, compression=target, on_bytes=on_bytes)
+            record = store.write_layer(plain, compression=target)
         tee.drain()
     except BundleError:
         raise
@@ -223,13 +223,18 @@ def read_blob_bytes(provider: BlobProvider, digest: str, limit: int, what: str) 
 
 
 def pick_manifest_raw(provider: BlobProvider, desc: Dict[str, Any], platform: Any,
-                      what: str) -> Tuple[Any, bytes]:
+                      what: str, notes: Optional[List[str]] = None) -> Tuple[Any, bytes]:
     """:func:`pick_manifest` and the manifest's exact bytes. ``platform``: a Platform or an
-    (os, architecture) pair."""
+    (os, architecture) pair. ``notes``: gets one line when an index of several platforms is
+    resolved to one (the others are dropped: the user is told how to keep them)."""
     raw = read_blob_bytes(provider, str(desc["digest"]), MAX_CONFIG, f"{what}: manifest {str(desc['digest'])[:19]}")
     doc = parse_json(raw, f"{what}: manifest")
     if desc.get("mediaType") in INDEX_TYPES or (isinstance(doc, dict) and isinstance(doc.get("manifests"), list)):
         sub = _platform_entry(doc, platform, what)
+        runs = sorted({str(p) for p in index_platforms(doc) if p.os != "unknown"})
+        if notes is not None and len(runs) > 1:
+            notes.append(f"note: {what}: a multi-platform image ({', '.join(runs)}); carrying "
+                         f"{_entry_platform(sub)} only (pass --all-platforms to keep every platform)")
         return pick_manifest_raw(provider, sub, platform, what)
     if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list) or not isinstance(doc.get("config"), dict):
         raise SourceError(f"{what}: expected an image manifest with a config and layers, found something else")
@@ -247,9 +252,27 @@ def _platform_entry(doc: Any, platform: Any, what: str) -> Dict[str, Any]:
                            hint="pick one of those with --platform OS/ARCH[/VARIANT], or pull that platform first")
 
 
-def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Any, what: str) -> Any:
-    """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``)."""
-    return pick_manifest_raw(provider, desc, platform, what)[0]
+def pick_manifest(provider: BlobProvider, desc: Dict[str, Any], platform: Any, what: str, *,
+                  strict: bool = False, notes: Optional[List[str]] = None) -> Any:
+    """The image manifest of ``desc`` (an index resolves to the manifest for ``platform``).
+    ``strict`` (``--platform`` given): a single-platform image must be for ``platform`` too, as its
+    config says; without it a single manifest is carried whatever it runs on."""
+    manifest = pick_manifest_raw(provider, desc, platform, what, None if strict else notes)[0]
+    if strict:
+        require_platform(provider, manifest, platform, what)
+    return manifest
+
+
+def require_platform(provider: BlobProvider, manifest: Any, platform: Any, what: str) -> None:
+    """PlatformNotFound unless the image's config names ``platform`` (or names none)."""
+    want = platform if isinstance(platform, Platform) else Platform(*platform)
+    config_digest = str((manifest.get("config") or {}).get("digest"))
+    config = parse_json(read_blob_bytes(provider, config_digest, MAX_CONFIG, f"{what}: config"), f"{what}: config")
+    found = of_dict(config) if isinstance(config, dict) else None
+    if found is not None and not want.matches(found):
+        raise PlatformNotFound(f"{what}: expected an image for {want} (--platform), found a single-platform "
+                               f"image for {found}",
+                               hint=f"drop --platform to carry the {found} image, or export a build for {want}")
 
 
 def copy_image(provider: BlobProvider, manifest: Any, refs: Tuple[str, ...], store: BlobStore, *,
@@ -360,6 +383,29 @@ def _check_index_platform(image: SourceImage, listed: Platform, what: str) -> No
         raise SourceError(f"{what}: expected the manifest the index lists for {listed} to be an image for "
                           f"{listed}, found a config for {got}",
                           hint="the source's index contradicts its images; rebuild or re-push the image index")
+
+
+def manifests_for(provider: BlobProvider, target: Dict[str, Any], platform: Any, choice: Optional[PlatformChoice],
+                  what: str, *, strict: bool = False, notes: Optional[List[str]] = None) -> List[Any]:
+    """The image manifests :func:`copy_target` will carry for ``target`` (every platform chosen,
+    not one), checked before any layer is read."""
+    if choice is None:
+        return [pick_manifest(provider, target, platform, what, strict=strict, notes=notes)]
+    raw = read_blob_bytes(provider, str(target["digest"]), MAX_CONFIG, f"{what}: manifest {str(target['digest'])[:19]}")
+    doc = parse_json(raw, f"{what}: manifest")
+    is_index = isinstance(doc, dict) and isinstance(doc.get("manifests"), list)
+    if not (target.get("mediaType") in INDEX_TYPES or is_index):
+        return [pick_manifest_raw(provider, target, platform, what)[0]]
+    return [pick_manifest_raw(provider, e, platform, what)[0] for e in choice.entries(doc, what)]
+
+
+def add_layer_sizes(manifests: Sequence[Any], sizes: Dict[str, int]) -> None:
+    """Each layer blob's size into ``sizes`` (digest -> size): a blob two images share is read once,
+    so the export's progress total counts it once."""
+    for manifest in manifests:
+        for d in manifest.get("layers") or []:
+            if isinstance(d, dict):
+                sizes[str(d.get("digest"))] = int(d.get("size") or 0)
 
 
 def _entry_platform(entry: Dict[str, Any]) -> Platform:

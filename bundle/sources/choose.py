@@ -13,6 +13,7 @@ from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.sources.oci_layout import OciLayoutSource, split_oci_ref
 from bundle.sources.registry import RegistrySource
 from importer.errors import UsageError
+from importer.format.reference import parse_reference
 
 TRANSPORTS = ("docker-daemon", "containerd", "oci", "docker")
 
@@ -60,6 +61,9 @@ def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
     if insecure and kind != "docker":
         raise UsageError(f"exporting from {kind} with --insecure: expected a docker:// (registry) source",
                          hint="--insecure lets a registry skip certificate checks; drop it for other sources")
+    if kind in ("docker", "containerd", "docker-daemon"):
+        for _, r in parsed:  # one parser says which part of a bad reference is wrong
+            parse_reference(r, what="exporting: reading the image reference")
     if kind == "docker":
         names = [r for _, r in parsed]
         return RegistrySource(names, insecure=insecure, realm_credentials=realm_credentials), names

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
+from bundle.sources.blobcopy import PlatformChoice, add_layer_sizes, copy_target, manifests_for
 from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
@@ -33,6 +33,10 @@ class ContainerdSource:
         self._targets: Dict[str, Dict[str, Any]] = {}
         #: the platform picked from an image index (bundle export --platform; default: this host's)
         self.platform: Platform = host()
+        #: --platform was given: a single-platform image must be for it too
+        self.platform_given = False
+        #: lines for the user (platforms a default export leaves out)
+        self.notes: List[str] = []
         #: several platforms of a multi-platform image (--all-platforms, several --platform)
         self.choice: Optional[PlatformChoice] = None
 
@@ -53,11 +57,12 @@ class ContainerdSource:
         return self._targets[ref]
 
     def check_refs(self, refs: Sequence[str]) -> int:
-        total = 0
+        sizes: Dict[str, int] = {}
         for ref in refs:
-            manifest = pick_manifest(self, self._target(ref), self.platform, f"exporting {ref} from {self.where}")
-            total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
-        return total
+            add_layer_sizes(manifests_for(self, self._target(ref), self.platform, self.choice,
+                                          f"exporting {ref} from {self.where}", strict=self.platform_given,
+                                          notes=self.notes), sizes)
+        return sum(sizes.values())
 
     # === BlobProvider
     def read_json(self, digest: str, limit: int, what: str) -> Any:

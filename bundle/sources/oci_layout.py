@@ -20,8 +20,9 @@ from bundle.sources.blobcopy import (
     INDEX_TYPES,
     MANIFEST_TYPES,
     PlatformChoice,
+    add_layer_sizes,
     copy_target,
-    pick_manifest,
+    manifests_for,
 )
 from importer.errors import ImageNotFound, SourceError
 from importer.format.digest import Digest
@@ -51,6 +52,10 @@ class OciLayoutSource:
         self._index: Optional[List[Dict[str, Any]]] = None
         #: the platform picked from an image index (bundle export --platform; default: this host's)
         self.platform: Platform = host()
+        #: --platform was given: a single-platform image must be for it too
+        self.platform_given = False
+        #: lines for the user (platforms a default export leaves out)
+        self.notes: List[str] = []
         #: several platforms of a multi-platform image (--all-platforms, several --platform)
         self.choice: Optional[PlatformChoice] = None
 
@@ -88,11 +93,12 @@ class OciLayoutSource:
                             hint="the names are index.json's org.opencontainers.image.ref.name")
 
     def check_refs(self, refs: Sequence[Optional[str]]) -> int:
-        total = 0
+        sizes: Dict[str, int] = {}
         for ref in refs:
-            manifest = pick_manifest(self, self._target(ref), self.platform, f"exporting from {self.where}")
-            total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
-        return total
+            add_layer_sizes(manifests_for(self, self._target(ref), self.platform, self.choice,
+                                          f"exporting from {self.where}", strict=self.platform_given,
+                                          notes=self.notes), sizes)
+        return sum(sizes.values())
 
     # === BlobProvider
     def _path(self, digest: str, what: str) -> str:

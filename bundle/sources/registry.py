@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
+from bundle.sources.blobcopy import PlatformChoice, add_layer_sizes, copy_target, manifests_for
 from importer.errors import ImageNotFound, InvalidReference, LimitExceeded, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST, parse_json
@@ -197,6 +197,10 @@ class RegistrySource:
         #: the registries the references name (checked before anything is read)
         self.hosts = sorted({parse_registry_ref(r).host for r in refs})
         self.platform: Platform = host()
+        #: --platform was given: a single-platform image must be for it too
+        self.platform_given = False
+        #: lines for the user (platforms a default export leaves out)
+        self.notes: List[str] = []
         #: several platforms of a multi-platform image (--all-platforms, several --platform)
         self.choice: Optional[PlatformChoice] = None
         self.clients: Dict[str, RegistryClient] = {}
@@ -265,13 +269,13 @@ class RegistrySource:
                 self._depth.setdefault(str(desc["digest"]), depth + 1)
 
     def check_refs(self, refs: Sequence[str]) -> int:
-        total = 0
+        sizes: Dict[str, int] = {}
         for text in refs:
             ref, target = self._target(text)
             self._current = ref
-            manifest = pick_manifest(self, target, self.platform, f"exporting docker://{text}")
-            total += sum(int(d.get("size") or 0) for d in manifest["layers"] if isinstance(d, dict))
-        return total
+            add_layer_sizes(manifests_for(self, target, self.platform, self.choice, f"exporting docker://{text}",
+                                          strict=self.platform_given, notes=self.notes), sizes)
+        return sum(sizes.values())
 
     # === BlobProvider
     def read_json(self, digest: str, limit: int, what: str) -> Any:

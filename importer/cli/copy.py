@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
-from importer.cli.output import ArgumentParser, emit, guarded, success
+from importer.cli.output import ArgumentParser, emit, guarded, success, with_examples
 from importer.errors import Interrupted
 from importer.format.text import printable
 from importer.streams.progress import human_bytes, stderr_progress
@@ -44,6 +44,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        description="Copy a bundle (folder, tar or parts) resumably, then verify the copy.")
     add_copy_arguments(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    with_examples(p, "python3 /media/usb/bundle-import.pyz copy /media/usb/train.tar.parts.json /data/incoming",
+                  "bundle-import copy /media/usb/train.bundle /data/train.bundle --bwlimit 50M")
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, src=None)
 
     def body() -> int:

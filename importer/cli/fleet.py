@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any, Callable, List, Optional, Sequence
 
-from importer.cli.output import ArgumentParser, emit, guarded, success
+from importer.cli.output import ArgumentParser, emit, guarded, success, with_examples
 from importer.errors import UsageError
 from importer.format.text import printable_block
 from importer.receipts.fleet import (
@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "`bundle keygen`, or a folder of them); repeatable")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    return p
+    return with_examples(p, "bundle-import fleet-report receipts/*/check.json",
+                         "bundle-import fleet-report receipts/ --trust site.pub --json")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -141,4 +142,6 @@ def sign_main(argv: Optional[Sequence[str]] = None) -> int:
                        "openssl command (OpenSSL 3), for `bundle-import fleet-report --trust PUBKEY`. docs/fleet.md.")
     add_sign_receipt_arguments(p)
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    with_examples(p, "bundle-import sign-receipt receipts/node-1/check.json --sign-key site.key",
+                  "bundle-import sign-receipt r.json --sign-key site.key --passphrase-stdin < pass.txt")
     return _run("bundle-import sign-receipt", p, cmd_sign_receipt, list(argv if argv is not None else sys.argv[1:]))

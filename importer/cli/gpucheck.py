@@ -90,6 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args[:1] in (["-h"], ["--help"]):
         print(USAGE)  # noqa: T201
         print(__doc__.split("\n\n")[1])  # noqa: T201
+        print("\nexamples:\n  sneakernet-gpu-check\n  sneakernet-gpu-check /tmp/q01.json --gpus 0,1")  # noqa: T201
         return 0
     try:
         receipt, flags = split_args(args)

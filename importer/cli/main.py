@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
-from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success
+from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success, with_examples
 from importer.cli.smoke import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.cli.smoke import main as smoke_main
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "<bundle>-<time>.import-receipt.json, ~/.local/state/... without XDG_STATE_HOME; its folder "
                    "is checked before anything is imported)")
     p.add_argument("--no-receipt", action="store_true", help="do not write a receipt file")
-    p.add_argument("--force", action="store_true", help="move existing tags that point to other images")
+    p.add_argument("--force", action="store_true",
+                   help="move the bundle's tags when the engine has them on other images (nothing else)")
     p.add_argument("--platform", metavar="OS/ARCH[/VARIANT]",
                    help="the platform the engine runs (default: this host's): a bundle whose images are for "
                    "another one is refused before any change (error platform-mismatch); e.g. linux/arm64 "
@@ -131,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version",
                    version=f"bundle-import {__version__} (bundle schema up to {SCHEMA_MAJOR}.x)")
-    return p
+    return with_examples(
+        p, "python3 /media/usb/train.bundle/bundle-import.pyz /media/usb/train.bundle --verify",
+        "bundle-import train.bundle --verify-only",
+        "bundle-import train.bundle --engine containerd --namespace k8s.io --receipt receipts/$(hostname)/import.json",
+        "bundle-import --inventory --engine podman > have.json")
 
 
 def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None]]]:

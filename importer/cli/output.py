@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 from typing import Any, Callable, Dict, NoReturn, Optional
@@ -40,6 +41,25 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         raise UsageError(f"reading the command line of {self.prog}: {message}", hint=f"{self.prog} --help")
+
+
+def docs_folder() -> str:
+    """Where the docs that --help and hints name (docs/*.md) are: installed beside a pip install
+    (pyproject's shared-data), else the source tree's."""
+    installed = os.path.join(sys.prefix, "share", "doc", "sneakernet", "docs")
+    if os.path.isdir(installed):
+        return installed
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs")
+    return here if os.path.isdir(here) else "the docs/ folder of the sneakernet source (not inside bundle-import.pyz)"
+
+
+def with_examples(parser: argparse.ArgumentParser, *examples: str) -> argparse.ArgumentParser:
+    """``--help`` ends with ``examples:`` (each line as written) and where the docs named in it
+    are, before any epilog there was."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    block = "examples:\n" + "\n".join(f"  {line}" for line in examples) + f"\n\ndocs/*.md: {docs_folder()}"
+    parser.epilog = block + (f"\n\n{parser.epilog}" if parser.epilog else "")
+    return parser
 
 
 def problem_dict(p: object) -> Any:

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Optional, Sequence
 
-from importer.cli.output import ArgumentParser, guarded
+from importer.cli.output import ArgumentParser, guarded, with_examples
 from importer.cli.servesecure import add_options, print_node_config, security, start_info, start_lines
 from importer.errors import UsageError
 from importer.format.manifest import LayerRecord
@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON line on stdout once serving (the address)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines and no access log")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    return p
+    return with_examples(p, "python3 /data/bundle-import.pyz serve /data/train.bundle --listen 0.0.0.0:5000",
+                         "bundle-import serve train.tar.parts.json --trust publisher.pub")
 
 
 def _say(line: str) -> None:

@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import __version__
-from importer.cli.output import ArgumentParser, emit, failure, render_error
+from importer.cli.output import ArgumentParser, emit, failure, render_error, with_examples
 from importer.errors import BundleError, InternalError, os_error_text
 from importer.format.text import printable_block
 from importer.receipts.receipt import check_receipt_path, default_receipt_path
@@ -117,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_smoke_arguments(p, standalone=True)
     p.add_argument("--version", action="version", version=f"bundle-import smoke {__version__}")
-    return p
+    return with_examples(p, "bundle-import smoke my/train:1 --gpus 0,1",
+                         "bundle-import smoke my/train:1 --device cpu --receipt receipts/$(hostname)/q.json",
+                         "bundle-import smoke --no-container --device cpu")
 
 
 def settings_from_args(args: argparse.Namespace, engine: Optional[str] = None,
@@ -140,13 +142,19 @@ def _progress(quiet: bool) -> Optional[Callable[[str], None]]:
     return lambda msg: _err(f"smoke: {msg}")
 
 
+#: characters of a gate's detail in the table; an error keeps its last ERROR_CELL (the receipt has all)
+DETAIL_CELL = 160
+ERROR_CELL = 600
+
+
 def render_gates(receipt: Dict[str, Any]) -> str:
     lines = [f"{'gate':<10} {'status':<6} {'req':<3} {'seconds':>8}  detail"]
     for g in receipt["gates"]:
-        text = g.get("error") or g.get("detail") or ""
-        text = text.replace("\n", " ")
-        if len(text) > 160:
-            text = text[:157] + "..."
+        text = (g.get("error") or g.get("detail") or "").replace("\n", " ")
+        if g.get("error") and len(text) > ERROR_CELL:
+            text = "..." + text[-(ERROR_CELL - 3):]  # an error's reason is its end (the last line said)
+        elif len(text) > DETAIL_CELL:
+            text = text[:DETAIL_CELL - 3] + "..."
         lines.append(f"{g['name']:<10} {g['status']:<6} {'yes' if g['required'] else 'no':<3} "
                      f"{g['seconds']:>8.1f}  {text}")
     what = (receipt.get("image") or {}).get("ref") or "this Python"

@@ -26,6 +26,7 @@ from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_r
 from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
+from importer.streams.progress import close_progress
 from importer.verify.bundle import VerifyReport
 from importer.verify.opened import verify_or_raise
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
@@ -244,6 +245,7 @@ def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load
     except BaseException:
         res.leftovers = cleanup(sink, list(staged.values()), [])
         raise
+    close_progress(on_bytes)
     res.timings["loadSeconds"] = time.monotonic() - t_load
     testhooks.reached("loaded")
     t_check = time.monotonic()

@@ -137,12 +137,14 @@ def _archive_identity(image: ImageRecord, found: EngineImage) -> List[str]:
 
 
 def render_table(checks: List[ImageCheck]) -> str:
-    """A plain-text table: image, expected config, engine ID, layers matched, result."""
-    rows = [("IMAGE", "EXPECTED CONFIG", "ENGINE ID", "LAYERS", "RESULT")]
+    """A plain-text table: image, the bundle's config and manifest digests (an engine's image ID is
+    one of them, or a digest its identity rule predicts), engine ID, layers matched, result."""
+    rows = [("IMAGE", "CONFIG DIGEST", "MANIFEST DIGEST", "ENGINE ID", "LAYERS", "RESULT")]
     for c in checks:
         rows.append((
             printable(c.image.name),
             c.image.config.digest.short,
+            c.image.manifest.digest.short,
             (printable(c.found.image_id[:19]) if c.found else "-"),
             f"{c.layers_matched}/{len(c.image.layers)}",
             ("MATCH" if c.ok else c.result.upper())

@@ -100,12 +100,20 @@ def _temp_dir() -> str:
 
 
 def check_receipt_path(path: str, option: str = "--receipt") -> str:
-    """``path`` (absolute) if a receipt can be written there: its folder exists and is writable,
-    and ``path`` is not a folder. Else :class:`UnwritableReceipt`, before any work is done."""
+    """``path`` (absolute) if a receipt can be written there: its folder exists (it is made, as
+    ``mkdir -p`` would, when missing: ``receipts/$(hostname)/...``) and is writable, and ``path`` is
+    not a folder. Else :class:`UnwritableReceipt`, before any work is done."""
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     found = ""
-    if not os.path.isdir(folder):
+    if not os.path.lexists(folder):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            found = f"{folder} cannot be made ({os_error_text(e)})"
+    if found:
+        pass
+    elif not os.path.isdir(folder):
         found = "no such folder" if not os.path.lexists(folder) else "something that is not a folder"
         found = f"{found} at {folder}"
     elif os.path.isdir(path):

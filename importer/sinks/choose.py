@@ -1,12 +1,12 @@
-"""Which engine to load into: ``--engine``, else what the options imply, else what answers.
+"""Which engine to load into: ``--engine``, else what the options imply, else Docker.
 
 Detection order without ``--engine``: an engine option given (``--oci-dir`` -> oci,
 ``--address/--namespace/--snapshotter`` -> containerd, ``--podman-root/--podman-runroot/
---storage-driver`` -> podman, ``--docker-host`` -> docker); else ``DOCKER_HOST`` set -> docker;
-else the first that answers of: Docker on its default socket, containerd on
-``$CONTAINERD_ADDRESS`` or its default socket (namespace ``k8s.io`` when that namespace exists
-and none was given: a Kubernetes node), podman with its default storage. The choice and its
-reason are printed on stderr and recorded in the receipt (``engine.selectedBy``)."""
+--storage-driver`` -> podman, ``--docker-host`` -> docker); else ``DOCKER_HOST`` set -> docker
+(it must answer); else Docker on its default socket. Nothing else is chosen silently: when Docker
+does not answer there, containerd (``$CONTAINERD_ADDRESS`` or its default socket) and podman are
+asked, and the error says which answered and the ``--engine`` flags that choose each.
+The choice and its reason are printed on stderr and recorded in the receipt (``engine.selectedBy``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple, Type
 
-from importer.errors import EngineUnavailable, SinkError, UsageError
+from importer.errors import EngineNotChosen, EngineUnavailable, SinkError, UsageError
 from importer.sinks import Sink
 
 ENGINES = ("docker", "containerd", "podman", "oci")
@@ -122,7 +122,7 @@ def choose_sink(
         spelling = next(s for e, s in opts.given() if e == implied)
         return build_sink(implied, opts), f"{spelling} given"
     if os.environ.get("DOCKER_HOST"):
-        return build_sink("docker", opts), f"DOCKER_HOST is set ({os.environ['DOCKER_HOST']})"
+        return _docker_host_env(opts)
     tried: List[str] = []
     if which("docker"):
         if os.path.exists(docker_socket):
@@ -134,6 +134,43 @@ def choose_sink(
             tried.append(f"Docker: no {docker_socket}")
     else:
         tried.append("Docker: no `docker` command")
+    answered = _others_answering(containerd_socket, which, tried)
+    if answered:
+        raise EngineNotChosen(
+            f"choosing an engine: expected Docker on {docker_socket} (the default) or --engine, "
+            f"found {' and '.join(name for name, _ in answered)} answering instead",
+            context="\n".join(tried),
+            hint="name the engine to load into: " + ", or ".join(flags for _, flags in answered),
+        )
+    raise EngineUnavailable(
+        "choosing an engine: expected Docker, containerd or podman to answer, found none",
+        context="\n".join(tried),
+        hint="start one, or name it: --engine docker|containerd|podman|oci with its options "
+        "(--docker-host, --address/--namespace/--snapshotter, --podman-root/--podman-runroot, --oci-dir)",
+    )
+
+
+def _docker_host_env(opts: EngineOptions) -> Tuple[Sink, str]:
+    """DOCKER_HOST names Docker; one that does not answer is said at once, with the way out."""
+    host = os.environ["DOCKER_HOST"]
+    sink = build_sink("docker", opts)
+    try:
+        sink.probe()
+    except SinkError as e:
+        raise EngineUnavailable(
+            f"choosing an engine: DOCKER_HOST is set ({host}), expected Docker to answer there, found none",
+            context=e.message,
+            hint="start Docker there, fix or unset DOCKER_HOST, or name another engine: "
+            "--engine containerd|podman|oci with its options",
+        ) from e
+    return sink, f"DOCKER_HOST is set ({host})"
+
+
+def _others_answering(containerd_socket: str, which: Callable[[str], Optional[str]],
+                      tried: List[str]) -> List[Tuple[str, str]]:
+    """(engine as said, the flags that choose it) of containerd and podman when they answer: they
+    are never chosen silently (a load into an engine nobody named is a load nobody looks for)."""
+    answered: List[Tuple[str, str]] = []
     address = os.environ.get("CONTAINERD_ADDRESS") or containerd_socket
     if which("ctr"):
         if os.path.exists(address):
@@ -142,29 +179,27 @@ def choose_sink(
             probe = ContainerdSink(address, os.environ.get("CONTAINERD_NAMESPACE") or None)
             if _answers(probe):
                 namespace = probe.namespace
-                why = f"containerd answers on {address}"
+                said = f"containerd on {address}"
                 if not os.environ.get("CONTAINERD_NAMESPACE") and K8S_NAMESPACE in _namespaces(probe):
                     namespace = K8S_NAMESPACE
-                    why += f"; namespace {K8S_NAMESPACE} exists (a Kubernetes node)"
-                return ContainerdSink(address, namespace, probe.snapshotter), why
-            tried.append(f"containerd on {address}: no answer")
+                    said += f" (namespace {K8S_NAMESPACE} exists: a Kubernetes node)"
+                answered.append((said, f"--engine containerd --address {address} --namespace {namespace}"))
+                tried.append(f"{said}: answers")
+            else:
+                tried.append(f"containerd on {address}: no answer")
         else:
             tried.append(f"containerd: no {address}")
     else:
         tried.append("containerd: no `ctr` command")
     if which("podman"):
-        sink = build_sink("podman", EngineOptions())
-        if _answers(sink):
-            return sink, "podman is installed (default storage)"
-        tried.append("podman: `podman info` failed")
+        if _answers(build_sink("podman", EngineOptions())):
+            answered.append(("podman (default storage)", "--engine podman"))
+            tried.append("podman (default storage): answers")
+        else:
+            tried.append("podman: `podman info` failed")
     else:
         tried.append("podman: no `podman` command")
-    raise EngineUnavailable(
-        "choosing an engine: expected Docker, containerd or podman to answer, found none",
-        context="\n".join(tried),
-        hint="start one, or name it: --engine docker|containerd|podman|oci with its options "
-        "(--docker-host, --address/--namespace/--snapshotter, --podman-root/--podman-runroot, --oci-dir)",
-    )
+    return answered
 
 
 def _namespaces(sink: Any) -> List[str]:

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any, List, Optional
 
-from importer.errors import BundleError, CommandFailed, EngineUnavailable
+from importer.errors import BundleError, CommandFailed, EngineUnavailable, UsageError
 from importer.sinks import EngineImage, EngineInfo
 from importer.sinks.dockerapi import socket_path
 from importer.streams.commands import run
@@ -17,9 +17,28 @@ DOCKER_HINT = "start the Docker engine, or point the importer at it with --docke
 _HINT = DOCKER_HINT
 
 
+def docker_host_url(host: Optional[str], *, option: str = "--docker-host") -> Optional[str]:
+    """A Docker address as the docker CLI takes it. A bare path (``/run/docker.sock``) is a unix
+    socket (``unix:///run/docker.sock``): the CLI would read it as tcp://localhost:2375; anything
+    else without a scheme is refused, saying which schemes are meant."""
+    if not host:
+        return None
+    if host.startswith("/"):
+        return "unix://" + host
+    scheme, sep, rest = host.partition("://")
+    if not sep or not rest or scheme not in ("unix", "tcp", "ssh", "npipe", "fd", "http", "https"):
+        raise UsageError(f"reading {option} {host!r}: expected unix:///path/docker.sock, a socket path, "
+                         "tcp://HOST:PORT or ssh://USER@HOST, found an address without a known scheme",
+                         hint=f"e.g. {option} unix:///var/run/docker.sock")
+    return host
+
+
 class DockerClient:
     def __init__(self, host: Optional[str] = None) -> None:
-        self.host = host or os.environ.get("DOCKER_HOST") or None
+        if host:
+            self.host = docker_host_url(host)
+        else:
+            self.host = docker_host_url(os.environ.get("DOCKER_HOST"), option="DOCKER_HOST")
         self.image_store = "classic"  # known after probe()
 
     def argv(self, *args: str) -> List[str]:

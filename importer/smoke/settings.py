@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from importer.errors import UsageError
 from importer.sinks.choose import OPTION_ENGINE, check_own_options, implied_engine
+from importer.sinks.dockerclient import docker_host_url
 from importer.smoke.worker.protocol import FAULTS, SELECTABLE
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -211,7 +212,8 @@ def build_settings(*, device: str, no_container: bool, gpus: Optional[str], env:
         device=device, no_container=no_container, gpus=selected, env=job, restart=restart, timeout=timeout,
         rank_timeout=rank_timeout, nproc=nproc, gates=parse_gates(gates), fault=fault_name, fault_rank=fault_rank,
         volumes=[parse_volume(v) for v in volumes], python=python,
-        docker_host=(docker_host or os.environ.get("DOCKER_HOST") or None) if engine == "docker" else None,
+        # a bare socket path is unix://PATH (the docker CLI would make it tcp://localhost:2375)
+        docker_host=docker_host_url(docker_host or os.environ.get("DOCKER_HOST")) if engine == "docker" else None,
         engine=engine,
         **{k: v for k, v in (engine_options or {}).items() if k in ENGINE_OPTIONS and k != "docker_host"},
     )

@@ -58,16 +58,32 @@ class StderrProgress:
                 self.stream.flush()
 
     def line(self, now: Optional[float] = None) -> str:
+        """Bytes done of the total, percent, rate, ETA. A total of 0 is unknown (a source that
+        cannot say its size in the bytes counted): bytes and rate only, never a made-up percent;
+        bytes past the total (a total that was short) show no percent either."""
         elapsed = max(1e-6, (now or time.monotonic()) - self._start)
         rate = self.done / elapsed
-        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        known = self.total > 0 and self.done <= self.total
+        of = f" / {human_bytes(self.total)} ({100 * self.done / self.total:.0f}%)" if known else ""
         eta = ""
-        if rate > 0 and self.total > self.done:
+        if known and rate > 0 and self.total > self.done:
             eta = f" ETA {int((self.total - self.done) / rate)}s"
-        return (f"{self.label}: {human_bytes(self.done)} / {human_bytes(self.total)}{pct} "
-                f"{human_bytes(rate)}/s{eta}")
+        return f"{self.label}: {human_bytes(self.done)}{of} {human_bytes(rate)}/s{eta}"
 
     def close(self) -> None:
-        if self.enabled:
-            self.stream.write(self.line() + " done\n")
+        """The done line: bytes, time, rate (once; later calls print nothing)."""
+        with self._lock:
+            if not self.enabled:
+                return
+            self.enabled = False
+            elapsed = max(1e-6, time.monotonic() - self._start)
+            self.stream.write(f"{self.label}: done, {human_bytes(self.done)} in {elapsed:.1f}s "
+                              f"({human_bytes(self.done / elapsed)}/s)\n")
             self.stream.flush()
+
+
+def close_progress(on_bytes: object) -> None:
+    """Print the done line of a progress callback that has one (:class:`StderrProgress`)."""
+    close = getattr(on_bytes, "close", None)
+    if callable(close):
+        close()

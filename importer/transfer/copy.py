@@ -43,6 +43,7 @@ from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, 
 from importer.input.archive import ArchiveReader, locate
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.streams.fsutil import describe_mode, fsync_dir, open_regular, read_exactly
+from importer.streams.progress import close_progress
 from importer.verify.bundle import VerifyReport
 from importer.verify.importercopies import importer_copy_problems, pinned_importer
 from importer.verify.opened import verify_opened
@@ -232,6 +233,7 @@ def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], P
         raise UnwritableDestination(f"copying to {dst}: expected to write{where}, found an error ({e.strerror})",
                                     hint="check DST's permissions and free space, then run the copy again: "
                                     "it resumes") from None
+    close_progress(on_bytes)
     report = verify_opened(open_bundle(result.target))
     result.verification = report
     result.seconds = time.monotonic() - started

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 from importer.errors import BundleError, VerificationFailed
 from importer.input.opened import OpenedBundle
+from importer.streams.progress import close_progress
 from importer.verify.archive import verify_archive
 from importer.verify.bundle import VerifyReport, verify_bundle
 from importer.verify.importercopies import importer_copy_problems, pinned_importer
@@ -43,6 +44,7 @@ def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory]
     judged those bytes); raise VerificationFailed listing every problem."""
     on_bytes = progress("verify", _verify_total(bundle, deep)) if progress is not None else None
     report = verify_opened(bundle, deep=deep, on_bytes=on_bytes)
+    close_progress(on_bytes)
     if not report.ok:
         raise VerificationFailed(
             f"verifying {bundle.path}: expected every file to match bundle.json, "

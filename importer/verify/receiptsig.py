@@ -162,11 +162,13 @@ def openssl_signer(key_path: str, passphrase: Optional[bytes] = None) -> tuple: 
     stdin = (passphrase + b"\n") if passphrase else b""
     res = _run([openssl, "pkey", "-in", key_path, "-pubout", *pass_args], stdin)
     if res.returncode != 0:
+        said = res.stderr.decode("utf-8", "replace").strip().splitlines()
         raise InvalidKey(f"reading the signing key {key_path}: expected an Ed25519 private key "
-                         f"{'and its passphrase ' if passphrase else ''}openssl can read, found: "
-                         f"{res.stderr.decode('utf-8', 'replace').strip()[-300:] or 'an error'}",
+                         f"{'and its passphrase ' if passphrase else ''}openssl can read, "
+                         f"found {_key_problem(key_path, passphrase)}",
+                         context=f"openssl: {said[0][:200]}" if said else None,
                          hint="use the PREFIX.key written by `bundle keygen -o PREFIX`; an encrypted key needs "
-                         "--passphrase-stdin")
+                         "--passphrase-stdin and its passphrase")
     raw_public = parse_public_key_pem(res.stdout, key_path)
 
     def sign(data: bytes) -> bytes:
@@ -190,6 +192,20 @@ def openssl_signer(key_path: str, passphrase: Optional[bytes] = None) -> tuple: 
         return signature
 
     return sign, raw_public
+
+
+def _key_problem(key_path: str, passphrase: Optional[bytes]) -> str:
+    """What is wrong with a key openssl refused, in words (openssl's own dump goes to the context)."""
+    try:
+        with open(key_path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        return f"an unreadable file ({e.strerror or e})"
+    if b"ENCRYPTED PRIVATE KEY" in head:
+        return "a wrong key or passphrase" if passphrase else "an encrypted key and no passphrase"
+    if b"PRIVATE KEY" not in head:
+        return "a file that is not a PEM private key"
+    return "a wrong key (not Ed25519, or damaged)"
 
 
 def _run(argv: Sequence[str], stdin: bytes) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
