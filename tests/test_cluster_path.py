@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ import pytest
 from tests import engines
 from tests.fuzzkit import repin_file
 from tests.helpers import docker, image_facts, run_cli
-from tests.imagegen import simple_context
 from tests.servekit import serving
 from tests.test_cli_json import validate
 from tests.test_multiplatform import ARCHES, REF, export, write_layout
@@ -257,20 +257,26 @@ def test_only_a_docker_before_23_is_taken_for_too_old() -> None:
         assert too_old_for_zstd(served) is None, served
 
 
-def test_export_auto_for_a_docker_20_inventory_writes_gzip(docker_host: str, busybox: str, tmp_path: Path) -> None:
+def _one_file_context(root: Path, text: str) -> Path:
+    """A build context of one file, FROM scratch: an image of one layer no other image shares."""
+    root.mkdir(parents=True)
+    (root / "msg").write_text(text)
+    (root / "Dockerfile").write_text("FROM scratch\nCOPY msg /msg\n")
+    return root
+
+
+def test_export_auto_for_a_docker_20_inventory_writes_gzip(docker_host: str, tmp_path: Path) -> None:
     """``bundle export --have`` the inventory of Docker 20.10 (real, ``docker_host``) with the default
     ``--compression auto``: gzip layers, and that Docker pulls them from ``serve`` without --compression."""
-    held = "cluster/held:1"  # the inventory lists at least one image, sharing no layer with the one exported:
-    ctx = tmp_path / "held"  # a delta's left-out layer is pulled by digest, which Docker 20.10 knows only
-    ctx.mkdir()  # from an earlier pull of the same blob (test order would decide)
-    (ctx / "msg").write_text(f"held {os.getpid()}")
-    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY msg /msg\n")
-    engines.build_image(docker_host, ctx, held)
+    held = "cluster/held:1"  # the inventory lists at least one image
+    engines.build_image(docker_host, _one_file_context(tmp_path / "held", f"held {os.getpid()}"), held)
     inventory = run_cli("importer", "--inventory", "--engine", "docker", "--docker-host", docker_host, check=True)
     assert json.loads(inventory.stdout)["engine"]["version"].startswith("20.10")
     (tmp_path / "have.json").write_text(inventory.stdout)  # held stays: it keeps the layers the delta leaves out
     ref = "cluster/auto:1"
-    engines.build_image(docker_host, simple_context(tmp_path / "ctx", busybox, f"auto {os.getpid()}"), ref)
+    # one layer no other image has: a delta's left-out layer is pulled by its blob digest, which
+    # Docker 20.10 knows only from an earlier pull of that same blob (other tests' images would decide)
+    engines.build_image(docker_host, _one_file_context(tmp_path / "ctx", f"auto {os.getpid()} {time.time_ns()}"), ref)
     out = tmp_path / "auto.bundle"
     proc = run_cli("bundle", "export", ref, "-o", str(out), "--have", str(tmp_path / "have.json"), "-q",
                    docker_host=docker_host)
