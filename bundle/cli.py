@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bundle.export import export_images
+from bundle.gpufit import cuda_lines
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
                    "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")
+    e.add_argument("--allow-unfit", action="store_true",
+                   help="with --have INVENTORY: carry an image even when it will not run on that host's driver "
+                   "and GPUs (docs/gpu-fit.md); it is refused otherwise")
     e.add_argument("--sign-key", metavar="KEY",
                    help="sign bundle.json with this Ed25519 key (`bundle keygen`); writes bundle.json.sig")
     e.add_argument("--passphrase-stdin", action="store_true", help="read the signing key's passphrase from stdin")
@@ -163,7 +167,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
-                               all_platforms=args.all_platforms)
+                               all_platforms=args.all_platforms, allow_unfit=args.allow_unfit)
     finally:
         stop_progress()
     if result.recompressed:
@@ -198,10 +202,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         "seconds": round(result.seconds, 3),
         "signature": {"keyFingerprint": result.signed_by} if result.signed_by else None,
         "archive": packed.to_dict() if packed is not None else None,
+        "gpuFit": result.gpu_fit.to_dict() if result.gpu_fit is not None else None,
     }
     if args.json:
         emit(success(summary))
     else:
+        for line in result.gpu_fit.lines() if result.gpu_fit is not None else ():
+            print(line)
         print(f"wrote {result.path}: {summary_line(m)} in {result.seconds:.1f}s")
         if result.signed_by:
             print(f"signed bundle.json with key {result.signed_by}")
@@ -240,6 +247,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                       str(len(image["layers"])), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))
     console.print(table)
+    for line in cuda_lines(info["images"]):
+        console.print(_t(line))
     if info.get("delta"):
         console.print(Text.assemble(("delta bundle", "bold"), ": the offline host must already hold "
                                     f"{len(info['delta']['requires'])} layer(s):"))

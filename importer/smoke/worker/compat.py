@@ -29,14 +29,6 @@ MODE_UNKNOWN = "unknown"
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)")
 _REQUIRE_RE = re.compile(r"cuda\s*>=\s*(\d+)\.(\d+)")
 
-# Brand names (NVML nvmlBrandType_t) that are never data-center parts.
-_CONSUMER_BRANDS = {"GEFORCE", "GEFORCE_RTX", "TITAN", "TITAN_RTX", "NVIDIA_RTX", "QUADRO", "QUADRO_RTX", "NVS"}
-_DATACENTER_NAME = re.compile(
-    r"\b(Tesla|A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|B300|GB200|GB300|"
-    r"L4|L40S?|L20|T4|V100|P100|P40|P4|K80|M60|M40)\b"
-)
-
-
 def parse_version(text: Optional[str]) -> Optional[Version]:
     """"12.4.1" -> (12, 4); None for anything else."""
     if not text:
@@ -78,14 +70,9 @@ def find_compat_dirs(root: str = "/") -> List[str]:
 
 
 def is_datacenter_gpu(name: str, brand: Optional[str] = None) -> Optional[bool]:
-    """True for data-center parts (forward compatibility supported), False for GeForce/RTX
-    workstation parts, None when neither the brand nor the name tells."""
-    b = (brand or "").upper()
-    if b in _CONSUMER_BRANDS or re.search(r"\b(GeForce|TITAN|Quadro|RTX)\b", name or ""):
-        return False
-    if b == "TESLA" or _DATACENTER_NAME.search(name or ""):
-        return True
-    return None
+    """True for data-center parts, False for GeForce/RTX workstation parts, None when neither
+    the brand nor the name tells (importer/format/cudafit.py decides)."""
+    return cudafit.is_datacenter(name, brand)
 
 
 @dataclass(frozen=True)
