@@ -306,7 +306,7 @@ def runtime_fit(needs: ImageNeeds, target: Target) -> Fit:
     h = fmt(host)
     lib = _newest_compat(needs)
     if host >= image:
-        note = (f"; the image's compat libraries ({lib}) are NOT used: forcing them on a newer driver "
+        note = (f"the image's compat libraries ({lib}) are NOT used: forcing them on a newer driver "
                 "fails with error 803",) if lib else ()
         return Fit(FITS, f"driver supports CUDA {h} >= image CUDA {i} ({source}): native", i, need,
                    caveats=note)
