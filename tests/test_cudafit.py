@@ -194,3 +194,20 @@ def test_the_smoke_suite_carries_the_same_decision(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "FAIL"
     assert cudafit.runtime_fit(ImageNeeds(cuda="12.4"), Target(cuda="11.8", gpus=(A100,))).status == UNFIT
+
+
+def test_the_smoke_gate_reads_the_compat_libraries_version(tmp_path: Path) -> None:
+    """Inside the image the suite names the compat libraries by their file: too old ones do not bridge."""
+    from importer.smoke.worker.compat import MODE_FORWARD, compat_version, decide_compat
+
+    old = tmp_path / "usr/local/cuda-12.8/compat"
+    old.mkdir(parents=True)
+    (old / "libcuda.so.1").write_bytes(b"")
+    assert compat_version(str(old)) is None
+    (old / "libcuda.so.550.54.15").write_bytes(b"")
+    assert compat_version(str(old)) == "550.54.15"
+    stale = decide_compat(device="cuda", host_cuda=(11, 4), image_cuda=(12, 8), datacenter=True, compat_dir=str(old))
+    assert stale.status == "FAIL" and "too old" in stale.reason
+    (old / "libcuda.so.570.124.06").write_bytes(b"")
+    fresh = decide_compat(device="cuda", host_cuda=(11, 4), image_cuda=(12, 8), datacenter=True, compat_dir=str(old))
+    assert (fresh.mode, fresh.status, fresh.use_compat_libs) == (MODE_FORWARD, "PASS", True)
