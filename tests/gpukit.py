@@ -67,3 +67,38 @@ def take_inventory(tmp: Path, docker_host: str, host: str, **kw: str | None) -> 
     path.write_text(proc.stdout)
     json.loads(proc.stdout)
     return path
+
+
+# A stand-in for libnvidia-ml.so.1 (absent hardware): the NVML calls importer/pipeline/gpuhost.py
+# makes, answering as two H100s on driver 550.54.15 do. Built with the C compiler at test time.
+FAKE_NVML_C = r"""
+#include <string.h>
+typedef void *nvmlDevice_t;
+static int inited = 0;
+int nvmlInit_v2(void) { inited = 1; return 0; }
+int nvmlShutdown(void) { inited = 0; return 0; }
+int nvmlSystemGetDriverVersion(char *v, unsigned int n) { strncpy(v, "550.54.15", n); return inited ? 0 : 1; }
+int nvmlSystemGetCudaDriverVersion(int *v) { *v = 12040; return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *c) { *c = 2; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) { *d = (void *)(long)(i + 1); return 0; }
+int nvmlDeviceGetName(nvmlDevice_t d, char *v, unsigned int n) { strncpy(v, "NVIDIA H100 80GB HBM3", n); return 0; }
+int nvmlDeviceGetBrand(nvmlDevice_t d, int *b) { *b = 14; return 0; }
+int nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *ma, int *mi) { *ma = 9; *mi = 0; return 0; }
+"""
+
+
+def fake_nvml(tmp: Path) -> Path:
+    """Compile the NVML stand-in; its path, for ``SNEAKERNET_NVML_LIBRARY``."""
+    import shutil
+    import subprocess
+
+    from tests import engines
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        engines.unavailable("a C compiler (cc) to build the NVML stand-in")
+    src = tmp / "fake_nvml.c"
+    src.write_text(FAKE_NVML_C)
+    lib = tmp / "libfake-nvml.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True, timeout=120)
+    return lib
