@@ -73,6 +73,18 @@ def test_bundle_json_records_each_images_cuda_needs(images: str, tmp_path: Path)
     assert old.returncode == 0, old.stderr
 
 
+def test_layers_are_scanned_on_the_blob_copy_path_too(images: str, tmp_path: Path) -> None:
+    """An OCI layout source (a bundle folder is one) copies compressed blobs as they are: the
+    compat libraries and torch's CUDA are seen while they are decompressed for the diff_id."""
+    first = tmp_path / "first"
+    run_cli("bundle", "export", IMG124, "-o", str(first), "--compression", "gzip", docker_host=images, check=True)
+    again = tmp_path / "again"
+    run_cli("bundle", "export", f"oci:{first}:{IMG124}", "-o", str(again), check=True)
+    want = _bundle_json(first)["images"][0]["cuda"]
+    assert want["compatLibs"] == ["550.54.15"] and want["torchCuda"] == "12.4"
+    assert _bundle_json(again)["images"][0]["cuda"] == want
+
+
 def test_export_have_prints_one_fit_line_per_image(images: str, inventories: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "fit"
     proc = run_cli("bundle", "export", IMG124, PLAIN, "-o", str(out), "--have", str(inventories["h100-r550"]),
