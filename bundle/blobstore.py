@@ -19,6 +19,7 @@ import zstandard
 from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
+from importer.input.cudascan import CudaScan
 from importer.streams.readers import HashingWriter
 
 ProgressFn = Callable[[int], None]
@@ -44,6 +45,15 @@ class BlobStore:
         # recompressed to it (its digest, so the image's manifest, changes); None (auto): as stored
         self.recompress_to: str | None = None
         self.recompressed: list[str] = []  # what was recompressed, for the notice
+        #: diff_id -> (compat library versions, torch's CUDA) each layer showed in its one pass
+        #: (importer/input/cudascan.py; the image's CUDA needs, docs/gpu-fit.md)
+        self.layer_cuda: dict[str, tuple[tuple[str, ...], Optional[str]]] = {}
+
+    def noted(self, diff_id: Digest, scan: CudaScan) -> None:
+        """Remember what a layer showed of CUDA (nothing when it showed nothing)."""
+        libs, torch = scan.result()
+        if libs or torch:
+            self.layer_cuda[str(diff_id)] = (libs, torch)
 
     def path_of(self, digest: Digest) -> str:
         return os.path.join(self.root, digest.blob_path)
@@ -98,6 +108,7 @@ class BlobStore:
         """Read the uncompressed layer ``src`` to its end once; store it compressed."""
         level = DEFAULT_LEVELS[compression] if level is None else level
         raw_hash = hashlib.sha256()
+        scan = CudaScan()
         usize = 0
         with self.temp() as (f, tmp):
             out = HashingWriter(f)
@@ -115,6 +126,7 @@ class BlobStore:
                     if not chunk:
                         break
                     raw_hash.update(chunk)
+                    scan.feed(chunk)
                     usize += len(chunk)
                     w.write(chunk)
                     if on_bytes is not None:
@@ -122,10 +134,12 @@ class BlobStore:
             digest = Digest("sha256", out.hasher.hexdigest())
             size = out.count
         blob = self.commit(tmp, digest, size)
+        diff_id = Digest("sha256", raw_hash.hexdigest())
+        self.noted(diff_id, scan)
         return LayerRecord(
             media_type=MEDIA_TYPES[compression],
             digest=blob.digest,
             size=blob.size,
-            diff_id=Digest("sha256", raw_hash.hexdigest()),
+            diff_id=diff_id,
             uncompressed_size=usize,
         )

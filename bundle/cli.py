@@ -13,6 +13,7 @@ from rich.text import Text
 
 from bundle.embed import first_run_check
 from bundle.export import export_images, user_paths
+from bundle.gpufit import cuda_lines
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.progressui import progress_factory, stop_progress
@@ -87,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
                    "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")
+    e.add_argument("--allow-unfit", action="store_true",
+                   help="with --have INVENTORY: carry an image even when it will not run on that host's driver "
+                   "and GPUs (docs/gpu-fit.md); it is refused otherwise")
     e.add_argument("--sign-key", metavar="KEY",
                    help="sign bundle.json with this Ed25519 key (`bundle keygen`); writes bundle.json.sig")
     e.add_argument("--passphrase-stdin", action="store_true", help="read the signing key's passphrase from stdin")
@@ -160,7 +164,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
                                all_platforms=args.all_platforms,
-                               realm_credentials=args.allow_realm_credentials)
+                               realm_credentials=args.allow_realm_credentials, allow_unfit=args.allow_unfit)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:
@@ -201,10 +205,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         "archive": packed.to_dict() if packed is not None else None,
         "importer": ({"path": os.path.join(result.path, m.importer.path), "digest": str(m.importer.digest),
                       "size": m.importer.size} if m.importer is not None else None),
+        "gpuFit": result.gpu_fit.to_dict() if result.gpu_fit is not None else None,
     }
     if args.json:
         emit(success(summary))
     else:
+        for line in result.gpu_fit.lines() if result.gpu_fit is not None else ():
+            print(line)
         print(f"wrote {result.path}: {summary_line(m)} in {result.seconds:.1f}s")
         if result.signed_by:
             print(f"signed bundle.json with key {result.signed_by}")
@@ -245,6 +252,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                       str(len(image["layers"])), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))
     console.print(table)
+    for line in cuda_lines(info["images"]):
+        console.print(_t(line))
     if info.get("delta"):
         console.print(Text.assemble(("delta bundle", "bold"), ": the offline host must already hold "
                                     f"{len(info['delta']['requires'])} layer(s):"))

@@ -16,7 +16,9 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from bundle import gpufit
 from bundle.blobstore import BlobStore
+from bundle.gpufit import FitCheck
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources import SourceImage
@@ -43,6 +45,7 @@ class ExportResult:
     signed_by: Optional[str] = None  # key fingerprint when exported with a signing key
     recompressed: int = 0  # layers recompressed because --compression was asked explicitly
     notes: Tuple[str, ...] = ()  # lines for the user: platforms a default export left out
+    gpu_fit: Optional[FitCheck] = None  # --have INVENTORY: each image judged on that host (docs/gpu-fit.md)
 
 
 def choose_compression(have: Sequence[str]) -> str:
@@ -75,6 +78,7 @@ def export_images(
     insecure: bool = False,
     all_platforms: bool = False,
     realm_credentials: bool = False,
+    allow_unfit: bool = False,
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -105,6 +109,7 @@ def export_images(
     have_layers = merge_have(have) if have else None
     source_info = source.info()
     total = source.check_refs(names)
+    fit = gpufit.precheck(source, names, have, allow_unfit) if schema == 3 else None
     signed_by: Optional[str] = None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
@@ -121,6 +126,7 @@ def export_images(
             store.recompress_to = compression if asked else None
             images = source.export(names, store, compression=compression, level=level, on_bytes=on_bytes,
                                    have=have_layers)
+            gpufit.postcheck(fit, store, images)
             manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)
@@ -139,7 +145,7 @@ def export_images(
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
-                        len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())))
+                        len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())), fit)
 
 
 def user_paths(error: BundleError, staging: str, user: str) -> BundleError:

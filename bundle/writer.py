@@ -9,6 +9,7 @@ import os
 from typing import Any, Dict, List, Sequence
 
 from bundle.blobstore import BlobStore, WrittenBlob
+from bundle.cudaneeds import cuda_record
 from bundle.embed import build_pyz
 from bundle.sources import SourceImage
 from importer import SCHEMA_MAJOR, __version__
@@ -62,7 +63,7 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         primary = variants[0]
         records.append(ImageRecord(refs=image.refs, manifest=primary.manifest, config=primary.config,
                                    layers=primary.layers, platform=primary.platform, index=index,
-                                   others=tuple(variants[1:])))
+                                   others=tuple(variants[1:]), cuda=cuda_record(store, image)))
         index_entries += _layout_entries(image.refs, variants, index)
     for path, blob in store.written.items():
         record(path, blob.digest, blob.size)
@@ -132,8 +133,10 @@ def _record(store: BlobStore, image: SourceImage) -> ImageRecord:
 
 def _minor(records: Sequence[ImageRecord]) -> int:
     """The lowest minor that says what the bundle holds, so older 3.x importers read the rest:
-    3.3 an image index named in index.json, 3.2 multi-platform images, 3.1 delta bundles
-    (external layers), else 3.0."""
+    3.4 an image's CUDA needs (``cuda``), 3.3 an image index named in index.json, 3.2 multi-platform
+    images, 3.1 delta bundles (external layers), else 3.0."""
+    if any(r.cuda is not None for r in records):
+        return 4
     if any(r.index is not None for r in records):
         return 3
     if any(r.others for r in records):

@@ -276,6 +276,16 @@ class PlatformMismatch(BundleError):
     exit_code = 7
 
 
+class GpuUnfit(BundleError):
+    """An image will not run on the target host's driver and GPUs (importer/format/cudafit.py,
+    docs/gpu-fit.md): ``bundle export --have INVENTORY`` without ``--allow-unfit``, or
+    ``bundle-import --require-fit``. The message names the image, the rule that failed and the
+    driver that would fit. Nothing was written or loaded."""
+
+    reference = "gpu-unfit"
+    exit_code = 7
+
+
 class BadSignature(PolicyRejected):
     """The signature file is malformed (or not a regular file) or does not verify over bundle.json."""
 

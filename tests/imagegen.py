@@ -66,3 +66,64 @@ def simple_context(root: Path, busybox: str, text: str) -> Path:
     (root / "msg").write_text(text)
     (root / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY msg /msg\n")
     return root
+
+
+# ============================== CUDA base images (docs/gpu-fit.md): their env and files, no CUDA
+#: the brands NVIDIA's nvidia/cuda base images list in NVIDIA_REQUIRE_CUDA's driver-branch groups
+CUDA_BRANDS = ("tesla", "unknown", "nvidia", "nvidiartx", "vapps", "vpc", "vcs", "vws", "cloudgaming", "quadro",
+               "quadrortx", "titan", "titanrtx", "geforce", "geforcertx")
+
+
+def cuda_require(cuda: str, branches: tuple[int, ...]) -> str:
+    """NVIDIA_REQUIRE_CUDA as the base images write it: ``cuda>=12.4`` OR any brand on an older
+    driver branch the image's compat package serves (``brand=tesla,driver>=535,driver<536``)."""
+    major_minor = ".".join(cuda.split(".")[:2])
+    groups = [f"brand={b},driver>={n},driver<{n + 1}" for n in branches for b in CUDA_BRANDS]
+    return " ".join([f"cuda>={major_minor}", *groups])
+
+
+#: nvidia/cuda:<tag> -> (CUDA_VERSION, driver branches in NVIDIA_REQUIRE_CUDA, compat libcuda version)
+CUDA_IMAGES = {
+    "12.4.1-runtime-ubuntu22.04": ("12.4.1", (470, 525, 535), "550.54.15"),
+    "12.8.1-runtime-ubuntu24.04": ("12.8.1", (470, 525, 535, 550, 560, 565), "570.124.06"),
+    "13.0.0-runtime-ubuntu24.04": ("13.0.0", (535, 550, 570), "580.65.06"),
+    "11.8.0-runtime-ubuntu22.04": ("11.8.0", (450, 470, 510, 515), "520.61.05"),
+}
+
+
+def cuda_env(tag: str) -> list[str]:
+    """The CUDA-related ``ENV`` lines of ``nvidia/cuda:<tag>``, as ``K=V``."""
+    version, branches, _ = CUDA_IMAGES[tag]
+    mm = version.rsplit(".", 1)[0].replace(".", "-")
+    return [f"NVIDIA_REQUIRE_CUDA={cuda_require(version, branches)}", f"NV_CUDA_COMPAT_PACKAGE=cuda-compat-{mm}",
+            f"CUDA_VERSION={version}", "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+            "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+
+
+def cuda_context(root: Path, busybox: str, tag: str, *, compat: bool = True, torch_cuda: str | None = None,
+                 extra_env: tuple[str, ...] = ()) -> Path:
+    """An image with ``nvidia/cuda:<tag>``'s env, its ``/usr/local/cuda-X.Y/compat/libcuda.so.N``
+    (empty files: only the names matter) and, when asked, a ``torch/version.py`` in a later layer."""
+    version, _, lib = CUDA_IMAGES[tag]
+    mm = version.rsplit(".", 1)[0]
+    root.mkdir(parents=True)
+    shutil.copy(busybox, root / "busybox")
+    lines = ["FROM scratch", "COPY busybox /bin/busybox"]
+    lines += [f'ENV {k}="{v}"' for k, v in (e.split("=", 1) for e in (*cuda_env(tag), *extra_env))]
+    if compat:
+        folder = root / "compat"
+        folder.mkdir()
+        (folder / f"libcuda.so.{lib}").write_bytes(b"\x7fELF")
+        (folder / "libcuda.so.1").write_bytes(b"\x7fELF")
+        lines.append(f"COPY compat/ /usr/local/cuda-{mm}/compat/")
+    if torch_cuda:
+        torch = root / "torch"
+        torch.mkdir()
+        (torch / "version.py").write_text("from typing import Optional\n\n"
+                                          f"__version__ = '2.5.1+cu{torch_cuda.replace('.', '')}'\n"
+                                          f"debug = False\ncuda: Optional[str] = '{torch_cuda}'\n"
+                                          "git_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'\n"
+                                          "hip: Optional[str] = None\n")
+        lines.append("COPY torch/ /usr/local/lib/python3.11/dist-packages/torch/")
+    (root / "Dockerfile").write_text("\n".join(lines) + "\n")
+    return root

@@ -35,6 +35,7 @@ from importer.format.mediatypes import (
     compression_of,
 )
 from importer.format.platform import Platform, index_platforms, of_dict, pick_entry
+from importer.input.cudascan import CudaScan
 from importer.inventory.have import HaveLayers
 from importer.streams.readers import HashingReader, Readable
 from importer.streams.signals import stop_requested
@@ -79,14 +80,28 @@ class _NullWriter:
         return len(data)
 
 
+class _Scanned:
+    """A reader whose bytes also go to a CudaScan (the same pass: no second read)."""
+
+    def __init__(self, src: Any, scan: Optional[CudaScan]) -> None:
+        self.src, self.scan = src, scan
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self.src.read(n)
+        if self.scan is not None:
+            self.scan.feed(data)
+        return data
+
+
 def _read_compressed(src: Readable, out: Any, compression: str, what: str,
-                     on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int, Digest]:
-    """Read one compressed layer to its end, every byte also written to ``out``:
-    (diff_id, uncompressed size, compressed size, compressed digest)."""
+                     on_bytes: Optional[ProgressFn],
+                     scan: Optional[CudaScan] = None) -> Tuple[Digest, int, int, Digest]:
+    """Read one compressed layer to its end, every byte also written to ``out`` (and the
+    uncompressed bytes to ``scan``): (diff_id, uncompressed size, compressed size, compressed digest)."""
     tee = HashingReader(src, on_bytes, tee=out)
     try:
         with _decompressed(tee, compression) as reader:
-            diff_id, usize = hash_stream(reader)
+            diff_id, usize = hash_stream(_Scanned(reader, scan))
     except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
         raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
                           hint="the source's copy of this blob is corrupt; re-pull the image") from e
@@ -95,12 +110,12 @@ def _read_compressed(src: Readable, out: Any, compression: str, what: str,
 
 
 def _read_layer(src: Readable, out: Any, desc: Dict[str, Any], what: str,
-                on_bytes: Optional[ProgressFn]) -> Tuple[Digest, int, int]:
+                on_bytes: Optional[ProgressFn], scan: Optional[CudaScan] = None) -> Tuple[Digest, int, int]:
     """Read one compressed layer to its end: (diff_id, uncompressed size, compressed size),
     every byte also written to ``out``; the blob must hash to the descriptor's digest and size."""
     compression = LAYER_COMPRESSION[str(desc["mediaType"])][0]
     want = Digest.parse(desc.get("digest"), what=f"{what}: digest")
-    diff_id, usize, count, got = _read_compressed(src, out, compression, what, on_bytes)
+    diff_id, usize, count, got = _read_compressed(src, out, compression, what, on_bytes, scan)
     if got != want or count != desc.get("size"):
         raise SourceError(
             f"{what}: expected {want} ({desc.get('size')} bytes), found {got} ({count} bytes)",
@@ -142,9 +157,11 @@ def copy_layer(store: BlobStore, src: Readable, desc: Dict[str, Any], what: str,
     if again is not None:
         return again
     media_type = LAYER_COMPRESSION[str(desc["mediaType"])][1]
+    scan = CudaScan()
     with store.temp() as (f, tmp):
-        diff_id, usize, size = _read_layer(src, f, desc, what, on_bytes)
+        diff_id, usize, size = _read_layer(src, f, desc, what, on_bytes, scan)
     blob = store.commit(tmp, Digest.parse(desc["digest"]), size)
+    store.noted(diff_id, scan)
     return LayerRecord(media_type, blob.digest, blob.size, diff_id, usize)
 
 
@@ -170,9 +187,11 @@ def copy_stored_layer(store: BlobStore, src: Readable, compression: str, what: s
     if again is not None:
         return again
     media_type = OCI_LAYER_GZIP if compression == "gzip" else OCI_LAYER_ZSTD
+    scan = CudaScan()
     with store.temp() as (f, tmp):
-        diff_id, usize, size, digest = _read_compressed(src, f, compression, what, on_bytes)
+        diff_id, usize, size, digest = _read_compressed(src, f, compression, what, on_bytes, scan)
     blob = store.commit(tmp, digest, size)
+    store.noted(diff_id, scan)
     return LayerRecord(media_type, blob.digest, blob.size, diff_id, usize)
 
 
@@ -509,7 +528,9 @@ def _read_one(provider: BlobProvider, store: BlobStore, job: Tuple[str, Tuple[st
                 counted = HashingReader(f)
                 counted.drain()
                 return counted.digest(), counted.count
-            got, usize, _ = _read_layer(f, _NullWriter(), desc, label, on_bytes)
+            scan = CudaScan()  # measured anyway: what it shows of CUDA is seen in that pass
+            got, usize, _ = _read_layer(f, _NullWriter(), desc, label, on_bytes, scan)
+            store.noted(got, scan)
             return got, usize
         if plain:
             record = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)

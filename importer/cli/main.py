@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
                    help="accept bundles signed by this Ed25519 public key (a .pub file from `bundle keygen`, "
                    "or a folder of *.pub files); repeatable; implies --require-signature")
+    p.add_argument("--require-fit", action="store_true",
+                   help="refuse (error gpu-unfit, nothing loaded) an image that will not run on this host's "
+                   "driver and GPUs; a warning otherwise (docs/gpu-fit.md)")
     p.add_argument("--require-signature", action="store_true",
                    help="refuse a bundle that is not signed by a trusted key")
     p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
@@ -267,7 +270,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             import_bundle(bundle, sink, force=args.force,
                           progress=_progress(args.quiet), result=result,
                           signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
-                          on_notice=_say, platform=parse_platform(args.platform) if args.platform else None)
+                          on_notice=_say, platform=parse_platform(args.platform) if args.platform else None,
+                          require_fit=bool(getattr(args, "require_fit", False)))
     except BundleError as e:
         error = e
     except OSError as e:  # typed here too, so that the receipt records it
@@ -348,6 +352,7 @@ def _security_sections(res: ImportResult) -> Dict[str, Any]:
     return {
         "signature": sig.to_dict() if sig is not None else None,
         "preflight": getattr(res, "preflight", None),
+        "gpuFit": getattr(res, "gpu_fit", None),
         "staging": {
             "refs": list(getattr(res, "staging_refs", [])),
             "staleRemoved": list(getattr(res, "stale_removed", [])),

@@ -84,6 +84,9 @@ class ImageRecord:
     #: host's platform when carried). Each other record has no refs of its own.
     index: Optional[BlobRef] = None
     others: Tuple[ImageRecord, ...] = ()
+    #: schema 3.4: the image's CUDA needs (importer/format/cudafit.py ImageNeeds.to_dict;
+    #: docs/gpu-fit.md); None when the image declares none or the bundle is older
+    cuda: Optional[Dict[str, Any]] = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -110,6 +113,8 @@ class ImageRecord:
             doc["index"] = self.index.to_dict()
         if self.others:
             doc["platforms"] = [{k: v for k, v in other.to_dict().items() if k != "refs"} for other in self.others]
+        if self.cuda is not None:
+            doc["cuda"] = dict(self.cuda)
         return doc
 
 
@@ -361,7 +366,33 @@ def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optio
                 c.fail(f"{where}.platforms[{k}]", "expected one platform's manifest, config and layers, "
                        "found an index or platforms inside it")
             others.append(other)
-    return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform, index=index, others=tuple(others))
+    cuda = _check_cuda(c, img["cuda"], f"{where}.cuda") if "cuda" in img else None
+    return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform, index=index, others=tuple(others),
+                       cuda=cuda)
+
+
+_CUDA_FIELDS = {"cudaVersion": (str, type(None)), "torchCuda": (str, type(None)), "disableRequire": (bool,),
+                "require": (dict,), "compatLibs": (list,)}
+
+
+def _check_cuda(c: _Checker, raw: Any, where: str) -> Optional[Dict[str, Any]]:
+    """Schema 3.4 ``cuda``: an image's CUDA needs (docs/gpu-fit.md); unknown keys are ignored."""
+    doc = c.obj(raw, where)
+    ok = True
+    for key, types in _CUDA_FIELDS.items():
+        if key in doc and not isinstance(doc[key], types):
+            c.fail(f"{where}.{key}", f"expected {' or '.join(t.__name__ for t in types)}, "
+                   f"found {type(doc[key]).__name__}")
+            ok = False
+    for key, value in (doc.get("require") or {}).items() if isinstance(doc.get("require"), dict) else ():
+        if not (isinstance(key, str) and key.startswith("NVIDIA_REQUIRE_") and isinstance(value, str)):
+            c.fail(f"{where}.require", f"expected NVIDIA_REQUIRE_* names with string values, found {key!r}"[:300])
+            ok = False
+    libs = doc.get("compatLibs")
+    if isinstance(libs, list) and not all(isinstance(x, str) for x in libs):
+        c.fail(f"{where}.compatLibs", "expected a list of driver version strings")
+        ok = False
+    return dict(doc) if ok and isinstance(raw, dict) else None
 
 
 def _check_layer(c: _Checker, raw_layer: Any, lw: str) -> Optional[LayerRecord]:

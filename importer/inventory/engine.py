@@ -13,7 +13,12 @@ host decodes zstd fast, gzip otherwise.
 
 Since 1.2 it names the ``platform`` the engine runs images for (``linux/arm64/v8`` on a Grace
 node; engines only: an OCI layout or a registry holds any platform), so ``bundle export --have``
-picks that platform from a multi-platform image unless ``--platform`` says otherwise."""
+picks that platform from a multi-platform image unless ``--platform`` says otherwise.
+
+Since 1.3 it describes the host's GPU side (``gpu``: driver, its CUDA, each GPU's name, brand,
+compute capability and data-center flag, the container toolkit's version and mode;
+importer/inventory/gpuhost.py), so ``bundle export --have`` says whether each image will run
+there (docs/gpu-fit.md). Older inventories still read: no ``gpu``, the fit is "unknown"."""
 
 from __future__ import annotations
 
@@ -26,11 +31,12 @@ from importer.errors import InventoryDamaged, ManifestError, UsageError
 from importer.format.digest import is_digest
 from importer.format.limits import parse_json
 from importer.format.platform import Platform, host, of_dict, to_dict
+from importer.inventory import gpuhost
 from importer.receipts.receipt import host_facts, now_utc
 from importer.sinks import EngineImage, EngineInfo, Sink
 from importer.streams.compression import host_decoders
 
-INVENTORY_VERSION = "1.2"  # 1.1: decoders; 1.2: platform
+INVENTORY_VERSION = "1.3"  # 1.1: decoders; 1.2: platform; 1.3: gpu
 ENGINE_KINDS = ("docker", "containerd", "podman")
 KIND = "inventory"
 
@@ -76,6 +82,7 @@ def build_inventory(engine: EngineInfo, images: List[EngineImage], *, selected_b
         "created": now_utc(),
         "host": host_facts(),
         "decoders": host_decoders(),
+        "gpu": gpuhost.probe(),
         "engine": engine_doc,
         "images": sorted((image_entry(x) for x in images), key=lambda e: (e["id"], e["names"])),
     }

@@ -19,6 +19,7 @@ from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import Platform
 from importer.input.layers import check_layer
 from importer.input.opened import BundleRoot, OpenedBundle, open_bundle
+from importer.pipeline.gpufit import host_fit
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight, select_platform
 from importer.pipeline.staging import new_run_id, staging_ref
@@ -48,6 +49,7 @@ class ImportResult:
     staging_refs: List[str] = field(default_factory=list)  # this run's staging tags
     stale_removed: List[str] = field(default_factory=list)  # staging tags of killed runs, removed
     lock_file: Optional[str] = None
+    gpu_fit: Optional[Dict[str, Any]] = None  # each image judged on this host's driver (docs/gpu-fit.md)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +78,7 @@ def import_bundle(
     signature: Optional[SignatureCheck] = None,
     deep: bool = False,
     platform: Optional[Platform] = None,
+    require_fit: bool = False,
 ) -> ImportResult:
     """Signature and trust policy first, then the schema, the engine, its lock and the preflight
     (free space); then verify, load, check and tag (:func:`_load_verified`); then drop staging
@@ -101,6 +104,8 @@ def import_bundle(
     res.engine = engine
     manifest = select_platform(manifest, engine, platform)  # a multi-platform image: the one the engine runs
     check_platforms(manifest, engine, platform)  # an engine runs one platform: refuse others now
+    # will the images run on this host's driver and GPUs (a warning; --require-fit: an error)
+    res.gpu_fit = host_fit(manifest.images, engine.kind, require=require_fit, on_notice=on_notice)
     # === 4. one import per engine at a time; 7. then staging tags runs killed earlier left (steps.engine_run)
     with engine_run(sink, engine, root, res, lock_wait=lock_wait, on_notice=on_notice):
         # === 5. preflight: free space for what the engine does not hold yet (nothing written so far)

@@ -13,15 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from importer.errors import BundleError
+from importer.inventory.gpuhost import BRANDS as _BRANDS  # NVML brand names, one table
 from importer.smoke.worker import compat
 from importer.smoke.worker.protocol import FAIL, PASS, SKIP, Stopwatch, result
 from importer.streams.commands import run
 
 # NVML errors that mean "no NVIDIA driver here" rather than "the driver is broken".
 _ABSENT = ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
-_BRANDS = {0: "UNKNOWN", 1: "QUADRO", 2: "TESLA", 3: "NVS", 4: "GRID", 5: "GEFORCE", 6: "TITAN",
-           7: "NVIDIA_VAPPS", 8: "NVIDIA_VPC", 9: "NVIDIA_VCS", 10: "NVIDIA_VWS", 11: "NVIDIA_CLOUD_GAMING",
-           12: "QUADRO_RTX", 13: "NVIDIA_RTX", 14: "NVIDIA", 15: "GEFORCE_RTX", 16: "TITAN_RTX"}
 
 
 @dataclass

@@ -26,10 +26,13 @@ def _read(package: str, name: str) -> bytes:
 
 
 def write_tree(root: str) -> str:
-    """Write importer/__init__.py, importer/smoke/__init__.py and importer/smoke/worker/*.py
+    """Write importer/__init__.py, importer/smoke/__init__.py, importer/format/cudafit.py (and its
+    package's __init__.py) and importer/smoke/worker/*.py
     under ``root`` (world-readable: the image may run as another user); return ``root``."""
     files = [("importer", "__init__.py", "importer/__init__.py"),
-             ("importer.smoke", "__init__.py", "importer/smoke/__init__.py")]
+             ("importer.smoke", "__init__.py", "importer/smoke/__init__.py"),
+             ("importer.format", "__init__.py", "importer/format/__init__.py"),  # the decision the
+             ("importer.format", "cudafit.py", "importer/format/cudafit.py")]  # exporter makes too
     files += [("importer.smoke.worker", f"{m}.py", f"importer/smoke/worker/{m}.py") for m in MODULES]
     for package, name, rel in files:
         path = os.path.join(root, *rel.split("/"))

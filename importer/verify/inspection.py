@@ -59,6 +59,7 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
             # schema 3.2: every platform carried (the primary first) and the source's index digest
             "platforms": [dict(v.platform) for v in image.variants],
             "indexDigest": str(image.index.digest) if image.index is not None else None,
+            "cuda": image.cuda,  # schema 3.3: the image's CUDA needs (docs/gpu-fit.md)
         })
     shared = [
         {"digest": str(d), "images": names} for d, names in users.items() if len(names) > 1

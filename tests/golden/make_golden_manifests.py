@@ -184,6 +184,28 @@ def multi_platform() -> Doc:
     return bundle([img], version="3.3")
 
 
+def cuda_needs() -> Doc:
+    """Schema 3.4: an image recording its CUDA needs (docs/gpu-fit.md), as nvidia/cuda:12.4.1's env
+    and compat libraries give them, with torch's CUDA."""
+    doc = single_image()
+    doc["schemaVersion"] = "3.4"
+    doc["images"][0]["cuda"] = {
+        "cudaVersion": "12.4.1",
+        "require": {"NVIDIA_REQUIRE_CUDA": "cuda>=12.4 brand=tesla,driver>=470,driver<471 "
+                                           "brand=nvidia,driver>=535,driver<536"},
+        "disableRequire": False, "compatLibs": ["550.54.15"], "torchCuda": "12.4"}
+    return doc
+
+
+def _cuda_with(change: Callable[[Doc], None]) -> Callable[[Doc], Doc]:
+    """Break a fresh cuda_needs() document (``change`` gets its ``cuda`` object)."""
+    def apply(_: Doc) -> Doc:
+        doc = cuda_needs()
+        change(doc["images"][0]["cuda"])
+        return doc
+    return apply
+
+
 def _multi_with(change: Callable[[Doc], None]) -> Callable[[Doc], Doc]:
     """Break a fresh multi_platform() document (``change`` gets its other platform)."""
     def apply(_: Doc) -> Doc:
@@ -216,6 +238,7 @@ VALID: Dict[str, Callable[[], Doc]] = {
     "delta-external-layer": delta,
     "delta-external-compressed-blob": delta_compressed,
     "multi-platform-index": multi_platform,
+    "cuda-needs": cuda_needs,
 }
 
 
@@ -402,6 +425,10 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "platforms-manifest-missing": _multi_with(lambda p: p.pop("manifest")),
     "platforms-platform-without-architecture": _multi_with(lambda p: p["platform"].pop("architecture")),
     "xref-platforms-layer-not-listed": _multi_unlisted,
+    "cuda-compat-libs-not-strings": _cuda_with(lambda c: c.update(compatLibs=[550])),
+    "cuda-require-not-nvidia-require": _cuda_with(lambda c: c["require"].update(LD_PRELOAD="x")),
+    "cuda-disable-require-a-string": _cuda_with(lambda c: c.update(disableRequire="1")),
+    "cuda-version-a-number": _cuda_with(lambda c: c.update(cudaVersion=12.4)),
     # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
     "stdlib-size-float": _size_everywhere(1469.0),
 }

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from importer.format import cudafit
 from importer.smoke.worker.protocol import FAIL, PASS, SKIP, WARN
 
 Version = Tuple[int, int]
@@ -27,14 +28,6 @@ MODE_UNKNOWN = "unknown"
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)")
 _REQUIRE_RE = re.compile(r"cuda\s*>=\s*(\d+)\.(\d+)")
-
-# Brand names (NVML nvmlBrandType_t) that are never data-center parts.
-_CONSUMER_BRANDS = {"GEFORCE", "GEFORCE_RTX", "TITAN", "TITAN_RTX", "NVIDIA_RTX", "QUADRO", "QUADRO_RTX", "NVS"}
-_DATACENTER_NAME = re.compile(
-    r"\b(Tesla|A100|A800|A30|A40|A10G?|A16|A2|H100|H800|H200|H20|GH200|B100|B200|B300|GB200|GB300|"
-    r"L4|L40S?|L20|T4|V100|P100|P40|P4|K80|M60|M40)\b"
-)
-
 
 def parse_version(text: Optional[str]) -> Optional[Version]:
     """"12.4.1" -> (12, 4); None for anything else."""
@@ -77,14 +70,9 @@ def find_compat_dirs(root: str = "/") -> List[str]:
 
 
 def is_datacenter_gpu(name: str, brand: Optional[str] = None) -> Optional[bool]:
-    """True for data-center parts (forward compatibility supported), False for GeForce/RTX
-    workstation parts, None when neither the brand nor the name tells."""
-    b = (brand or "").upper()
-    if b in _CONSUMER_BRANDS or re.search(r"\b(GeForce|TITAN|Quadro|RTX)\b", name or ""):
-        return False
-    if b == "TESLA" or _DATACENTER_NAME.search(name or ""):
-        return True
-    return None
+    """True for data-center parts, False for GeForce/RTX workstation parts, None when neither
+    the brand nor the name tells (importer/format/cudafit.py decides)."""
+    return cudafit.is_datacenter(name, brand)
 
 
 @dataclass(frozen=True)
@@ -99,9 +87,23 @@ class CompatDecision:
                 "reason": self.reason}
 
 
+def compat_version(compat_dir: Optional[str]) -> Optional[str]:
+    """The driver version of a compat folder's ``libcuda.so.550.54.15``; None when not named so."""
+    if not compat_dir:
+        return None
+    found = []
+    for path in glob.glob(os.path.join(compat_dir, "libcuda.so.*")):
+        v = os.path.basename(path)[len("libcuda.so."):]
+        if cudafit.parse_version(v) is not None and v.count(".") >= 1:
+            found.append(v)
+    return max(found, key=lambda s: cudafit.parse_version(s) or ()) if found else None
+
+
 def decide_compat(*, device: str, host_cuda: Optional[Version], image_cuda: Optional[Version],
                   datacenter: Optional[bool], compat_dir: Optional[str]) -> CompatDecision:
-    """The compatibility mode to run the image in, and whether that is expected to work.
+    """The compatibility mode to run the image in, and whether that is expected to work: the
+    runtime rule of importer/format/cudafit.py (the one `bundle export --have` and
+    `bundle-import` apply), in the suite's terms.
 
     device      "cuda" or "cpu"
     host_cuda   the newest CUDA the host driver supports (NVML), None when unknown
@@ -114,34 +116,16 @@ def decide_compat(*, device: str, host_cuda: Optional[Version], image_cuda: Opti
     if host_cuda is None:
         return CompatDecision(MODE_UNKNOWN, SKIP, False,
                               "the host driver's CUDA version is unknown (NVML unavailable)")
-    h, i = fmt(host_cuda), fmt(image_cuda)
     if image_cuda is None:
         return CompatDecision(MODE_NATIVE, WARN, False,
                               f"the image declares no CUDA version (CUDA_VERSION, NVIDIA_REQUIRE_CUDA); "
-                              f"running natively on the driver's CUDA {h}")
-    if host_cuda >= image_cuda:
-        note = (f"; the image's compat libraries ({compat_dir}) are NOT used: forcing them on a newer "
-                "driver fails with error 803") if compat_dir else ""
-        return CompatDecision(MODE_NATIVE, PASS, False,
-                              f"driver supports CUDA {h} >= image CUDA {i}: native{note}")
-    same_major = host_cuda[0] == image_cuda[0]
-    if compat_dir and datacenter is not False:
-        if datacenter:
-            return CompatDecision(MODE_FORWARD, PASS, True,
-                                  f"image CUDA {i} > driver CUDA {h}: forward compatibility with {compat_dir} "
-                                  "first on LD_LIBRARY_PATH (data-center GPU)")
-        return CompatDecision(MODE_FORWARD, WARN, True,
-                              f"image CUDA {i} > driver CUDA {h}: forward compatibility with {compat_dir}; "
-                              "could not tell whether the GPU is a data-center part (error 804 if not)")
-    unsupported = ""
-    if compat_dir:
-        unsupported = (f"; the image has compat libraries ({compat_dir}) but forward compatibility is "
-                       "unsupported on non-data-center GPUs (error 804)")
-    if same_major:
-        return CompatDecision(MODE_NATIVE, WARN, False,
-                              f"image CUDA {i} > driver CUDA {h}: minor-version compatibility; kernels "
-                              f"JIT-compiled from PTX may fail (error 222){unsupported}")
-    return CompatDecision(MODE_NATIVE, FAIL, False,
-                          f"image needs CUDA {i}, the driver supports up to {h} and the image cannot bridge "
-                          f"the gap (CUDA init fails with error 35 or `unsatisfied condition: cuda>="
-                          f"{i}`){unsupported or '; the image has no /usr/local/cuda*/compat libraries'}")
+                              f"running natively on the driver's CUDA {fmt(host_cuda)}")
+    lib = (compat_version(compat_dir) or compat_dir) if compat_dir else None
+    needs = cudafit.ImageNeeds(cuda=fmt(image_cuda), compat_libs=(lib,) if lib else ())
+    target = cudafit.Target(cuda=fmt(host_cuda), gpus=(cudafit.GPU("", datacenter=datacenter),))
+    fit = cudafit.runtime_fit(needs, target)
+    reason = fit.reason + "".join(f"; {c}" for c in fit.caveats)
+    if fit.status == cudafit.FITS_FORWARD:
+        return CompatDecision(MODE_FORWARD, PASS if datacenter else WARN, True, f"{reason} ({compat_dir})")
+    status = {cudafit.FITS: PASS, cudafit.FITS_MINOR: WARN}.get(fit.status, FAIL)
+    return CompatDecision(MODE_NATIVE, status, False, reason)

@@ -1,0 +1,213 @@
+"""The GPU fit decision (importer/format/cudafit.py, docs/gpu-fit.md), table-driven from NVIDIA's
+tables: the CUDA Compatibility guide (minor-version compatibility minimums: 11.x >= 450.80.02,
+12.x >= 525.60.13; forward compatibility on data-center GPUs only) and the CUDA Toolkit release
+notes' "CUDA Toolkit and Corresponding Driver Versions" table (Linux x86_64: 12.4 GA >= 550.54.14,
+12.6 GA >= 560.28.03, 12.8 GA >= 570.26, 12.9 GA >= 575.51.03, 13.0 GA >= 580.65.06). Targets are
+the hosts the inventory fixtures describe (tests/data/gpu/), images the env of nvidia/cuda base
+images (tests/imagegen.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional, Tuple
+
+import pytest
+
+from importer.format import cudafit
+from importer.format.cudafit import (
+    FITS,
+    FITS_FORWARD,
+    FITS_MINOR,
+    GPU,
+    NO_CUDA,
+    NO_GPU,
+    UNFIT,
+    UNKNOWN,
+    ImageNeeds,
+    Target,
+    admission,
+    cuda_of_driver,
+    decide,
+    min_driver,
+    needs_from_dict,
+    needs_from_env,
+)
+from importer.smoke.tree import write_tree
+from tests.imagegen import CUDA_IMAGES, cuda_env
+
+H100 = GPU("NVIDIA H100 80GB HBM3", "NVIDIA", "9.0", True)
+H200 = GPU("NVIDIA H200", "NVIDIA", "9.0", True)
+B200 = GPU("NVIDIA B200", "NVIDIA", "10.0", True)
+A100 = GPU("NVIDIA A100-SXM4-80GB", "NVIDIA", "8.0", True)
+L4 = GPU("NVIDIA L4", "NVIDIA", "8.9", True)
+RTX4090 = GPU("NVIDIA GeForce RTX 4090", "GEFORCE_RTX", "8.9", False)
+
+
+def host(gpu: GPU, driver: str, cuda: str, mode: Optional[str] = "legacy", n: int = 8) -> Target:
+    return Target(driver, cuda, (gpu,) * n, mode)
+
+
+def image(tag: str, *, compat: bool = True, extra: Tuple[str, ...] = ()) -> ImageNeeds:
+    lib = CUDA_IMAGES[tag][2]
+    return needs_from_env([*cuda_env(tag), *extra], compat_libs=(lib,) if compat else ())
+
+
+# ============================== the toolkit release notes' driver table
+@pytest.mark.parametrize(("cuda", "driver"), [
+    ((11, 8), "520.61.05"), ((12, 0), "525.60.13"), ((12, 2), "535.54.03"), ((12, 4), "550.54.14"),
+    ((12, 6), "560.28.03"), ((12, 7), "570.26"),  # no 12.7 release: the next one's driver
+    ((12, 8), "570.26"), ((12, 9), "575.51.03"), ((13, 0), "580.65.06"), ((13, 9), None),
+])
+def test_min_driver_follows_the_release_notes_table(cuda: Tuple[int, int], driver: Optional[str]) -> None:
+    assert min_driver(cuda) == driver
+
+
+@pytest.mark.parametrize(("driver", "cuda"), [
+    ("535.104.05", (12, 2)), ("550.54.15", (12, 4)), ("470.82.01", (11, 4)), ("570.124.06", (12, 8)),
+    ("580.65.06", (13, 0)), ("440.33.01", None), ("garbage", None), ("", None),
+])
+def test_the_driver_says_which_cuda_it_runs(driver: str, cuda: Optional[Tuple[int, int]]) -> None:
+    assert cuda_of_driver(driver) == cuda
+
+
+# ============================== both rules, on realistic hosts and nvidia/cuda images
+TABLE = [
+    # host, image needs, status, admitted, needed driver
+    ("H100 r550, 12.4 image", host(H100, "550.54.15", "12.4"), image("12.4.1-runtime-ubuntu22.04"),
+     FITS, True, "550.54.14"),
+    ("H100 r535, 12.4 image: admitted by brand=nvidia,driver>=535; compat libs, data-center",
+     host(H100, "535.104.05", "12.2"), image("12.4.1-runtime-ubuntu22.04"), FITS_FORWARD, True, "550.54.14"),
+    ("RTX 4090 r535, 12.4 image: no forward compat on GeForce, minor-version compat",
+     host(RTX4090, "535.104.05", "12.2", n=1), image("12.4.1-runtime-ubuntu22.04"), FITS_MINOR, True, "550.54.14"),
+    ("L4 r545, 12.4 image: r545 is in no brand group and 12.3 < 12.4: the hook refuses",
+     host(L4, "545.23.08", "12.3"), image("12.4.1-runtime-ubuntu22.04"), UNFIT, False, "550.54.14"),
+    ("L4 r545, 12.4 image, NVIDIA_DISABLE_REQUIRE=1: forward compat",
+     host(L4, "545.23.08", "12.3"), image("12.4.1-runtime-ubuntu22.04", extra=("NVIDIA_DISABLE_REQUIRE=1",)),
+     FITS_FORWARD, None, "550.54.14"),
+    ("L4 r545, 12.4 image, CDI mode: the requirement is not checked",
+     host(L4, "545.23.08", "12.3", mode="cdi"), image("12.4.1-runtime-ubuntu22.04"), FITS_FORWARD, None, "550.54.14"),
+    ("A100 r470 (CUDA 11.4), 12.4 image with compat libs: forward compat",
+     host(A100, "470.82.01", "11.4"), image("12.4.1-runtime-ubuntu22.04"), FITS_FORWARD, True, "550.54.14"),
+    ("A100 r470, 12.4 image without compat libs: another major, unfit",
+     host(A100, "470.82.01", "11.4"), image("12.4.1-runtime-ubuntu22.04", compat=False), UNFIT, True, "550.54.14"),
+    ("B200 r570, 13.0 image: admitted (r570 group), forward compat with 580.65.06 libs",
+     host(B200, "570.124.06", "12.8"), image("13.0.0-runtime-ubuntu24.04"), FITS_FORWARD, True, "580.65.06"),
+    ("RTX 4090 r570, 13.0 image: another major, no forward compat on GeForce",
+     host(RTX4090, "570.124.06", "12.8", n=1), image("13.0.0-runtime-ubuntu24.04"), UNFIT, True, "580.65.06"),
+    ("H200 r560, 12.8 image: forward compat", host(H200, "560.35.03", "12.6"), image("12.8.1-runtime-ubuntu24.04"),
+     FITS_FORWARD, True, "570.26"),
+    ("H200 r560, 12.8 image without compat libs: minor-version compat",
+     host(H200, "560.35.03", "12.6"), image("12.8.1-runtime-ubuntu24.04", compat=False), FITS_MINOR, True, "570.26"),
+    ("H100 r575, 12.8 image", host(H100, "575.51.03", "12.9"), image("12.8.1-runtime-ubuntu24.04"),
+     FITS, True, "570.26"),
+    ("11.8 image on r450.80.02 (the 11.x minimum): minor-version compat",
+     host(RTX4090, "450.80.02", "11.0", n=1), image("11.8.0-runtime-ubuntu22.04"), FITS_MINOR, True, "520.61.05"),
+    ("11.8 image on r450.51.06, below the 11.x minimum", host(RTX4090, "450.51.06", "11.0", n=1),
+     image("11.8.0-runtime-ubuntu22.04"), UNFIT, True, "520.61.05"),
+    ("no CUDA in the image", host(H100, "550.54.15", "12.4"), needs_from_env(["PATH=/bin"]), NO_CUDA, None, None),
+    ("old inventory: nothing known", Target(known=False), image("12.4.1-runtime-ubuntu22.04"), UNKNOWN, None,
+     "550.54.14"),
+    ("no NVIDIA driver on the target", Target(), image("12.4.1-runtime-ubuntu22.04"), NO_GPU, None, "550.54.14"),
+    ("torch's CUDA when the image declares none", host(H100, "535.104.05", "12.2"),
+     needs_from_env([], torch_cuda="12.4"), FITS_MINOR, None, "550.54.14"),
+]
+
+
+@pytest.mark.parametrize(("what", "target", "needs", "status", "admitted", "driver"), TABLE, ids=[t[0] for t in TABLE])
+def test_fit_table(what: str, target: Target, needs: ImageNeeds, status: str, admitted: Optional[bool],
+                   driver: Optional[str]) -> None:
+    fit = decide(needs, target)
+    assert (fit.status, fit.admitted, fit.needed_driver) == (status, admitted, driver), fit.reason
+    assert fit.reason and fit.refused == (status == UNFIT)
+    assert fit.use_compat_libs == (status == FITS_FORWARD)
+
+
+def test_unfit_says_what_failed_and_which_driver_fits() -> None:
+    refused = decide(image("12.4.1-runtime-ubuntu22.04"), host(L4, "545.23.08", "12.3"))
+    assert "unsatisfied condition: cuda>=12.4" in refused.reason and "550.54.14 or newer" in refused.reason
+    geforce = decide(image("13.0.0-runtime-ubuntu24.04"), host(RTX4090, "570.124.06", "12.8", n=1))
+    assert "804" in geforce.reason and "580.65.06 or newer" in geforce.reason
+    minor = decide(image("12.4.1-runtime-ubuntu22.04"), host(RTX4090, "535.104.05", "12.2", n=1))
+    assert any("PTX" in c for c in minor.caveats)
+    native = decide(image("12.4.1-runtime-ubuntu22.04"), host(H100, "570.124.06", "12.8"))
+    assert native.status == FITS and any("803" in c for c in native.caveats)
+
+
+def test_compat_libs_too_old_for_the_image_do_not_bridge() -> None:
+    needs = needs_from_env(cuda_env("12.8.1-runtime-ubuntu24.04"), compat_libs=("550.54.15",))
+    fit = decide(needs, host(A100, "470.82.01", "11.4"))
+    assert fit.status == UNFIT and "too old" in fit.reason
+
+
+# ============================== the admission rule alone
+@pytest.mark.parametrize(("require", "target", "admitted"), [
+    ("cuda>=12.4", host(H100, "550.54.15", "12.4"), True),
+    ("cuda>=12.4", host(H100, "535.104.05", "12.2"), False),
+    ("cuda>=12.4 brand=tesla,driver>=535,driver<536", host(H100, "535.104.05", "12.2"), False),  # H100 is "nvidia"
+    ("cuda>=12.4 brand=nvidia,driver>=535,driver<536", host(H100, "535.104.05", "12.2"), True),
+    ("cuda>=12.4 brand=nvidia,driver>=535,driver<536", host(H100, "536.0", "12.2"), False),
+    ("arch>=9.0", host(H100, "550.54.15", "12.4"), True),
+    ("arch>=9.0", host(A100, "550.54.15", "12.4"), False),
+    ("cuda>=12.0,arch>=8.0 cuda>=13.0", host(A100, "550.54.15", "12.4"), True),
+    ("brand=geforcertx", host(RTX4090, "550.54.15", "12.4", n=1), True),
+    ("driver>=garbage", host(H100, "550.54.15", "12.4"), False),
+    ("nonsense", host(H100, "550.54.15", "12.4"), False),
+])
+def test_admission_ors_spaces_and_ands_commas(require: str, target: Target, admitted: bool) -> None:
+    got, why = admission(ImageNeeds(require={"NVIDIA_REQUIRE_CUDA": require}), target)
+    assert got is admitted, why
+
+
+def test_every_require_variable_must_hold() -> None:
+    needs = ImageNeeds(require={"NVIDIA_REQUIRE_CUDA": "cuda>=12.0", "NVIDIA_REQUIRE_ARCH": "arch>=9.0"})
+    assert admission(needs, host(H100, "550.54.15", "12.4"))[0] is True
+    got, why = admission(needs, host(A100, "550.54.15", "12.4"))
+    assert got is False and "NVIDIA_REQUIRE_ARCH" in why
+
+
+# ============================== bundle.json's cuda object, and hostile values
+def test_needs_round_trip_and_hostile_values() -> None:
+    needs = image("12.4.1-runtime-ubuntu22.04")
+    assert needs_from_dict(needs.to_dict()) == needs
+    assert needs_from_dict(None) is None and needs_from_dict([1]) is None
+    odd = needs_from_dict({"cudaVersion": 12, "require": {"X": 1, "NVIDIA_REQUIRE_CUDA": "cuda>=x"},
+                           "compatLibs": "550", "disableRequire": "yes", "torchCuda": None})
+    assert odd == ImageNeeds(require={"NVIDIA_REQUIRE_CUDA": "cuda>=x"})
+    assert cudafit.runtime_fit(odd, host(H100, "550.54.15", "12.4")).status == NO_CUDA
+    assert decide(odd, host(H100, "550.54.15", "12.4")).status == UNFIT  # the toolkit refuses what it cannot parse
+    assert decide(needs_from_env(["CUDA_VERSION=" + "9" * 5000]), host(H100, "550.54.15", "12.4")).status == NO_CUDA
+    assert cudafit.parse_version("12." + "4" * 20) is None and cudafit.parse_version("12.4.1-1") == (12, 4, 1)
+    assert needs_from_env(["NVIDIA_DISABLE_REQUIRE=false"]).disable_require is False
+    assert needs_from_env(["NVIDIA_DISABLE_REQUIRE=true", 7, "junk"]).disable_require is True
+
+
+def test_the_smoke_suite_carries_the_same_decision(tmp_path: Path) -> None:
+    """The worker runs inside the image with only the suite's tree: cudafit travels with it."""
+    root = write_tree(str(tmp_path / "t"))
+    code = ("from importer.smoke.worker.compat import decide_compat; "
+            "d = decide_compat(device='cuda', host_cuda=(11, 8), image_cuda=(12, 4), datacenter=True, "
+            "compat_dir=None); print(d.status)")
+    proc = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {root!r}); {code}"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "FAIL"
+    assert cudafit.runtime_fit(ImageNeeds(cuda="12.4"), Target(cuda="11.8", gpus=(A100,))).status == UNFIT
+
+
+def test_the_smoke_gate_reads_the_compat_libraries_version(tmp_path: Path) -> None:
+    """Inside the image the suite names the compat libraries by their file: too old ones do not bridge."""
+    from importer.smoke.worker.compat import MODE_FORWARD, compat_version, decide_compat
+
+    old = tmp_path / "usr/local/cuda-12.8/compat"
+    old.mkdir(parents=True)
+    (old / "libcuda.so.1").write_bytes(b"")
+    assert compat_version(str(old)) is None
+    (old / "libcuda.so.550.54.15").write_bytes(b"")
+    assert compat_version(str(old)) == "550.54.15"
+    stale = decide_compat(device="cuda", host_cuda=(11, 4), image_cuda=(12, 8), datacenter=True, compat_dir=str(old))
+    assert stale.status == "FAIL" and "too old" in stale.reason
+    (old / "libcuda.so.570.124.06").write_bytes(b"")
+    fresh = decide_compat(device="cuda", host_cuda=(11, 4), image_cuda=(12, 8), datacenter=True, compat_dir=str(old))
+    assert (fresh.mode, fresh.status, fresh.use_compat_libs) == (MODE_FORWARD, "PASS", True)
