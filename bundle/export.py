@@ -27,7 +27,9 @@ from bundle.writer import write_bundle
 from importer.errors import DestinationInUse, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
+from importer.input.opened import read_bundle_file
 from importer.pipeline.have import have_platform, merge_have, zstd_is_fast_on
+from importer.verify.cosign import SignedImage, check_bundle, checked_reader, load_cosign_keys
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -40,6 +42,7 @@ class ExportResult:
     schema: int = 3
     signed_by: Optional[str] = None  # key fingerprint when exported with a signing key
     recompressed: int = 0  # layers recompressed because --compression was asked explicitly
+    signed_images: Optional[List[SignedImage]] = None  # --require-signed: which key signed which image
 
 
 def choose_compression(have: Sequence[str]) -> str:
@@ -69,6 +72,8 @@ def export_images(
     platforms: Sequence[str] = (),
     insecure: bool = False,
     all_platforms: bool = False,
+    referrers: bool = True,
+    require_signed: Sequence[str] = (),
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -76,6 +81,10 @@ def export_images(
     if not refs:
         raise UsageError("exporting: expected at least one image, found none")
     _check_tags(refs, tags, schema)
+    cosign_keys = load_cosign_keys(require_signed)  # before the export: a bad key file costs nothing
+    if cosign_keys and schema < 3:
+        raise UsageError(f"exporting with --schema {schema} and --require-signed: image signatures are carried "
+                         "by schema 3 bundles (3.5)", hint="drop --schema or use --schema 3")
     started = time.monotonic()
     out_dir = os.path.abspath(out_dir)
     if os.path.lexists(out_dir) and not _empty_folder(out_dir):
@@ -92,6 +101,8 @@ def export_images(
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
     if platforms or all_platforms:
         _pick_platform(source, platforms, all_platforms)
+    if hasattr(source, "attached"):
+        source.attached = referrers or bool(cosign_keys)  # --no-referrers; --require-signed needs them
     elif have and not isinstance(source, DockerDaemonSource):
         offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
         if offline is not None:
@@ -100,6 +111,7 @@ def export_images(
     source_info = source.info()
     total = source.check_refs(names)
     signed_by: Optional[str] = None
+    signed_images: Optional[List[SignedImage]] = None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
         on_bytes = progress("export", total) if progress else None
@@ -114,6 +126,10 @@ def export_images(
             images = source.export(names, store, compression=compression, level=level, on_bytes=on_bytes,
                                    have=have_layers)
             manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
+            if cosign_keys:  # --require-signed: refused before the bundle gets its name
+                doing = "exporting with --require-signed"
+                signed_images = check_bundle(manifest, cosign_keys, checked_reader(
+                    lambda rel, limit, what: read_bundle_file(staging, rel, limit, what), doing), doing)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
@@ -126,7 +142,7 @@ def export_images(
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
-                        len(store.recompressed) if schema == 3 else 0)
+                        len(store.recompressed) if schema == 3 else 0, signed_images)
 
 
 def _check_options(schema: int, compression: str, sign_key: Optional[Ed25519PrivateKey],

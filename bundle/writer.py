@@ -62,7 +62,7 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         primary = variants[0]
         records.append(ImageRecord(refs=image.refs, manifest=primary.manifest, config=primary.config,
                                    layers=primary.layers, platform=primary.platform, index=index,
-                                   others=tuple(variants[1:])))
+                                   others=tuple(variants[1:]), artifacts=image.artifacts))
         for n, rec in enumerate(variants):
             base: Dict[str, Any] = rec.manifest.to_dict()
             if rec.platform.get("os") and rec.platform.get("architecture"):
@@ -119,7 +119,10 @@ def _record(store: BlobStore, image: SourceImage) -> ImageRecord:
 
 def _minor(records: Sequence[ImageRecord]) -> int:
     """The lowest minor that says what the bundle holds, so older 3.x importers read the rest:
-    3.2 multi-platform images, 3.1 delta bundles (external layers), else 3.0."""
+    3.5 attached artifacts (signatures, SBOMs, referrers), 3.2 multi-platform images, 3.1 delta
+    bundles (external layers), else 3.0."""
+    if any(r.artifacts for r in records):
+        return 5
     if any(r.others or r.index is not None for r in records):
         return 2
     return 1 if any(x.external for r in records for v in r.variants for x in v.layers) else 0

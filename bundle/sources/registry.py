@@ -12,6 +12,7 @@ names it); a reference by digest is carried untagged (``--tag`` names it)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import io
 import re
@@ -21,6 +22,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
+from bundle.sources.attached import collect_artifacts
 from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
 from importer.errors import ImageNotFound, InvalidReference, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
@@ -170,6 +172,8 @@ class RegistrySource:
         self._lock = threading.Lock()
         #: how many times a dropped blob download was resumed (layers are read in parallel)
         self.resumed = 0
+        #: carry what the registry attached to each image (signatures, SBOMs, referrers); --no-referrers
+        self.attached = True
 
     def client(self, host_name: str) -> RegistryClient:
         if host_name not in self.clients:
@@ -277,10 +281,19 @@ class RegistrySource:
                     continue
                 self._current = ref
                 what = f"exporting docker://{text}"
-                images.append(copy_target(self, target, by_target.pop(target["digest"]), store,
-                                          platform=self.platform, choice=self.choice, compression=compression,
-                                          level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
+                image = copy_target(self, target, by_target.pop(target["digest"]), store,
+                                    platform=self.platform, choice=self.choice, compression=compression,
+                                    level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
+                images.append(self._with_artifacts(ref, target, image, store, what) if self.attached else image)
         finally:
             self.close()
         return images
+
+    def _with_artifacts(self, ref: RegistryRef, target: Dict[str, Any], image: SourceImage, store: BlobStore,
+                        what: str) -> SourceImage:
+        """The image with what the registry attached to its manifests (and index) (bundle/sources/attached.py)."""
+        subjects = [Digest.parse(target["digest"])]
+        subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
+        artifacts = collect_artifacts(self.client(ref.host), ref.host, ref.repo, subjects, store, what)
+        return dataclasses.replace(image, artifacts=artifacts) if artifacts else image
 

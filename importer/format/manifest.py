@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from importer import SCHEMA_MAJOR
 from importer.errors import ManifestError, UnsupportedSchemaVersion
+from importer.format.artifacts import ArtifactRecord, check_artifacts
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import parse_json
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
@@ -84,6 +85,9 @@ class ImageRecord:
     #: host's platform when carried). Each other record has no refs of its own.
     index: Optional[BlobRef] = None
     others: Tuple[ImageRecord, ...] = ()
+    #: schema 3.5: what the source registry attached to the image (signatures, attestations,
+    #: SBOMs, referrers), carried byte for byte (importer/format/artifacts.py)
+    artifacts: Tuple[ArtifactRecord, ...] = ()
 
     @property
     def name(self) -> str:
@@ -110,6 +114,8 @@ class ImageRecord:
             doc["index"] = self.index.to_dict()
         if self.others:
             doc["platforms"] = [{k: v for k, v in other.to_dict().items() if k != "refs"} for other in self.others]
+        if self.artifacts:
+            doc["artifacts"] = [a.to_dict() for a in self.artifacts]
         return doc
 
 
@@ -361,7 +367,9 @@ def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optio
                 c.fail(f"{where}.platforms[{k}]", "expected one platform's manifest, config and layers, "
                        "found an index or platforms inside it")
             others.append(other)
-    return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform, index=index, others=tuple(others))
+    artifacts = check_artifacts(c.fail, img["artifacts"], f"{where}.artifacts") if "artifacts" in img else ()
+    return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform, index=index, others=tuple(others),
+                       artifacts=artifacts)
 
 
 def _check_layer(c: _Checker, raw_layer: Any, lw: str) -> Optional[LayerRecord]:
@@ -414,6 +422,8 @@ def _check_listed(c: _Checker, images: List[ImageRecord], files: List[FileRecord
             blobs += [(f"{at}manifest", img_rec.manifest), (f"{at}config", img_rec.config)]
             blobs += [(f"{at}layers[{k}]", BlobRef(lr.media_type, lr.digest, lr.size))
                       for k, lr in enumerate(img_rec.layers) if not lr.external]
+        blobs += [(f"artifacts[{k}]", BlobRef(b.media_type, b.digest, b.size))
+                  for k, art in enumerate(img.artifacts) for b in art.every_blob()]
         for what, ref in blobs:
             listed = by_path.get(ref.digest.blob_path)
             if listed is None:

@@ -1,0 +1,258 @@
+"""Signatures, attestations and SBOMs across the gap (issue 29): a loopback docker-registry holds
+images pushed with the importer's own client, cosign-format signatures made here with
+``cryptography`` (and, where installed, by the real cosign), and an SBOM attached as an OCI 1.1
+referrer with its ``sha256-<hex>`` fallback index (docker-registry 2.8 has no Referrers API).
+`bundle export docker://...` carries them byte for byte (bundle schema 3.5 ``artifacts``);
+`--require-signed KEY.pub` refuses, at export and offline at import, an unsigned image or one
+whose signature does not verify, with its typed error and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from importer.format.manifest import check_structure
+from tests import engines, supplykit
+from tests.engines import Registry
+from tests.helpers import run_cli
+from tests.test_cli_json import validate
+from tests.trustkit import error_id, python38, run_importer
+
+pytestmark = pytest.mark.engine
+
+SBOM = b'{"spdxVersion":"SPDX-2.3","name":"app","packages":[]}'
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("keys")
+    signer, pub = supplykit.ecdsa_key(root, "publisher")
+    other, other_pub = supplykit.ecdsa_key(root, "other")
+    ed, ed_pub = supplykit.ed25519_key(root, "ed")
+    return {"signer": signer, "pub": pub, "other": other, "other_pub": other_pub, "ed": ed, "ed_pub": ed_pub}
+
+
+@pytest.fixture(scope="module")
+def registry(keys: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """sn/app:1 signed (ECDSA) with an SBOM referrer; sn/edsigned:1 signed (Ed25519); sn/unsigned:1;
+    sn/tampered:1 whose signature was made over another payload; sn/stolen:1 carrying a valid
+    signature of sn/app:1's digest (a signature copied onto another image)."""
+    with engines.private_registry(f"supply-{os.getpid()}") as reg:
+        addr = reg.addr
+        out: dict[str, Any] = {"reg": reg, "addr": addr}
+        app = supplykit.push_image(addr, "sn/app", "1", "signed app\n")
+        out["app"] = app
+        out["app_sig"] = supplykit.cosign_sign(addr, "sn/app", app["digest"], keys["signer"])
+        out["sbom"] = supplykit.attach_sbom(addr, "sn/app", app, SBOM)
+        ed = supplykit.push_image(addr, "sn/edsigned", "1", "ed25519\n")
+        supplykit.cosign_sign(addr, "sn/edsigned", ed["digest"], keys["ed"])
+        supplykit.push_image(addr, "sn/unsigned", "1", "nobody signed me\n")
+        tampered = supplykit.push_image(addr, "sn/tampered", "1", "tampered\n")
+        supplykit.cosign_sign(addr, "sn/tampered", tampered["digest"], keys["signer"],
+                              signed=supplykit.payload(tampered["digest"], f"{addr}/sn/other"))
+        stolen = supplykit.push_image(addr, "sn/stolen", "1", "stolen\n")
+        supplykit.cosign_sign(addr, "sn/stolen", stolen["digest"], keys["signer"],
+                              signature=supplykit.sign_bytes(keys["signer"], supplykit.payload(
+                                  app["digest"], f"{addr}/sn/app")),
+                              reference=f"{addr}/sn/app")
+        yield out
+
+
+def export(*args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    proc = run_cli("bundle", "export", *args, "--json", "-q")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
+    if doc is not None:
+        validate("export" if proc.returncode == 0 else "error", doc)
+    return proc, doc
+
+
+def bundle_json(bundle: Path) -> Any:
+    return json.loads((bundle / "bundle.json").read_text())
+
+
+def test_export_carries_the_signature_and_the_sbom_byte_for_byte(registry: dict[str, Any], tmp_path: Path) -> None:
+    addr = registry["addr"]
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{addr}/sn/app:1", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["images"][0]["artifacts"] == 3
+    bj = bundle_json(out)
+    assert bj["schemaVersion"] == "3.5"
+    model, issues = check_structure(bj)
+    assert model is not None, issues
+    arts = {a["kind"]: a for a in bj["images"][0]["artifacts"]}
+    assert set(arts) == {"signature", "referrers-index", "referrer"}
+    hexd = registry["app"]["digest"].split(":")[1]
+    assert arts["signature"]["tag"] == f"sha256-{hexd}.sig"
+    assert arts["signature"]["manifest"]["digest"] == registry["app_sig"]["digest"]
+    assert arts["referrers-index"]["tag"] == f"sha256-{hexd}"
+    assert arts["referrer"]["manifest"]["digest"] == registry["sbom"]["digest"]
+    assert arts["referrer"]["artifactType"] == supplykit.SPDX
+    assert {a["subject"] for a in arts.values()} == {registry["app"]["digest"]}
+    # byte for byte: the registry's bytes (read by skopeo, an independent reader) are the bundle's blobs
+    for ref, art in ((f"docker://{addr}/sn/app:sha256-{hexd}.sig", arts["signature"]),
+                     (f"docker://{addr}/sn/app@{registry['sbom']['digest']}", arts["referrer"])):
+        raw = subprocess.run([engines.require("skopeo"), "inspect", "--raw", "--tls-verify=false", ref],
+                             capture_output=True, check=True, timeout=120).stdout
+        assert (out / "blobs/sha256" / art["manifest"]["digest"].split(":")[1]).read_bytes() == raw
+    sbom_blob = next(b for b in arts["referrer"]["blobs"] if b["mediaType"] == supplykit.SPDX)
+    assert (out / "blobs/sha256" / sbom_blob["digest"].split(":")[1]).read_bytes() == SBOM
+    listed = {f["path"] for f in bj["files"]}
+    assert all(f"blobs/sha256/{b['digest'].split(':')[1]}" in listed
+               for a in arts.values() for b in [a["manifest"], *a["blobs"]])
+    inspected = run_cli("bundle", "inspect", str(out), "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    info = json.loads(inspected.stdout)
+    validate("inspect", info)
+    assert sorted(a["kind"] for a in info["images"][0]["artifacts"]) == ["referrer", "referrers-index", "signature"]
+    text = run_cli("bundle", "inspect", str(out))
+    assert f"sha256-{hexd}.sig" in text.stdout and supplykit.SPDX in text.stdout, text.stdout
+
+
+def test_verification_covers_the_artifacts(registry: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    assert export(f"docker://{registry['addr']}/sn/app:1", "-o", str(out))[0].returncode == 0
+    assert run_importer(out, "--verify").returncode == 0
+    sbom = next(a for a in bundle_json(out)["images"][0]["artifacts"] if a["kind"] == "referrer")
+    blob = out / "blobs/sha256" / next(b for b in sbom["blobs"] if b["mediaType"] == supplykit.SPDX)["digest"][7:]
+    blob.write_bytes(SBOM.replace(b"app", b"evil"))
+    proc = run_importer(out, "--verify")
+    assert proc.returncode != 0 and error_id(proc.stderr) == "verification-failed", proc.stderr
+
+
+def test_no_referrers_leaves_them_out(registry: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/sn/app:1", "-o", str(out), "--no-referrers")
+    assert proc.returncode == 0, proc.stderr
+    bj = bundle_json(out)
+    assert bj["schemaVersion"] == "3.0" and "artifacts" not in bj["images"][0]
+    assert doc["images"][0]["artifacts"] == 0
+
+
+@pytest.mark.parametrize("repo, key", [("sn/app", "pub"), ("sn/edsigned", "ed_pub")])
+def test_require_signed_export_accepts_a_signed_image(registry: dict[str, Any], keys: dict[str, Any],
+                                                      tmp_path: Path, repo: str, key: str) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out), "--require-signed",
+                       str(keys["other_pub"]), "--require-signed", str(keys[key]))
+    assert proc.returncode == 0, proc.stderr
+    [signed] = doc["imageSignatures"]
+    assert signed["keyPath"] == str(keys[key]) and signed["identity"] == f"{registry['addr']}/{repo}"
+    assert signed["algorithm"] == ("ed25519" if key == "ed_pub" else "ecdsa-p256")
+
+
+@pytest.mark.parametrize("repo, key, error", [("sn/unsigned", "pub", "image-unsigned"),
+                                              ("sn/tampered", "pub", "image-signature-invalid"),
+                                              ("sn/stolen", "pub", "image-signature-invalid"),
+                                              ("sn/app", "other_pub", "image-signature-invalid")])
+def test_require_signed_export_refuses(registry: dict[str, Any], keys: dict[str, Any], tmp_path: Path,
+                                       repo: str, key: str, error: str) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out), "--require-signed", str(keys[key]))
+    assert proc.returncode == 7, proc.stderr
+    assert doc["error"]["id"] == error, doc
+    assert repo.split("/")[1] in doc["error"]["message"]
+    assert not out.exists() and not list(tmp_path.glob("b.partial-*"))  # nothing left behind
+
+
+def test_require_signed_export_refuses_a_bad_key_file(registry: dict[str, Any], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pub"
+    bad.write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    proc, doc = export(f"docker://{registry['addr']}/sn/app:1", "-o", str(tmp_path / "b"), "--require-signed",
+                       str(bad))
+    assert proc.returncode == 2 and doc["error"]["id"] == "invalid-key", proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.fixture(scope="module")
+def bundles(registry: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Bundles exported without a policy: the signed app, and the unsigned image."""
+    root = tmp_path_factory.mktemp("supply-bundles")
+    out = {}
+    for name in ("app", "unsigned", "tampered"):
+        proc, _ = export(f"docker://{registry['addr']}/sn/{name}:1", "-o", str(root / name))
+        assert proc.returncode == 0, proc.stderr
+        out[name] = root / name
+    return out
+
+
+def test_import_require_signed_into_an_oci_layout(bundles: dict[str, Path], keys: dict[str, Any],
+                                                  registry: dict[str, Any], tmp_path: Path) -> None:
+    layout, receipt = tmp_path / "layout", tmp_path / "receipt.json"
+    proc = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
+                        str(keys["pub"]), "--receipt", str(receipt), "--json")
+    assert proc.returncode == 0, proc.stderr
+    validate("import", json.loads(proc.stdout))
+    [signed] = json.loads(receipt.read_text())["imageSignatures"]
+    assert signed["image"] == f"{registry['addr']}/sn/app:1"
+    assert signed["digest"] == registry["app"]["digest"] and signed["keyPath"] == str(keys["pub"])
+    index = json.loads((layout / "index.json").read_text())
+    assert registry["app"]["digest"] in {m["digest"] for m in index["manifests"]}
+
+
+@pytest.mark.parametrize("name, error", [("unsigned", "image-unsigned"), ("tampered", "image-signature-invalid")])
+def test_import_require_signed_refuses_before_any_change(bundles: dict[str, Path], keys: dict[str, Any],
+                                                         tmp_path: Path, name: str, error: str) -> None:
+    layout = tmp_path / "layout"
+    proc = run_importer(bundles[name], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
+                        str(keys["pub"]), "--no-receipt")
+    assert proc.returncode == 7 and error_id(proc.stderr) == error, proc.stderr
+    assert not layout.exists()
+    verify = run_importer(bundles[name], "--verify", "--require-signed", str(keys["pub"]))
+    assert verify.returncode == 7 and error_id(verify.stderr) == error, verify.stderr
+
+
+def test_import_require_signed_refuses_a_swapped_signature_payload(bundles: dict[str, Path], keys: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    """A payload blob replaced in the bundle is caught by its digest before it is believed."""
+    bundle = tmp_path / "app"
+    subprocess.run(["cp", "-a", str(bundles["app"]), str(bundle)], check=True)
+    sig = next(a for a in bundle_json(bundle)["images"][0]["artifacts"] if a["kind"] == "signature")
+    layer = json.loads((bundle / "blobs/sha256" / sig["manifest"]["digest"][7:]).read_text())["layers"][0]
+    (bundle / "blobs/sha256" / layer["digest"][7:]).write_bytes(b'{"critical":{}}')
+    proc = run_importer(bundle, "--verify", "--require-signed", str(keys["pub"]))
+    assert proc.returncode != 0 and error_id(proc.stderr) == "digest-mismatch", proc.stderr
+
+
+def test_import_require_signed_with_openssl_on_python38(bundles: dict[str, Path], keys: dict[str, Any]) -> None:
+    """The oldest host the importer supports, without the cryptography module: `openssl dgst`."""
+    python = python38()
+    ok = run_importer(bundles["app"], "--verify", "--require-signed", str(keys["pub"]), python=python)
+    assert ok.returncode == 0, ok.stderr
+    assert "cosign signature by" in ok.stderr
+    bad = run_importer(bundles["tampered"], "--verify", "--require-signed", str(keys["pub"]), python=python)
+    assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
+
+
+@pytest.fixture(scope="module")
+def cosign_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Registry, Path, str]]:
+    """An image signed in the registry by the real cosign (a key pair it generated)."""
+    cosign = supplykit.cosign()
+    root = tmp_path_factory.mktemp("cosign")
+    env = {**os.environ, "COSIGN_PASSWORD": "test-passphrase", "HOME": str(root), "COSIGN_YES": "true"}
+    subprocess.run([cosign, "generate-key-pair"], cwd=root, env=env, check=True, capture_output=True, timeout=120)
+    with engines.private_registry(f"cosign-{os.getpid()}") as reg:
+        image = supplykit.push_image(reg.addr, "sn/real", "1", "signed by cosign\n")
+        signed = subprocess.run([cosign, "sign", "--key", str(root / "cosign.key"), "--tlog-upload=false",
+                                 "--allow-insecure-registry", "--yes", f"{reg.addr}/sn/real@{image['digest']}"],
+                                cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert signed.returncode == 0, signed.stderr
+        yield reg, root / "cosign.pub", image["digest"]
+
+
+def test_real_cosign_signature_is_carried_and_verified(cosign_registry: tuple[Registry, Path, str],
+                                                       tmp_path: Path) -> None:
+    reg, pub, digest = cosign_registry
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{reg.addr}/sn/real:1", "-o", str(out), "--require-signed", str(pub))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["imageSignatures"][0]["digest"] == digest
+    verify = run_importer(out, "--verify", "--require-signed", str(pub))
+    assert verify.returncode == 0, verify.stderr
