@@ -7,8 +7,8 @@ closed whatever happens."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
 from importer.errors import PostLoadMismatch
@@ -17,6 +17,7 @@ from importer.pipeline.importing import verify_or_raise
 from importer.registry.auth import Credentials
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.push import PushReport, push_bundle
+from importer.registry.push_artifacts import push_artifacts
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -27,9 +28,12 @@ class PushOutcome:
     via: Optional[str]
     scheme: str
     api_version: str
+    #: schema 3.5: the signatures, attestations, SBOMs and referrers pushed beside the images
+    artifacts: List[Dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         doc = self.report.to_dict()
+        doc["artifacts"] = self.artifacts
         doc["via"] = self.via
         doc["scheme"] = self.scheme
         doc["apiVersion"] = self.api_version
@@ -70,6 +74,8 @@ def push(
             report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress)
             outcome = PushOutcome(report, f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None,
                                   client.scheme, client.api_version)
+            if report.ok:
+                outcome.artifacts = push_artifacts(root, manifest, client)
     if not report.ok:
         bad = [r for r in report.refs if not r.readback.ok]
         raise PostLoadMismatch(

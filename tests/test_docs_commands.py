@@ -378,6 +378,9 @@ SPECS: Dict[str, Spec] = {
     "python3 /media/usb/train.bundle/bundle-import.pyz /media/usb/train.bundle --require-signed cosign.pub":
         skip(SUPPLY),
     "COSIGN_PASSWORD=... cosign generate-key-pair": skip(SUPPLY),
+    "bundle push /media/usb/train.bundle registry.local:5000/team": skip(SUPPLY),
+    "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.local:5000/team/train@sha256:...":
+        skip(SUPPLY),
     "cosign sign --key cosign.key --tlog-upload=false --allow-insecure-registry --yes "
     "127.0.0.1:5000/team/train@sha256:...": skip(SUPPLY),
 }

@@ -8,6 +8,7 @@ whose signature does not verify, with its typed error and nothing left behind.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -256,3 +257,57 @@ def test_real_cosign_signature_is_carried_and_verified(cosign_registry: tuple[Re
     assert doc["imageSignatures"][0]["digest"] == digest
     verify = run_importer(out, "--verify", "--require-signed", str(pub))
     assert verify.returncode == 0, verify.stderr
+
+
+@pytest.fixture(scope="module")
+def mirror() -> Iterator[Registry]:
+    """The offline side's registry (another docker-registry on 127.0.0.1, no Referrers API)."""
+    with engines.private_registry(f"supply-mirror-{os.getpid()}") as reg:
+        yield reg
+
+
+def _raw(ref: str) -> bytes:
+    return subprocess.run([engines.require("skopeo"), "inspect", "--raw", "--tls-verify=false", ref],
+                          capture_output=True, check=True, timeout=120).stdout
+
+
+def test_push_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[str, Any], keys: dict[str, Any],
+                                     mirror: Registry) -> None:
+    """`bundle push` puts the signature under its cosign tag and the SBOM referrer with its fallback
+    index into the mirror, byte for byte; the real cosign verifies the image there with the key."""
+    pushed = run_cli("bundle", "push", str(bundles["app"]), f"{mirror.addr}/site", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    doc = json.loads(pushed.stdout)
+    validate("push", doc)
+    assert sorted(a["kind"] for a in doc["artifacts"]) == ["referrer", "referrers-index", "signature"]
+    hexd = registry["app"]["digest"][7:]
+    repo = f"docker://{mirror.addr}/site/sn/app"  # the source registry's host is dropped (map_ref)
+    for ref, art in ((f"{repo}:sha256-{hexd}.sig", registry["app_sig"]), (f"{repo}@{registry['sbom']['digest']}",
+                                                                          registry["sbom"])):
+        assert hashlib_hex(_raw(ref)) == art["digest"][7:]
+    index = json.loads(_raw(f"{repo}:sha256-{hexd}"))
+    assert [m["digest"] for m in index["manifests"]] == [registry["sbom"]["digest"]]
+    cosign = supplykit.cosign()
+    verified = subprocess.run([cosign, "verify", "--key", str(keys["pub"]), "--insecure-ignore-tlog=true",
+                               "--allow-insecure-registry", f"{mirror.addr}/site/sn/app@{registry['app']['digest']}"],
+                              capture_output=True, text=True, timeout=300, check=False,
+                              env={**os.environ, "HOME": str(keys["pub"].parent)})
+    assert verified.returncode == 0, verified.stderr
+    assert registry["app"]["digest"] in verified.stdout
+
+
+def test_import_into_a_registry_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[str, Any],
+                                                       keys: dict[str, Any], mirror: Registry, tmp_path: Path) -> None:
+    receipt = tmp_path / "receipt.json"
+    proc = run_importer(bundles["app"], "--engine", "registry", "--registry", f"{mirror.addr}/imported",
+                        "--require-signed", str(keys["pub"]), "--receipt", str(receipt))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(receipt.read_text())
+    assert {a["repository"] for a in doc["push"]["artifacts"]} == {"imported/sn/app"}
+    hexd = registry["app"]["digest"][7:]
+    assert hashlib_hex(_raw(f"docker://{mirror.addr}/imported/sn/app:sha256-{hexd}.sig")) == \
+        registry["app_sig"]["digest"][7:]
+
+
+def hashlib_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
