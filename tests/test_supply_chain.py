@@ -62,7 +62,26 @@ def registry(keys: dict[str, Any]) -> Iterator[dict[str, Any]]:
                               signature=supplykit.sign_bytes(keys["signer"], supplykit.payload(
                                   app["digest"], f"{addr}/sn/app")),
                               reference=f"{addr}/sn/app")
+        _hostile(addr, out)
         yield out
+
+
+def _hostile(addr: str, out: dict[str, Any]) -> None:
+    """What a broken or hostile registry can hold (docker-registry 2.8 stores manifests whose
+    descriptors give the wrong size): sn/badsize:1 whose .sig names its payload with a size it does
+    not have, sn/huge:1 whose .sig claims a 1 TiB payload, sn/notindex:1 whose sha256-<hex> tag is
+    an image manifest rather than a referrers index."""
+    for repo, size in (("sn/badsize", 99), ("sn/huge", 1 << 40)):
+        image = supplykit.push_image(addr, repo, "1", f"{repo}\n")
+        with supplykit.client(addr) as c:
+            cfg = supplykit.push_blob(c, repo, b"{}", supplykit.OCI_CONFIG)
+            layer = {**supplykit.push_blob(c, repo, b"payload", supplykit.SIMPLE_SIGNING), "size": size}
+            supplykit.push_manifest(c, repo, {"schemaVersion": 2, "mediaType": supplykit.OCI_MANIFEST,
+                                              "config": cfg, "layers": [layer]},
+                                    "sha256-" + image["digest"][7:] + ".sig")
+    image = supplykit.push_image(addr, "sn/notindex", "1", "not an index\n")
+    out["notindex"] = image
+    supplykit.push_image(addr, "sn/notindex", "sha256-" + image["digest"][7:], "a tag that looks like one\n")
 
 
 def export(*args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
@@ -161,6 +180,26 @@ def test_require_signed_export_refuses(registry: dict[str, Any], keys: dict[str,
     assert doc["error"]["id"] == error, doc
     assert repo.split("/")[1] in doc["error"]["message"]
     assert not out.exists() and not list(tmp_path.glob("b.partial-*"))  # nothing left behind
+
+
+@pytest.mark.parametrize("repo, found", [("sn/badsize", "found 7 bytes"), ("sn/huge", "at most 536870912 bytes")])
+def test_export_refuses_an_artifact_with_other_bytes(registry: dict[str, Any], tmp_path: Path, repo: str,
+                                                     found: str) -> None:
+    """A descriptor that does not match the blob (or claims more than the bound) fails the export
+    with its typed error, before any byte of a huge blob is read, and leaves nothing behind."""
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out))
+    assert proc.returncode == 5 and doc["error"]["id"] == "source", proc.stderr
+    assert found in doc["error"]["message"] and ".sig" in doc["error"]["message"]
+    assert not out.exists() and not list(tmp_path.glob("b.partial-*"))
+    assert export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out), "--no-referrers")[0].returncode == 0
+
+
+def test_a_fallback_tag_that_is_no_index_is_not_a_referrer(registry: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/sn/notindex:1", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["images"][0]["artifacts"] == 0 and bundle_json(out)["schemaVersion"] == "3.0"
 
 
 def test_require_signed_export_refuses_a_bad_key_file(registry: dict[str, Any], tmp_path: Path) -> None:
