@@ -9,6 +9,7 @@ whose signature does not verify, with its typed error and nothing left behind.""
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from importer.format.manifest import check_structure
 from tests import engines, supplykit
 from tests.engines import Registry
 from tests.helpers import run_cli
+from tests.servekit import serving
 from tests.test_cli_json import validate
 from tests.trustkit import error_id, python38, run_importer
 
@@ -350,3 +352,45 @@ def test_import_into_a_registry_hands_the_artifacts_on(bundles: dict[str, Path],
 
 def hashlib_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _get(addr: str, path: str) -> tuple[int, bytes, dict[str, str]]:
+    conn = http.client.HTTPConnection(addr, timeout=60)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+
+
+def test_serve_answers_tags_manifests_and_referrers(bundles: dict[str, Path], registry: dict[str, Any],
+                                                    keys: dict[str, Any]) -> None:
+    """`bundle-import serve` lists the cosign tags, serves every artifact byte for byte, answers
+    the Referrers API (with the artifactType filter), refuses a bad digest; the real cosign
+    verifies the image against the served bundle."""
+    bundle = bundles["app"]
+    hexd = registry["app"]["digest"][7:]
+    with serving(bundle / "bundle-import.pyz", bundle) as served:
+        status, body, _ = _get(served.addr, "/v2/sn/app/tags/list")
+        assert status == 200 and {"1", f"sha256-{hexd}.sig", f"sha256-{hexd}"} <= set(json.loads(body)["tags"])
+        for ref, digest in ((f"sha256-{hexd}.sig", registry["app_sig"]["digest"]),
+                            (registry["sbom"]["digest"], registry["sbom"]["digest"])):
+            status, body, headers = _get(served.addr, f"/v2/sn/app/manifests/{ref}")
+            assert status == 200 and hashlib_hex(body) == digest[7:], (ref, status)
+            assert headers["content-type"] == supplykit.OCI_MANIFEST
+        status, body, headers = _get(served.addr, f"/v2/sn/app/referrers/{registry['app']['digest']}")
+        assert status == 200 and headers["content-type"] == supplykit.OCI_INDEX
+        assert [(m["digest"], m["artifactType"]) for m in json.loads(body)["manifests"]] == \
+            [(registry["sbom"]["digest"], supplykit.SPDX)]
+        status, body, headers = _get(served.addr, f"/v2/sn/app/referrers/{registry['app']['digest']}"
+                                     "?artifactType=application/vnd.example")
+        assert status == 200 and json.loads(body)["manifests"] == [] and "oci-filters-applied" in headers
+        assert _get(served.addr, "/v2/sn/app/referrers/sha256:nothex")[0] == 400
+        assert _get(served.addr, f"/v2/sn/nothere/referrers/{registry['app']['digest']}")[0] == 404
+        cosign = supplykit.cosign()
+        verified = subprocess.run([cosign, "verify", "--key", str(keys["pub"]), "--insecure-ignore-tlog=true",
+                                   "--allow-insecure-registry", f"{served.addr}/sn/app@{registry['app']['digest']}"],
+                                  capture_output=True, text=True, timeout=300, check=False,
+                                  env={**os.environ, "HOME": str(keys["pub"].parent)})
+        assert verified.returncode == 0, verified.stderr
