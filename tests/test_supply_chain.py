@@ -394,3 +394,26 @@ def test_serve_answers_tags_manifests_and_referrers(bundles: dict[str, Path], re
                                   capture_output=True, text=True, timeout=300, check=False,
                                   env={**os.environ, "HOME": str(keys["pub"].parent)})
         assert verified.returncode == 0, verified.stderr
+
+
+def test_export_from_a_registry_with_the_referrers_api(bundles: dict[str, Path], registry: dict[str, Any],
+                                                       keys: dict[str, Any], tmp_path: Path) -> None:
+    """`serve` has the Referrers API (docker-registry 2.8 has not): an export from it finds the SBOM
+    through the API (the registry's own index is not carried then) and the signature by its tag,
+    and carries both byte for byte again. The signature names the repository it was made for, not
+    this registry's: --require-signed refuses the image under its new name (the identity check)."""
+    bundle = bundles["app"]
+    with serving(bundle / "bundle-import.pyz", bundle) as served:
+        out = tmp_path / "again"
+        proc, _ = export(f"docker://{served.addr}/sn/app:1", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        moved, doc = export(f"docker://{served.addr}/sn/app:1", "-o", str(tmp_path / "moved"), "--require-signed",
+                            str(keys["pub"]))
+        assert moved.returncode == 7 and doc["error"]["id"] == "image-signature-invalid", moved.stderr
+        assert f"names the repository '{registry['addr']}/sn/app'" in doc["error"]["context"]
+    arts = bundle_json(out)["images"][0]["artifacts"]
+    assert sorted(a["kind"] for a in arts) == ["referrer", "signature"]
+    referrer = next(a for a in arts if a["kind"] == "referrer")
+    assert referrer["manifest"]["digest"] == registry["sbom"]["digest"] and "tag" not in referrer
+    signature = next(a for a in arts if a["kind"] == "signature")
+    assert signature["manifest"]["digest"] == registry["app_sig"]["digest"]
