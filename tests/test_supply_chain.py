@@ -86,6 +86,13 @@ def _hostile(addr: str, out: dict[str, Any]) -> None:
     supplykit.push_image(addr, "sn/notindex", "sha256-" + image["digest"][7:], "a tag that looks like one\n")
 
 
+def _raw(ref: str) -> bytes:
+    """The manifest bytes skopeo (an independent reader) reads at ``ref`` (docker:// or oci:)."""
+    tls = [] if ref.startswith("oci:") else ["--tls-verify=false"]
+    return subprocess.run([engines.require("skopeo"), "inspect", "--raw", *tls, ref],
+                          capture_output=True, check=True, timeout=120).stdout
+
+
 def export(*args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
     proc = run_cli("bundle", "export", *args, "--json", "-q")
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -237,6 +244,16 @@ def test_import_require_signed_into_an_oci_layout(bundles: dict[str, Path], keys
     assert signed["digest"] == registry["app"]["digest"] and signed["keyPath"] == str(keys["pub"])
     index = json.loads((layout / "index.json").read_text())
     assert registry["app"]["digest"] in {m["digest"] for m in index["manifests"]}
+    # the OCI layout target writes the artifacts too: the signature under its cosign tag (skopeo reads
+    # it back byte for byte), the SBOM referrer unnamed with its artifactType, its blobs
+    hexd = registry["app"]["digest"][7:]
+    assert hashlib_hex(_raw(f"oci:{layout}:sha256-{hexd}.sig")) == registry["app_sig"]["digest"][7:]
+    sbom = next(m for m in index["manifests"] if m["digest"] == registry["sbom"]["digest"])
+    assert sbom["artifactType"] == supplykit.SPDX and "annotations" not in sbom
+    assert (layout / "blobs/sha256" / hashlib_hex(SBOM)).read_bytes() == SBOM
+    again = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((layout / "index.json").read_text()) == index  # a second import adds nothing
 
 
 @pytest.mark.parametrize("name, error", [("unsigned", "image-unsigned"), ("tampered", "image-signature-invalid")])
@@ -307,9 +324,6 @@ def mirror() -> Iterator[Registry]:
         yield reg
 
 
-def _raw(ref: str) -> bytes:
-    return subprocess.run([engines.require("skopeo"), "inspect", "--raw", "--tls-verify=false", ref],
-                          capture_output=True, check=True, timeout=120).stdout
 
 
 def test_push_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[str, Any], keys: dict[str, Any],
