@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sign bundle.json with this Ed25519 key (`bundle keygen`); writes bundle.json.sig")
     e.add_argument("--passphrase-stdin", action="store_true", help="read the signing key's passphrase from stdin")
     e.add_argument("--no-referrers", action="store_true",
-                   help="docker:// sources: leave out what the registry attached to the images (cosign "
+                   help="docker:// and oci: sources: leave out what is attached to the images (cosign "
                    "signatures, attestations, SBOMs, OCI referrers; carried by default, docs/supply-chain.md)")
     e.add_argument("--require-signed", action="append", default=[], metavar="KEY.pub",
                    help="refuse an image without a valid cosign signature by this public key (ECDSA P-256 or "

@@ -101,12 +101,12 @@ def export_images(
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
     if platforms or all_platforms:
         _pick_platform(source, platforms, all_platforms)
-    if hasattr(source, "attached"):
-        source.attached = referrers or bool(cosign_keys)  # --no-referrers; --require-signed needs them
     elif have and not isinstance(source, DockerDaemonSource):
         offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
         if offline is not None:
             source.platform = offline
+    if hasattr(source, "attached"):
+        source.attached = referrers or bool(cosign_keys)  # --no-referrers; --require-signed needs them
     have_layers = merge_have(have) if have else None
     source_info = source.info()
     total = source.check_refs(names)

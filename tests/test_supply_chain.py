@@ -431,3 +431,32 @@ def test_export_from_a_registry_with_the_referrers_api(bundles: dict[str, Path],
     assert referrer["manifest"]["digest"] == registry["sbom"]["digest"] and "tag" not in referrer
     signature = next(a for a in arts if a["kind"] == "signature")
     assert signature["manifest"]["digest"] == registry["app_sig"]["digest"]
+
+
+def test_export_from_an_oci_layout_carries_what_is_attached(bundles: dict[str, Path], registry: dict[str, Any],
+                                                            keys: dict[str, Any], tmp_path: Path) -> None:
+    """Round trip: the bundle imported into an OCI layout (signature under its cosign tag, the SBOM
+    referrer unnamed) and exported again from `oci:DIR:REF` carries both (the referrer found by
+    its subject), verified by --require-signed; a damaged signature blob in the layout fails the
+    export (source), --no-referrers leaves them out."""
+    layout = tmp_path / "layout"
+    proc = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    ref = f"oci:{layout}:{registry['addr']}/sn/app:1"
+    out = tmp_path / "again"
+    exported, doc = export(ref, "-o", str(out), "--require-signed", str(keys["pub"]))
+    assert exported.returncode == 0, exported.stderr
+    arts = {a["kind"]: a for a in bundle_json(out)["images"][0]["artifacts"]}
+    assert set(arts) == {"signature", "referrer"}
+    assert arts["signature"]["manifest"]["digest"] == registry["app_sig"]["digest"]
+    assert arts["referrer"]["manifest"]["digest"] == registry["sbom"]["digest"]
+    assert arts["referrer"]["artifactType"] == supplykit.SPDX
+    assert doc["imageSignatures"][0]["digest"] == registry["app"]["digest"]
+    plain, _ = export(ref, "-o", str(tmp_path / "plain"), "--no-referrers")
+    assert plain.returncode == 0 and "artifacts" not in bundle_json(tmp_path / "plain")["images"][0]
+    sig_blob = layout / "blobs/sha256" / registry["app_sig"]["digest"][7:]
+    sig_blob.chmod(0o644)
+    sig_blob.write_bytes(sig_blob.read_bytes() + b" ")
+    damaged, doc = export(ref, "-o", str(tmp_path / "damaged"))
+    assert damaged.returncode == 5 and doc["error"]["id"] == "source", damaged.stderr
+    assert not (tmp_path / "damaged").exists()

@@ -9,7 +9,7 @@ export (SourceError) before the bundle exists."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from importer.errors import SourceError
@@ -23,10 +23,43 @@ from importer.registry.referrers import FALLBACK_TAG, fallback_tag, fetch_referr
 MAX_ARTIFACT_BLOB = 512 * 1024 * 1024
 
 
+class ArtifactSource(Protocol):
+    """Where attached artifacts are read: a registry repository, or an OCI layout (oci_attached.py)."""
+
+    #: HOST[:PORT]/REPO the artifacts are recorded as read from ("" for a layout)
+    repository: str
+
+    def manifest(self, reference: str) -> Optional[bytes]:
+        """The exact bytes of the manifest a tag or digest names, None when there is none."""
+
+    def open_blob(self, digest: Digest, what: str) -> Tuple[Any, int]:
+        """(a readable the caller closes, the offset of its first byte)."""
+
+    def referrers(self, subject: Digest) -> Optional[Tuple[bytes, str]]:
+        """(a referrers index, API or FALLBACK_TAG), or None: see importer/registry/referrers.py."""
+
+
+class RegistryArtifacts:
+    """The artifacts of one repository of a registry."""
+
+    def __init__(self, client: RegistryClient, host: str, repo: str) -> None:
+        self.client, self.repo, self.repository = client, repo, f"{host}/{repo}"
+
+    def manifest(self, reference: str) -> Optional[bytes]:
+        got = self.client.get_manifest(self.repo, reference, MAX_CONFIG)
+        return got[0] if got is not None else None
+
+    def open_blob(self, digest: Digest, what: str) -> Tuple[Any, int]:
+        return self.client.open_blob(self.repo, digest, what=what)
+
+    def referrers(self, subject: Digest) -> Optional[Tuple[bytes, str]]:
+        return fetch_referrers(self.client, self.repo, subject)
+
+
 class _Collector:
-    def __init__(self, client: RegistryClient, host: str, repo: str, store: BlobStore, doing: str) -> None:
-        self.client, self.repo, self.store, self.doing = client, repo, store, doing
-        self.repository = f"{host}/{repo}"
+    def __init__(self, src: ArtifactSource, store: BlobStore, doing: str) -> None:
+        self.src, self.store, self.doing = src, store, doing
+        self.repository = src.repository
         self.records: List[ArtifactRecord] = []
         self.seen: Dict[str, None] = {}
 
@@ -53,7 +86,7 @@ class _Collector:
         return ArtifactBlob(media_type, digest, size)
 
     def _copy(self, digest: Digest, size: int, what: str) -> None:
-        f, start = self.client.open_blob(self.repo, digest, what=what)
+        f, start = self.src.open_blob(digest, what)
         hasher = hashlib.sha256()
         n = 0
         try:
@@ -77,10 +110,9 @@ class _Collector:
         self.store.commit(tmp, digest, size)
 
     def manifest(self, reference: str, what: str) -> Optional[Tuple[bytes, Any]]:
-        got = self.client.get_manifest(self.repo, reference, MAX_CONFIG)
-        if got is None:
+        raw = self.src.manifest(reference)
+        if raw is None:
             return None
-        raw = got[0]
         if is_digest(reference) and str(Digest.of_bytes(raw)) != reference:
             raise SourceError(f"{what}: expected the manifest to hash to {reference}, found {Digest.of_bytes(raw)}",
                               hint="the registry answered with other bytes; do not trust this registry")
@@ -119,7 +151,7 @@ class _Collector:
             got = self.manifest(tag, f"{self.doing}: the {kind} {tag}")
             if got is not None:
                 self.carry(kind, subject, got[0], got[1], f"{self.doing}: the {kind} {tag}", tag=tag)
-        found = fetch_referrers(self.client, self.repo, subject)
+        found = self.src.referrers(subject)
         if found is None:
             return
         raw, via = found
@@ -138,10 +170,10 @@ class _Collector:
                                artifact_type=str(desc.get("artifactType") or ""))
 
 
-def collect_artifacts(client: RegistryClient, host: str, repo: str, subjects: Sequence[Digest], store: BlobStore,
+def collect_artifacts(src: ArtifactSource, subjects: Sequence[Digest], store: BlobStore,
                       doing: str) -> Tuple[ArtifactRecord, ...]:
-    """Every artifact attached to one of ``subjects`` (an image's manifests and index) in ``repo``."""
-    collector = _Collector(client, host, repo, store, doing)
+    """Every artifact attached to one of ``subjects`` (an image's manifests and index) in ``src``."""
+    collector = _Collector(src, store, doing)
     for subject in dict.fromkeys(subjects):
         collector.collect(subject)
     return tuple(collector.records)

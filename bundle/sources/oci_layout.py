@@ -11,11 +11,13 @@ names it (it imports by ID otherwise)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
+from bundle.sources.attached import collect_artifacts
 from bundle.sources.blobcopy import (
     INDEX_TYPES,
     MANIFEST_TYPES,
@@ -23,6 +25,7 @@ from bundle.sources.blobcopy import (
     copy_target,
     pick_manifest,
 )
+from bundle.sources.oci_attached import LayoutArtifacts
 from importer.errors import ImageNotFound, SourceError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
@@ -53,6 +56,8 @@ class OciLayoutSource:
         self.platform: Platform = host()
         #: several platforms of a multi-platform image (--all-platforms, several --platform)
         self.choice: Optional[PlatformChoice] = None
+        #: carry what the layout holds attached to each image (bundle/sources/oci_attached.py); --no-referrers
+        self.attached = True
 
     def _entries(self) -> List[Dict[str, Any]]:
         if self._index is None:
@@ -135,7 +140,14 @@ class OciLayoutSource:
         for ref in refs:
             entry = self._target(ref)
             what = f"exporting {ref or 'the image'} from {self.where}"
-            images.append(copy_target(self, entry, self.image_refs(entry), store, platform=self.platform,
-                                      choice=self.choice, compression=compression, level=level, what=what,
-                                      on_bytes=on_bytes, have=have, copied=copied))
+            image = copy_target(self, entry, self.image_refs(entry), store, platform=self.platform,
+                                choice=self.choice, compression=compression, level=level, what=what,
+                                on_bytes=on_bytes, have=have, copied=copied)
+            images.append(self._with_artifacts(entry, image, store, what) if self.attached else image)
         return images
+
+    def _with_artifacts(self, entry: Dict[str, Any], image: SourceImage, store: BlobStore, what: str) -> SourceImage:
+        subjects = [Digest.parse(entry.get("digest"), what=f"{what}: digest")]
+        subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
+        artifacts = collect_artifacts(LayoutArtifacts(self.dir, self._entries(), self.where), subjects, store, what)
+        return dataclasses.replace(image, artifacts=artifacts) if artifacts else image

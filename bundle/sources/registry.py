@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.attached import collect_artifacts
+from bundle.sources.attached import RegistryArtifacts, collect_artifacts
 from bundle.sources.blobcopy import PlatformChoice, copy_target, pick_manifest
 from importer.errors import ImageNotFound, InvalidReference, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
@@ -294,6 +294,7 @@ class RegistrySource:
         """The image with what the registry attached to its manifests (and index) (bundle/sources/attached.py)."""
         subjects = [Digest.parse(target["digest"])]
         subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
-        artifacts = collect_artifacts(self.client(ref.host), ref.host, ref.repo, subjects, store, what)
+        artifacts = collect_artifacts(RegistryArtifacts(self.client(ref.host), ref.host, ref.repo), subjects, store,
+                                      what)
         return dataclasses.replace(image, artifacts=artifacts) if artifacts else image
 
