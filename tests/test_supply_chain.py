@@ -148,11 +148,11 @@ def test_export_carries_the_signature_and_the_sbom_byte_for_byte(registry: dict[
 def test_verification_covers_the_artifacts(registry: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "b"
     assert export(f"docker://{registry['addr']}/sn/app:1", "-o", str(out))[0].returncode == 0
-    assert run_importer(out, "--verify").returncode == 0
+    assert run_importer(out, "--verify-only").returncode == 0
     sbom = next(a for a in bundle_json(out)["images"][0]["artifacts"] if a["kind"] == "referrer")
     blob = out / "blobs/sha256" / next(b for b in sbom["blobs"] if b["mediaType"] == supplykit.SPDX)["digest"][7:]
     blob.write_bytes(SBOM.replace(b"app", b"evil"))
-    proc = run_importer(out, "--verify")
+    proc = run_importer(out, "--verify-only")
     assert proc.returncode != 0 and error_id(proc.stderr) == "verification-failed", proc.stderr
 
 
@@ -264,7 +264,7 @@ def test_import_require_signed_refuses_before_any_change(bundles: dict[str, Path
                         str(keys["pub"]), "--no-receipt")
     assert proc.returncode == 7 and error_id(proc.stderr) == error, proc.stderr
     assert not layout.exists()
-    verify = run_importer(bundles[name], "--verify", "--require-signed", str(keys["pub"]))
+    verify = run_importer(bundles[name], "--verify-only", "--require-signed", str(keys["pub"]))
     assert verify.returncode == 7 and error_id(verify.stderr) == error, verify.stderr
 
 
@@ -276,17 +276,17 @@ def test_import_require_signed_refuses_a_swapped_signature_payload(bundles: dict
     sig = next(a for a in bundle_json(bundle)["images"][0]["artifacts"] if a["kind"] == "signature")
     layer = json.loads((bundle / "blobs/sha256" / sig["manifest"]["digest"][7:]).read_text())["layers"][0]
     (bundle / "blobs/sha256" / layer["digest"][7:]).write_bytes(b'{"critical":{}}')
-    proc = run_importer(bundle, "--verify", "--require-signed", str(keys["pub"]))
+    proc = run_importer(bundle, "--verify-only", "--require-signed", str(keys["pub"]))
     assert proc.returncode != 0 and error_id(proc.stderr) == "digest-mismatch", proc.stderr
 
 
 def test_import_require_signed_with_openssl_on_python38(bundles: dict[str, Path], keys: dict[str, Any]) -> None:
     """The oldest host the importer supports, without the cryptography module: `openssl dgst`."""
     python = python38()
-    ok = run_importer(bundles["app"], "--verify", "--require-signed", str(keys["pub"]), python=python)
+    ok = run_importer(bundles["app"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
     assert ok.returncode == 0, ok.stderr
     assert "cosign signature by" in ok.stderr
-    bad = run_importer(bundles["tampered"], "--verify", "--require-signed", str(keys["pub"]), python=python)
+    bad = run_importer(bundles["tampered"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
     assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
 
 
@@ -313,7 +313,7 @@ def test_real_cosign_signature_is_carried_and_verified(cosign_registry: tuple[Re
     proc, doc = export(f"docker://{reg.addr}/sn/real:1", "-o", str(out), "--require-signed", str(pub))
     assert proc.returncode == 0, proc.stderr
     assert doc["imageSignatures"][0]["digest"] == digest
-    verify = run_importer(out, "--verify", "--require-signed", str(pub))
+    verify = run_importer(out, "--verify-only", "--require-signed", str(pub))
     assert verify.returncode == 0, verify.stderr
 
 
@@ -460,3 +460,18 @@ def test_export_from_an_oci_layout_carries_what_is_attached(bundles: dict[str, P
     damaged, doc = export(ref, "-o", str(tmp_path / "damaged"))
     assert damaged.returncode == 5 and doc["error"]["id"] == "source", damaged.stderr
     assert not (tmp_path / "damaged").exists()
+
+
+def test_require_signed_reads_a_tar_and_its_parts(bundles: dict[str, Path], keys: dict[str, Any],
+                                                  tmp_path: Path) -> None:
+    """The check reads the signature blobs through the one bundle view: from a tar and from parts."""
+    for name, extra in (("app.tar", []), ("split.tar", ["--split", "64K"])):
+        packed = run_cli("bundle", "pack", str(bundles["app"]), str(tmp_path / name), *extra, "-q")
+        assert packed.returncode == 0, packed.stderr
+        target = tmp_path / (name + (".parts.json" if extra else ""))
+        ok = run_importer(target, "--verify-only", "--require-signed", str(keys["pub"]),
+                          pyz=tmp_path / "bundle-import.pyz")
+        assert ok.returncode == 0 and "cosign signature by" in ok.stderr, ok.stderr
+        bad = run_importer(target, "--verify-only", "--require-signed", str(keys["other_pub"]),
+                           pyz=tmp_path / "bundle-import.pyz")
+        assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
