@@ -25,6 +25,7 @@ from tests.engines import Registry
 from tests.helpers import run_cli
 from tests.servekit import serving
 from tests.test_cli_json import validate
+from tests.transferkit import FlakyProxy
 from tests.trustkit import error_id, python38, run_importer
 
 pytestmark = pytest.mark.engine
@@ -475,3 +476,18 @@ def test_require_signed_reads_a_tar_and_its_parts(bundles: dict[str, Path], keys
         bad = run_importer(target, "--verify-only", "--require-signed", str(keys["other_pub"]),
                            pyz=tmp_path / "bundle-import.pyz")
         assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
+
+
+@pytest.mark.parametrize("status", [405, 400])
+def test_a_registry_that_refuses_the_referrers_endpoint_falls_back_to_the_tag(registry: dict[str, Any],
+                                                                              tmp_path: Path, status: int) -> None:
+    """A proxy in front of the registry answers the Referrers API with 405 or 400 (as registries
+    without it and some proxies do): the export uses the sha256-<hex> fallback tag instead."""
+    with FlakyProxy(registry["reg"].port, fail_first=10, fail_match=b"GET /v2/sn/app/referrers/",
+                    fail_status=status) as proxy:
+        out = tmp_path / "b"
+        proc, _ = export(f"docker://127.0.0.1:{proxy.port}/sn/app:1", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert proxy.failed >= 1
+    kinds = sorted(a["kind"] for a in bundle_json(out)["images"][0]["artifacts"])
+    assert kinds == ["referrer", "referrers-index", "signature"]

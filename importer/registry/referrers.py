@@ -1,7 +1,8 @@
 """OCI 1.1 referrers of a manifest in a registry: the Referrers API
 (``GET /v2/<name>/referrers/<digest>``) where the registry has it, else the ``sha256-<hex>``
 fallback tag (an image index the clients that attach artifacts keep up to date). Registries
-without the API (docker-registry 2.x) answer 404 there, or a 404 page that is no index."""
+without the API (docker-registry 2.x) answer 404 there (others 400, 405 or 406), or a page that
+is no index."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from importer.format.mediatypes import OCI_INDEX
 from importer.registry.client import RegistryClient
 
 API = "api"
+NO_API = (400, 404, 405, 406)
 FALLBACK_TAG = "tag"
 
 
@@ -23,7 +25,8 @@ def fallback_tag(digest: Digest) -> str:
 
 def fetch_referrers(client: RegistryClient, repo: str, digest: Digest) -> Optional[Tuple[bytes, str]]:
     """(the referrers index bytes, API or FALLBACK_TAG), or None when the manifest has none."""
-    r = client.request("GET", f"/v2/{repo}/referrers/{digest}", ok=(200, 404), repo=repo, limit=MAX_CONFIG,
+    # a registry without the API answers 404, or (some proxies and older registries) 400, 405 or 406
+    r = client.request("GET", f"/v2/{repo}/referrers/{digest}", ok=(200, *NO_API), repo=repo, limit=MAX_CONFIG,
                        headers={"Accept": OCI_INDEX}, what=f"listing the referrers of {repo}@{digest.short}")
     if r.status == 200 and (r.header("Content-Type") or "").split(";")[0].strip() == OCI_INDEX:
         doc = parse_json(r.body, f"the referrers of {repo}@{digest.short}")
