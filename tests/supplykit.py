@@ -65,8 +65,9 @@ def push_manifest(c: RegistryClient, repo: str, doc: dict[str, Any], reference: 
     return {"mediaType": doc["mediaType"], "digest": digest, "size": len(raw)}
 
 
-def push_image(addr: str, repo: str, tag: str, text: str) -> dict[str, Any]:
-    """A one-layer image (a gzip tar holding /hello.txt = ``text``); its manifest's descriptor."""
+def push_image(addr: str, repo: str, tag: str, text: str, *, arch: str = "amd64") -> dict[str, Any]:
+    """A one-layer image (a gzip tar holding /hello.txt = ``text``); its manifest's descriptor
+    (``tag`` "": pushed by digest only)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         data = text.encode()
@@ -74,13 +75,23 @@ def push_image(addr: str, repo: str, tag: str, text: str) -> dict[str, Any]:
         info.size, info.mode, info.mtime = len(data), 0o644, 0
         tar.addfile(info, io.BytesIO(data))
     plain = buf.getvalue()
-    config = {"architecture": "amd64", "os": "linux", "config": {},
+    config = {"architecture": arch, "os": "linux", "config": {},
               "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(plain).hexdigest()]}}
     with client(addr) as c:
         layer = push_blob(c, repo, gzip.compress(plain, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
         cfg = push_blob(c, repo, _json(config), OCI_CONFIG)
         return push_manifest(c, repo, {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": cfg,
                                        "layers": [layer]}, tag)
+
+
+def push_multi(addr: str, repo: str, tag: str, arches: list[str]) -> dict[str, Any]:
+    """An image index tagged ``tag`` over one-layer images for linux/``arches``: its descriptor,
+    and each platform's manifest descriptor by architecture."""
+    platforms = {arch: push_image(addr, repo, "", f"built for {arch}\n", arch=arch) for arch in arches}
+    with client(addr) as c:
+        index = push_manifest(c, repo, {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+            {**d, "platform": {"os": "linux", "architecture": arch}} for arch, d in platforms.items()]}, tag)
+    return {"index": index, "platforms": platforms}
 
 
 def ecdsa_key(directory: Path, name: str = "cosign") -> tuple[ec.EllipticCurvePrivateKey, Path]:

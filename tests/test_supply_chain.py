@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from importer.format.manifest import check_structure
+from importer.format.platform import host
 from tests import engines, supplykit
 from tests.engines import Registry
 from tests.helpers import run_cli
@@ -491,3 +492,33 @@ def test_a_registry_that_refuses_the_referrers_endpoint_falls_back_to_the_tag(re
         assert proxy.failed >= 1
     kinds = sorted(a["kind"] for a in bundle_json(out)["images"][0]["artifacts"])
     assert kinds == ["referrer", "referrers-index", "signature"]
+
+
+def test_a_signed_index_covers_the_platform_carried(registry: dict[str, Any], keys: dict[str, Any],
+                                                   mirror: Registry, tmp_path: Path) -> None:
+    """cosign signs the index a multi-platform tag names; exporting one platform carries that index
+    (kind index) so the signature is checked offline against the carried manifest; the index is
+    not handed on (it names a platform the bundle lacks); with --all-platforms the index is the
+    image's own."""
+    addr = registry["addr"]
+    mine = host().architecture
+    built = supplykit.push_multi(addr, "sn/multi", "1", [mine, "s390x" if mine != "s390x" else "arm64"])
+    supplykit.cosign_sign(addr, "sn/multi", built["index"]["digest"], keys["signer"])
+    out = tmp_path / "one"
+    proc, doc = export(f"docker://{addr}/sn/multi:1", "-o", str(out), "--require-signed", str(keys["pub"]))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["imageSignatures"][0]["digest"] == built["index"]["digest"]
+    [image] = bundle_json(out)["images"]
+    assert image["manifest"]["digest"] == built["platforms"][mine]["digest"] and "index" not in image
+    arts = {a["kind"]: a for a in image["artifacts"]}
+    assert set(arts) == {"signature", "index"} and arts["index"]["manifest"]["digest"] == built["index"]["digest"]
+    ok = run_importer(out, "--verify-only", "--require-signed", str(keys["pub"]))
+    assert ok.returncode == 0, ok.stderr
+    pushed = run_cli("bundle", "push", str(out), f"{mirror.addr}/multi", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    assert [a["kind"] for a in json.loads(pushed.stdout)["artifacts"]] == ["signature"]
+    every = tmp_path / "all"
+    proc, _ = export(f"docker://{addr}/sn/multi:1", "-o", str(every), "--all-platforms", "--require-signed",
+                     str(keys["pub"]))
+    assert proc.returncode == 0, proc.stderr
+    assert [a["kind"] for a in bundle_json(every)["images"][0]["artifacts"]] == ["signature"]

@@ -171,9 +171,17 @@ class _Collector:
 
 
 def collect_artifacts(src: ArtifactSource, subjects: Sequence[Digest], store: BlobStore,
-                      doing: str) -> Tuple[ArtifactRecord, ...]:
-    """Every artifact attached to one of ``subjects`` (an image's manifests and index) in ``src``."""
+                      doing: str, *, picked_from: Optional[Tuple[bytes, str]] = None) -> Tuple[ArtifactRecord, ...]:
+    """Every artifact attached to one of ``subjects`` (an image's manifests and index) in ``src``.
+    ``picked_from``: (bytes, media type) of the image index one platform was picked from (the
+    first subject); carried as kind ``index`` when something is attached to it, so that a
+    signature on the index can be checked offline against the carried platform's manifest."""
     collector = _Collector(src, store, doing)
     for subject in dict.fromkeys(subjects):
         collector.collect(subject)
-    return tuple(collector.records)
+    records = collector.records
+    if picked_from is not None and any(r.subject == subjects[0] for r in records):
+        stored = store.write_bytes(picked_from[0])
+        records.append(ArtifactRecord("index", stored.digest, ArtifactBlob(picked_from[1], stored.digest, stored.size),
+                                      repository=collector.repository))
+    return tuple(records)

@@ -149,5 +149,8 @@ class OciLayoutSource:
     def _with_artifacts(self, entry: Dict[str, Any], image: SourceImage, store: BlobStore, what: str) -> SourceImage:
         subjects = [Digest.parse(entry.get("digest"), what=f"{what}: digest")]
         subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
-        artifacts = collect_artifacts(LayoutArtifacts(self.dir, self._entries(), self.where), subjects, store, what)
+        layout = LayoutArtifacts(self.dir, self._entries(), self.where)
+        raw_target = layout.manifest(str(subjects[0])) if entry.get("mediaType") in INDEX_TYPES else None
+        picked = (raw_target, str(entry["mediaType"])) if raw_target and image.raw_index is None else None
+        artifacts = collect_artifacts(layout, subjects, store, what, picked_from=picked)
         return dataclasses.replace(image, artifacts=artifacts) if artifacts else image

@@ -294,7 +294,10 @@ class RegistrySource:
         """The image with what the registry attached to its manifests (and index) (bundle/sources/attached.py)."""
         subjects = [Digest.parse(target["digest"])]
         subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
+        raw_target = self._manifests.get(target["digest"]) or b""
+        picked = (raw_target, str(target["mediaType"])) if image.raw_index is None and raw_target and \
+            b'"manifests"' in raw_target and Digest.of_bytes(raw_target) == subjects[0] else None
         artifacts = collect_artifacts(RegistryArtifacts(self.client(ref.host), ref.host, ref.repo), subjects, store,
-                                      what)
+                                      what, picked_from=picked)
         return dataclasses.replace(image, artifacts=artifacts) if artifacts else image
 

@@ -4,7 +4,11 @@ an image, carried byte for byte beside it.
 * cosign's tag scheme: ``sha256-<hex>.sig`` (signatures), ``.att`` (attestations), ``.sbom``;
 * OCI 1.1 referrers: manifests whose ``subject`` is the image (found with the Referrers API,
   or in the ``sha256-<hex>`` fallback tag, an index that is itself carried, kind
-  ``referrers-index``).
+  ``referrers-index``);
+* ``index``: the image index a single platform was picked from, byte for byte, when something
+  is attached to it (cosign signs the index a multi-platform tag names): it lets the offline
+  side check that the carried manifest is one the signed index lists. Never handed on (it
+  names platforms the bundle does not carry).
 
 Each record names the artifact's manifest and every blob it holds (config, layers; an index's
 manifests are records of their own); all of them are files of the bundle like any blob, so
@@ -17,7 +21,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from importer.format.digest import Digest, is_digest
 
-KINDS = ("signature", "attestation", "sbom", "referrer", "referrers-index")
+KINDS = ("signature", "attestation", "sbom", "referrer", "referrers-index", "index")
+#: kinds handed on to registries, layouts and clients (an ``index`` names platforms not carried)
+HANDED_ON = KINDS[:5]
 #: cosign's tag suffixes, by kind
 TAG_SUFFIXES = {"signature": ".sig", "attestation": ".att", "sbom": ".sbom"}
 MAX_ARTIFACTS = 256  # per image: a bound on what a registry can make an export carry

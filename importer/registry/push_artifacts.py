@@ -13,7 +13,7 @@ import json
 from typing import Any, Dict, List
 
 from importer.errors import DigestMismatch
-from importer.format.artifacts import ArtifactRecord
+from importer.format.artifacts import HANDED_ON, ArtifactRecord
 from importer.format.digest import Digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import BundleManifest
@@ -46,7 +46,7 @@ def push_artifacts(root: BundleRoot, manifest: BundleManifest, client: RegistryC
     for image in manifest.images:
         repos = list(dict.fromkeys(map_ref(ref, client.target).repository for ref in image.refs))
         # children before what lists them (the carried order); the fallback indexes last
-        ordered = sorted(image.artifacts, key=lambda a: a.kind == "referrers-index")
+        ordered = sorted((a for a in image.artifacts if a.kind in HANDED_ON), key=lambda a: a.kind == "referrers-index")
         for repo in repos:
             for art in ordered:
                 what = f"pushing the {art.kind} {art.tag or art.manifest.digest.short} of {image.name} to {repo}"

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any, Dict, List, Set
 
-from importer.format.artifacts import ArtifactRecord
+from importer.format.artifacts import HANDED_ON, ArtifactRecord
 from importer.format.manifest import ImageRecord
 from importer.format.mediatypes import OCI_INDEX
 
@@ -33,7 +33,7 @@ class ServedArtifacts:
         """Register ``image``'s artifacts; ``add_blob(digest, size, media_type)`` returns the digest
         text of a blob the repository serves. Returns the digests of every blob added."""
         blobs: Set[str] = set()
-        for art in image.artifacts:
+        for art in (a for a in image.artifacts if a.kind in HANDED_ON):
             digest = add_blob(art.manifest.digest, art.manifest.size, art.manifest.media_type)
             blobs.add(digest)
             blobs.update(add_blob(b.digest, b.size, b.media_type) for b in art.blobs)

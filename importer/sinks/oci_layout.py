@@ -237,7 +237,7 @@ class OciLayoutSink(SinkBase):
         artifact named by its tag (``sha256-<hex>.sig``, as ``cosign save`` names it in a layout), a
         referrer listed unnamed (found by its ``subject``), the fallback index not listed."""
         for image in images:
-            for art in image.artifacts:
+            for art in (a for a in image.artifacts if a.kind != "index"):  # an index names platforms not here
                 for blob in art.every_blob():
                     if blob.digest not in done:
                         self._copy_blob(root, blob.digest, blob.size, f"{art.kind} of {image.name}", None)

@@ -201,10 +201,22 @@ def repository_of(ref: str) -> str:
     return name[:colon] if colon > name.rfind("/") else name
 
 
-def _subjects(image: ImageRecord) -> Set[str]:
+def _subjects(image: ImageRecord, read: BlobReader) -> Set[str]:
+    """The digests a signature may name for ``image``: its manifests, its carried index, and an
+    index one platform was picked from (artifact kind ``index``) when it lists a carried manifest."""
     found = {str(v.manifest.digest) for v in image.variants}
     if image.index is not None:
         found.add(str(image.index.digest))
+    for art in image.artifacts:
+        if art.kind != "index" or art.subject != art.manifest.digest:
+            continue
+        try:
+            doc = json.loads(read(art.manifest.digest, MAX_CONFIG).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            continue
+        listed = doc.get("manifests") if isinstance(doc, dict) else None
+        if isinstance(listed, list) and found & {d.get("digest") for d in listed if isinstance(d, dict)}:
+            found.add(str(art.manifest.digest))
     return found
 
 
@@ -237,7 +249,7 @@ def _signature_layers(art: ArtifactRecord, read: BlobReader) -> List[Tuple[Dict[
 def check_image(image: ImageRecord, keys: Sequence[CosignKey], read: BlobReader, doing: str) -> SignedImage:
     """The first signature carried with ``image`` that one of ``keys`` verifies for it; else
     ImageUnsigned (none carried) or ImageSignatureInvalid (every reason why not)."""
-    subjects = _subjects(image)
+    subjects = _subjects(image, read)
     identities = {repository_of(r) for r in image.refs}
     why: List[str] = []
     carried = 0
