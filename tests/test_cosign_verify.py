@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +29,7 @@ from importer.verify.cosign import (
 )
 from importer.verify.signature import BACKEND_ENV, InvalidKey
 from tests import supplykit
+from tests.fuzzkit import mutate_json
 
 SUBJECT = Digest.of_bytes(b"the image manifest")
 REPO = "registry.example:5000/team/app"
@@ -185,3 +187,31 @@ def test_artifacts_lists_that_are_malformed_are_refused() -> None:
 
 def test_errors_are_typed() -> None:
     assert issubclass(ImageUnsigned, BundleError) and ImageUnsigned.reference == "image-unsigned"
+
+
+def test_mutated_signature_documents_give_typed_refusals_only(key: tuple[Any, Path]) -> None:
+    """Seeded, bounded: the signature manifest and payload mutated by tests/fuzzkit.mutate_json;
+    check_image passes or raises a BundleError, never anything else (no traceback, no internal)."""
+    signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    body = json.loads(supplykit.payload(str(SUBJECT), REPO))
+    rnd = random.Random(29)
+    outcomes = set()
+    for _ in range(300):
+        blobs = Blobs()
+        payload = json.dumps(mutate_json(body, rnd)).encode()
+        image = signed_image(blobs, payload, supplykit.sign_bytes(signer, payload))
+        art = image.artifacts[0]
+        manifest = json.loads(blobs.data[art.manifest.digest])
+        mutated = blobs.put(json.dumps(mutate_json(manifest, rnd) if rnd.random() < 0.5 else manifest).encode())
+        image = ImageRecord(image.refs, image.manifest, image.config, (),
+                            artifacts=(ArtifactRecord("signature", SUBJECT, mutated, art.blobs, art.tag, "", REPO),))
+        try:
+            check_image(image, keys, blobs.read, "fuzzing")
+            outcomes.add("passed")
+        except BundleError as e:
+            assert e.reference != "internal"
+            outcomes.add(e.reference)
+        except KeyError:
+            outcomes.add("blob-not-in-bundle")  # the mutated manifest names a blob this in-memory bundle lacks
+    assert {"image-signature-invalid", "image-unsigned"} <= outcomes, outcomes
