@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--sign-key", metavar="KEY",
                    help="sign bundle.json with this Ed25519 key (`bundle keygen`); writes bundle.json.sig")
     e.add_argument("--passphrase-stdin", action="store_true", help="read the signing key's passphrase from stdin")
+    e.add_argument("--no-referrers", action="store_true",
+                   help="docker:// and oci: sources: leave out what is attached to the images (cosign "
+                   "signatures, attestations, SBOMs, OCI referrers; carried by default, docs/supply-chain.md)")
+    e.add_argument("--require-signed", action="append", default=[], metavar="KEY.pub",
+                   help="refuse an image without a valid cosign signature by this public key (ECDSA P-256 or "
+                   "Ed25519 PEM, e.g. cosign.pub); repeatable: any one of the keys")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     e.set_defaults(handler=cmd_export)
@@ -163,7 +169,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
-                               all_platforms=args.all_platforms,
+                               all_platforms=args.all_platforms, referrers=not args.no_referrers,
+                               require_signed=args.require_signed,
                                realm_credentials=args.allow_realm_credentials, allow_unfit=args.allow_unfit)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
@@ -197,10 +204,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         "bundle": result.path,
         "schemaVersion": m.schema_version,
         "images": [{"refs": list(i.refs), "configDigest": str(i.config.digest),
-                    "manifestDigest": str(i.manifest.digest), "layers": len(i.layers)} for i in m.images],
+                    "manifestDigest": str(i.manifest.digest), "layers": len(i.layers),
+                    "artifacts": len(i.artifacts)} for i in m.images],
         "bytes": m.compressed_bytes(),
         "uncompressedBytes": m.uncompressed_bytes(),
         "seconds": round(result.seconds, 3),
+        "imageSignatures": [s.to_dict() for s in result.signed_images] if result.signed_images else None,
         "signature": {"keyFingerprint": result.signed_by} if result.signed_by else None,
         "archive": packed.to_dict() if packed is not None else None,
         "importer": ({"path": os.path.join(result.path, m.importer.path), "digest": str(m.importer.digest),
@@ -213,6 +222,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         for line in result.gpu_fit.lines() if result.gpu_fit is not None else ():
             print(line)
         print(f"wrote {result.path}: {summary_line(m)} in {result.seconds:.1f}s")
+        for signed in result.signed_images or []:
+            print(f"image {signed.image}: cosign signature by {signed.key.path} "
+                  f"({signed.key.fingerprint[:19]}) verified")
         if result.signed_by:
             print(f"signed bundle.json with key {result.signed_by}")
         trust = " --trust PUBKEY" if result.signed_by else ""
@@ -254,6 +266,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     console.print(table)
     for line in cuda_lines(info["images"]):
         console.print(_t(line))
+    for image in info["images"]:  # schema 3.5: signatures, attestations, SBOMs, referrers carried with it
+        for art in image.get("artifacts") or []:
+            console.print(Text.assemble(
+                "  ", _t(", ".join(image["refs"]) or "(untagged)"), ": ", (art["kind"], "bold"), " ",
+                _t(art["tag"] or art["artifactType"] or "-"), "  ", _t(art["manifestDigest"][:19]),
+                f"  {human_bytes(art['size'])}"))
     if info.get("delta"):
         console.print(Text.assemble(("delta bundle", "bold"), ": the offline host must already hold "
                                     f"{len(info['delta']['requires'])} layer(s):"))

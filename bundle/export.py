@@ -30,8 +30,10 @@ from importer.errors import BundleError, DestinationInUse, InvalidReference, Usa
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
 from importer.format.reference import parse_reference
+from importer.input.opened import read_bundle_file
 from importer.inventory.have import engines_read_zstd, have_platform, merge_have, zstd_is_fast_on
 from importer.streams.progress import close_progress
+from importer.verify.cosign import SignedImage, check_bundle, checked_reader, load_cosign_keys
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -46,6 +48,7 @@ class ExportResult:
     recompressed: int = 0  # layers recompressed because --compression was asked explicitly
     notes: Tuple[str, ...] = ()  # lines for the user: platforms a default export left out
     gpu_fit: Optional[FitCheck] = None  # --have INVENTORY: each image judged on that host (docs/gpu-fit.md)
+    signed_images: Optional[List[SignedImage]] = None  # --require-signed: which key signed which image
 
 
 def choose_compression(have: Sequence[str]) -> str:
@@ -79,6 +82,8 @@ def export_images(
     all_platforms: bool = False,
     realm_credentials: bool = False,
     allow_unfit: bool = False,
+    referrers: bool = True,
+    require_signed: Sequence[str] = (),
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
@@ -86,6 +91,10 @@ def export_images(
     if not refs:
         raise UsageError("exporting: expected at least one image, found none")
     _check_tags(refs, tags, schema)
+    cosign_keys = load_cosign_keys(require_signed)  # before the export: a bad key file costs nothing
+    if cosign_keys and schema < 3:
+        raise UsageError(f"exporting with --schema {schema} and --require-signed: image signatures are carried "
+                         "by schema 3 bundles (3.5)", hint="drop --schema or use --schema 3")
     started = time.monotonic()
     out_dir = os.path.abspath(out_dir)
     if os.path.lexists(out_dir) and not _empty_folder(out_dir):
@@ -106,11 +115,14 @@ def export_images(
         offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
         if offline is not None:
             source.platform = offline
+    if hasattr(source, "attached"):
+        source.attached = referrers or bool(cosign_keys)  # --no-referrers; --require-signed needs them
     have_layers = merge_have(have) if have else None
     source_info = source.info()
     total = source.check_refs(names)
     fit = gpufit.precheck(source, names, have, allow_unfit) if schema == 3 else None
     signed_by: Optional[str] = None
+    signed_images: Optional[List[SignedImage]] = None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
         # Docker's image size counts file contents, not the tar bytes read: unknown (0), never a wrong total
@@ -128,6 +140,10 @@ def export_images(
                                    have=have_layers)
             gpufit.postcheck(fit, store, images)
             manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
+            if cosign_keys:  # --require-signed: refused before the bundle gets its name
+                doing = "exporting with --require-signed"
+                signed_images = check_bundle(manifest, cosign_keys, checked_reader(
+                    lambda rel, limit, what: read_bundle_file(staging, rel, limit, what), doing), doing)
             if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
                 signed_by = sign_bundle(staging, sign_key)
         close_progress(on_bytes)
@@ -145,7 +161,8 @@ def export_images(
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
-                        len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())), fit)
+                        len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())), fit,
+                        signed_images)
 
 
 def user_paths(error: BundleError, staging: str, user: str) -> BundleError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
 from importer.errors import PostLoadMismatch
@@ -17,6 +17,7 @@ from importer.input.opened import BundleRoot, open_bundle
 from importer.registry.auth import Credentials
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, RegistryTarget, parse_target
 from importer.registry.push import PushReport, push_bundle
+from importer.registry.push_artifacts import push_artifacts
 from importer.registry.transcode import Transcoded, has_zstd, new_workdir, remove_workdir, transcode, zstd_warning
 from importer.verify.opened import verify_or_raise
 
@@ -31,11 +32,14 @@ class PushOutcome:
     api_version: str
     compression: str = "keep"
     renamed: Dict[str, str] = field(default_factory=dict)  # the bundle's manifest/index digest -> the pushed one
+    #: schema 3.5: the signatures, attestations, SBOMs and referrers pushed beside the images
+    artifacts: List[Dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         doc = self.report.to_dict()
         doc["compression"] = self.compression
         doc["renamedManifests"] = dict(self.renamed)
+        doc["artifacts"] = self.artifacts
         doc["via"] = self.via
         doc["scheme"] = self.scheme
         doc["apiVersion"] = self.api_version
@@ -94,6 +98,8 @@ def _push(manifest: BundleManifest, root: BundleRoot, target: RegistryTarget, ss
                                  local=done.files)
             outcome = PushOutcome(report, f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None,
                                   client.scheme, client.api_version, compression, dict(done.renamed))
+            if report.ok:
+                outcome.artifacts = push_artifacts(root, manifest, client)
     if not report.ok:
         bad = [r for r in report.refs if not r.readback.ok]
         raise PostLoadMismatch(

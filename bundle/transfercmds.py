@@ -167,6 +167,8 @@ def cmd_push(args: argparse.Namespace) -> int:
         return 0
     for r in rep.refs:
         print(f"{r.pullable}  {r.image.manifest.digest.short}  {r.status}  read back: OK")
+    for art in outcome.artifacts:
+        print(f"{art['kind']} {art['reference']} of {art['image']} -> {art['repository']}")
     for digest in rep.untagged:
         print(f"skipped untagged image {digest[:19]} (a registry names images by repository:tag)")
     print(f"blobs: {rep.blobs_uploaded} uploaded ({human_bytes(rep.bytes_uploaded)}), {rep.blobs_mounted} mounted, "

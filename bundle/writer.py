@@ -63,7 +63,8 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         primary = variants[0]
         records.append(ImageRecord(refs=image.refs, manifest=primary.manifest, config=primary.config,
                                    layers=primary.layers, platform=primary.platform, index=index,
-                                   others=tuple(variants[1:]), cuda=cuda_record(store, image)))
+                                   others=tuple(variants[1:]), cuda=cuda_record(store, image),
+                                   artifacts=image.artifacts))
         index_entries += _layout_entries(image.refs, variants, index)
     for path, blob in store.written.items():
         record(path, blob.digest, blob.size)
@@ -133,8 +134,10 @@ def _record(store: BlobStore, image: SourceImage) -> ImageRecord:
 
 def _minor(records: Sequence[ImageRecord]) -> int:
     """The lowest minor that says what the bundle holds, so older 3.x importers read the rest:
-    3.4 an image's CUDA needs (``cuda``), 3.3 an image index named in index.json, 3.2 multi-platform
-    images, 3.1 delta bundles (external layers), else 3.0."""
+    3.5 attached artifacts (signatures, SBOMs, referrers), 3.4 an image's CUDA needs (``cuda``), 3.3 an
+    image index named in index.json, 3.2 multi-platform images, 3.1 delta bundles (external layers), else 3.0."""
+    if any(r.artifacts for r in records):
+        return 5
     if any(r.cuda is not None for r in records):
         return 4
     if any(r.index is not None for r in records):

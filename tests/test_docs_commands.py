@@ -147,6 +147,8 @@ FIRST_RUN = ("run as a block by tests/test_importer_copies.py::test_first_run_ch
              "signed tar with a good and with a swapped importer beside it")
 INSTALL = "run as written by tests/test_install.py, in a clean copy of the checkout (pip from PyPI)"
 NEW = "{W}/new.bundle"
+SUPPLY = ("needs a registry holding signed images (tests/test_supply_chain.py signs with cosign and "
+          "cryptography, exports, inspects and imports with --require-signed)")
 
 NOT_COMMANDS: Dict[Tuple[str, str], str] = {
     ("README.md", "online build host                                   offline GPU host"):
@@ -406,6 +408,18 @@ SPECS: Dict[str, Spec] = {
         skip(FLEET),
     "python3 bundle-import.pyz fleet-report /shared/receipts --expect-hosts hosts.txt --trust /secure/fleet.pub "
     "--json > fleet.json": skip(FLEET),
+    # docs/supply-chain.md: a registry holding signed images (tests/test_supply_chain.py runs each step)
+    "bundle inspect /media/usb/train.bundle": skip(SUPPLY),
+    "bundle export docker://registry.internal:5000/team/train:7 --require-signed cosign.pub -o /media/usb/train.bundle":
+        skip(SUPPLY),
+    "python3 /media/usb/train.bundle/bundle-import.pyz /media/usb/train.bundle --require-signed cosign.pub":
+        skip(SUPPLY),
+    "COSIGN_PASSWORD=... cosign generate-key-pair": skip(SUPPLY),
+    "bundle push /media/usb/train.bundle registry.local:5000/team": skip(SUPPLY),
+    "cosign verify --key cosign.pub --insecure-ignore-tlog=true registry.local:5000/team/train@sha256:...":
+        skip(SUPPLY),
+    "cosign sign --key cosign.key --tlog-upload=false --allow-insecure-registry --yes "
+    "127.0.0.1:5000/team/train@sha256:...": skip(SUPPLY),
 }
 
 # The docs' placeholders (whole words) and example paths, and what stands for them here.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from importer.format.artifacts import ArtifactRecord
 from importer.format.manifest import LayerRecord
 
 
@@ -28,6 +29,8 @@ class SourceImage:
     raw_index: Optional[bytes] = None
     index_media_type: str = ""
     others: Tuple[SourceImage, ...] = ()
+    #: bundle schema 3.5: signatures, attestations, SBOMs and referrers attached to it in the source
+    artifacts: Tuple[ArtifactRecord, ...] = ()
 
 
 @dataclass(frozen=True)

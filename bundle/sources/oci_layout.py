@@ -11,11 +11,13 @@ names it (it imports by ID otherwise)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
+from bundle.sources.attached import collect_artifacts
 from bundle.sources.blobcopy import (
     INDEX_TYPES,
     MANIFEST_TYPES,
@@ -24,6 +26,7 @@ from bundle.sources.blobcopy import (
     copy_target,
     manifests_for,
 )
+from bundle.sources.oci_attached import LayoutArtifacts
 from importer.errors import ImageNotFound, SourceError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
@@ -58,6 +61,8 @@ class OciLayoutSource:
         self.notes: List[str] = []
         #: several platforms of a multi-platform image (--all-platforms, several --platform)
         self.choice: Optional[PlatformChoice] = None
+        #: carry what the layout holds attached to each image (bundle/sources/oci_attached.py); --no-referrers
+        self.attached = True
 
     def _entries(self) -> List[Dict[str, Any]]:
         if self._index is None:
@@ -141,7 +146,17 @@ class OciLayoutSource:
         for ref in refs:
             entry = self._target(ref)
             what = f"exporting {ref or 'the image'} from {self.where}"
-            images.append(copy_target(self, entry, self.image_refs(entry), store, platform=self.platform,
-                                      choice=self.choice, compression=compression, level=level, what=what,
-                                      on_bytes=on_bytes, have=have, copied=copied))
+            image = copy_target(self, entry, self.image_refs(entry), store, platform=self.platform,
+                                choice=self.choice, compression=compression, level=level, what=what,
+                                on_bytes=on_bytes, have=have, copied=copied)
+            images.append(self._with_artifacts(entry, image, store, what) if self.attached else image)
         return images
+
+    def _with_artifacts(self, entry: Dict[str, Any], image: SourceImage, store: BlobStore, what: str) -> SourceImage:
+        subjects = [Digest.parse(entry.get("digest"), what=f"{what}: digest")]
+        subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
+        layout = LayoutArtifacts(self.dir, self._entries(), self.where)
+        raw_target = layout.manifest(str(subjects[0])) if entry.get("mediaType") in INDEX_TYPES else None
+        picked = (raw_target, str(entry["mediaType"])) if raw_target and image.raw_index is None else None
+        artifacts = collect_artifacts(layout, subjects, store, what, picked_from=picked)
+        return dataclasses.replace(image, artifacts=artifacts) if artifacts else image

@@ -16,6 +16,7 @@ names it); a reference by digest is carried untagged (``--tag`` names it)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import io
 import re
@@ -25,6 +26,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
+from bundle.sources.attached import RegistryArtifacts, collect_artifacts
 from bundle.sources.blobcopy import PlatformChoice, add_layer_sizes, copy_target, manifests_for
 from importer.errors import ImageNotFound, InvalidReference, LimitExceeded, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
@@ -213,6 +215,8 @@ class RegistrySource:
         self._lock = threading.Lock()
         #: how many times a dropped blob download was resumed (layers are read in parallel)
         self.resumed = 0
+        #: carry what the registry attached to each image (signatures, SBOMs, referrers); --no-referrers
+        self.attached = True
 
     def client(self, host_name: str) -> RegistryClient:
         if host_name not in self.clients:
@@ -334,10 +338,23 @@ class RegistrySource:
                     continue
                 self._current = ref
                 what = f"exporting docker://{text}"
-                images.append(copy_target(self, target, by_target.pop(target["digest"]), store,
-                                          platform=self.platform, choice=self.choice, compression=compression,
-                                          level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
+                image = copy_target(self, target, by_target.pop(target["digest"]), store,
+                                    platform=self.platform, choice=self.choice, compression=compression,
+                                    level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
+                images.append(self._with_artifacts(ref, target, image, store, what) if self.attached else image)
         finally:
             self.close()
         return images
+
+    def _with_artifacts(self, ref: RegistryRef, target: Dict[str, Any], image: SourceImage, store: BlobStore,
+                        what: str) -> SourceImage:
+        """The image with what the registry attached to its manifests (and index) (bundle/sources/attached.py)."""
+        subjects = [Digest.parse(target["digest"])]
+        subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
+        raw_target = self._manifests.get(target["digest"]) or b""
+        picked = (raw_target, str(target["mediaType"])) if image.raw_index is None and raw_target and \
+            b'"manifests"' in raw_target and Digest.of_bytes(raw_target) == subjects[0] else None
+        artifacts = collect_artifacts(RegistryArtifacts(self.client(ref.host), ref.host, ref.repo), subjects, store,
+                                      what, picked_from=picked)
+        return dataclasses.replace(image, artifacts=artifacts) if artifacts else image
 

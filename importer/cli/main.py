@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
 from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success, with_examples
@@ -16,6 +16,7 @@ from importer.cli.smoke import add_smoke_arguments, smoke_after_import, smoke_re
 from importer.cli.smoke import main as smoke_main
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.format.legacy import load_legacy_manifest
+from importer.format.manifest import load_bundle_manifest
 from importer.format.platform import parse_platform
 from importer.format.text import printable, printable_block
 from importer.input.archive import locate
@@ -33,6 +34,7 @@ from importer.smoke.settings import SmokeConfigError
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.bundle import VerifyReport
+from importer.verify.cosign import ImageUnsigned, check_bundle, checked_reader, load_cosign_keys
 from importer.verify.legacy import raise_if_problems, verify_legacy
 from importer.verify.opened import verify_or_raise
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
@@ -123,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "driver and GPUs; a warning otherwise (docs/gpu-fit.md)")
     p.add_argument("--require-signature", action="store_true",
                    help="refuse a bundle that is not signed by a trusted key")
+    p.add_argument("--require-signed", action="append", default=[], metavar="KEY.pub",
+                   help="refuse, before any change, an image without a valid cosign signature (carried in the "
+                   "bundle, schema 3.5) by this public key (ECDSA P-256 or Ed25519 PEM, e.g. cosign.pub); "
+                   "repeatable: any one of the keys; the receipt records which key signed which image")
     p.add_argument("--wait-lock", type=float, default=0.0, metavar="SECONDS",
                    help="wait up to SECONDS for another import into the same engine to end "
                    "(default: fail at once)")
@@ -172,6 +178,22 @@ def _signature_first(args: argparse.Namespace, bundle: OpenedBundle) -> Signatur
     return sig
 
 
+def images_signed(bundle: OpenedBundle, raw_bundle_json: bytes, keys: Sequence[str], major: Optional[int], *,
+                  quiet: bool) -> List[Dict[str, Any]]:
+    """``--require-signed``: every image carries a cosign signature by one of ``keys`` (importer/verify/cosign.py)."""
+    doing = "importing with --require-signed"
+    cosign_keys = load_cosign_keys(keys)
+    if major is not None:
+        raise ImageUnsigned(f"{doing}: expected a schema 3.5 bundle carrying image signatures, found schema {major}",
+                            hint="export the images again from their registry (bundle export docker://...)")
+    manifest = load_bundle_manifest(raw_bundle_json)
+    signed = check_bundle(manifest, cosign_keys, checked_reader(bundle.read, doing), doing)
+    if not quiet:
+        for s in signed:
+            _say(f"image {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
+    return [s.to_dict() for s in signed]
+
+
 def _legacy_major(bundle: OpenedBundle) -> Optional[int]:
     """The schema major of a schema 1/2 bundle (a folder only), else None."""
     major = bundle.schema_major()
@@ -189,6 +211,8 @@ def cmd_verify_only(args: argparse.Namespace) -> int:
     bundle = open_bundle(args.bundle)
     sig = _signature_first(args, bundle)
     major = _legacy_major(bundle)
+    if args.require_signed:
+        images_signed(bundle, sig.raw_bundle_json, args.require_signed, major, quiet=args.quiet or args.json)
     if major is not None:
         raw = bundle.raw_bundle_json
         report = verify_legacy(bundle.path, load_legacy_manifest(raw, major), raw)
@@ -255,6 +279,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         result.signature = sig
         result.bundle_digest = str(bundle.digest)
         major = _legacy_major(bundle)
+        if args.require_signed:  # the publisher's image signatures, before the engine is asked anything
+            result.image_signatures = images_signed(bundle, sig.raw_bundle_json, args.require_signed,  # type: ignore[attr-defined]
+                                                    major, quiet=args.quiet)
         if args.check_only:  # prove what the engine holds, change nothing (importer/pipeline/checkonly.py)
             check_only(bundle, sink, name_prefix=args.name_prefix, deep=bool(args.deep),
                        progress=_progress(args.quiet), result=result, signature=sig, legacy_major=major)
@@ -332,6 +359,8 @@ def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[Bundle
         error=error.to_dict() if error is not None else None,
         extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
                **({"push": res.registry_push} if getattr(res, "registry_push", None) else {}),  # type: ignore[attr-defined]
+               **({"imageSignatures": res.image_signatures}  # type: ignore[attr-defined]
+                  if getattr(res, "image_signatures", None) is not None else {}),
                **(receipt_sections(res) if getattr(args, "check_only", False) else {})},
     )
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from importer import SCHEMA_MAJOR
 from importer.errors import ManifestError, UnsupportedSchemaVersion
+from importer.format.artifacts import ArtifactRecord, check_artifacts
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import parse_json
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
@@ -87,6 +88,9 @@ class ImageRecord:
     #: schema 3.4: the image's CUDA needs (importer/format/cudafit.py ImageNeeds.to_dict;
     #: docs/gpu-fit.md); None when the image declares none or the bundle is older
     cuda: Optional[Dict[str, Any]] = field(default=None, compare=False)
+    #: schema 3.5: what the source registry attached to the image (signatures, attestations,
+    #: SBOMs, referrers), carried byte for byte (importer/format/artifacts.py)
+    artifacts: Tuple[ArtifactRecord, ...] = ()
 
     @property
     def name(self) -> str:
@@ -115,6 +119,8 @@ class ImageRecord:
             doc["platforms"] = [{k: v for k, v in other.to_dict().items() if k != "refs"} for other in self.others]
         if self.cuda is not None:
             doc["cuda"] = dict(self.cuda)
+        if self.artifacts:
+            doc["artifacts"] = [a.to_dict() for a in self.artifacts]
         return doc
 
 
@@ -367,8 +373,9 @@ def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optio
                        "found an index or platforms inside it")
             others.append(other)
     cuda = _check_cuda(c, img["cuda"], f"{where}.cuda") if "cuda" in img else None
+    artifacts = check_artifacts(c.fail, img["artifacts"], f"{where}.artifacts") if "artifacts" in img else ()
     return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform, index=index, others=tuple(others),
-                       cuda=cuda)
+                       cuda=cuda, artifacts=artifacts)
 
 
 _CUDA_FIELDS = {"cudaVersion": (str, type(None)), "torchCuda": (str, type(None)), "disableRequire": (bool,),
@@ -445,6 +452,8 @@ def _check_listed(c: _Checker, images: List[ImageRecord], files: List[FileRecord
             blobs += [(f"{at}manifest", img_rec.manifest), (f"{at}config", img_rec.config)]
             blobs += [(f"{at}layers[{k}]", BlobRef(lr.media_type, lr.digest, lr.size))
                       for k, lr in enumerate(img_rec.layers) if not lr.external]
+        blobs += [(f"artifacts[{k}]", BlobRef(b.media_type, b.digest, b.size))
+                  for k, art in enumerate(img.artifacts) for b in art.every_blob()]
         for what, ref in blobs:
             listed = by_path.get(ref.digest.blob_path)
             if listed is None:

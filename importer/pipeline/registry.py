@@ -21,6 +21,7 @@ from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.registry.push import PushedRef, PushReport, push_bundle
+from importer.registry.push_artifacts import push_artifacts
 from importer.registry.sink import RegistrySink
 from importer.registry.transcode import has_zstd, zstd_warning
 from importer.sinks import EngineImage
@@ -77,10 +78,11 @@ def import_to_registry(
     try:
         report = push_bundle(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,
                              progress=progress)
+        artifacts = push_artifacts(root, manifest, sink.client) if report.ok else []  # schema 3.5
     finally:
         sink.close()
     sink.last_push = report
-    setattr(res, "registry_push", report.to_dict())  # noqa: B010 - the receipt's "push" section (importer/cli/main.py)
+    setattr(res, "registry_push", {**report.to_dict(), "artifacts": artifacts})  # noqa: B010 - the receipt's "push" section (importer/cli/main.py)
     res.timings["loadSeconds"] = time.monotonic() - t_push
     res.checks = checks_from_push(report)
     bad = [c for c in res.checks if not c.ok]

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from importer import __version__
 from importer.errors import BundleError, IntegrityError, UsageError
@@ -36,6 +36,7 @@ from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
 from importer.format.refs import has_domain, split_ref
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
+from importer.registry.serve_artifacts import REFERRERS_RE, ServedArtifacts
 from importer.registry.servelimits import (
     MAX_REQUEST_LINE,
     BadQuery,
@@ -100,6 +101,7 @@ class Repository:
     #: digest -> image: each platform's manifest, and a multi-platform image's index (what its tags name)
     manifests: Dict[str, ImageRecord] = field(default_factory=dict)
     blobs: Set[str] = field(default_factory=set)  # digests of manifests, configs, layers
+    artifacts: ServedArtifacts = field(default_factory=ServedArtifacts)  # schema 3.5 (serve_artifacts.py)
 
 
 class Catalog:
@@ -152,6 +154,7 @@ class Catalog:
             repo.blobs.add(self._blob(v.config.digest, v.config.size, v.config.media_type, stored))
             for layer in v.layers:
                 repo.blobs.add(self._blob(layer.digest, layer.size, layer.media_type, stored))
+        repo.blobs |= repo.artifacts.add(image, lambda d, n, mt: self._blob(d, n, mt, stored))
 
     def has_zstd(self) -> bool:
         return bool(self.zstd)
@@ -439,8 +442,11 @@ class _Handler(BaseHTTPRequestHandler):
         if m:
             repo = self._repository(m.group("name"))
             if repo is not None:
-                self._paged("tags", sorted(repo.tags), url.query, repo.name)
+                self._paged("tags", sorted({*repo.tags, *repo.artifacts.tags}), url.query, repo.name)
             return None
+        m = REFERRERS_RE.match(path)
+        if m:
+            return self._referrers(m.group("name"), m.group("digest"), url.query)
         m = _ROUTE_RE.match(path)
         if m is None:
             return self._error(404, "NAME_UNKNOWN" if path.startswith("/v2/") else "UNSUPPORTED",
@@ -475,6 +481,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _manifest(self, repo: Repository, ref: str) -> None:
         image = repo.manifests.get(ref) if is_digest(ref) else repo.tags.get(ref) if _TAG_RE.fullmatch(ref) else None
+        if image is None and ref in repo.artifacts.manifests:  # a signature, SBOM, referrer (3.5)
+            blob = self.server.catalog.blobs[repo.artifacts.manifests[ref]]
+            return self._send_blob(blob, blob.media_type)
         if image is None:
             return self._error(404, "MANIFEST_UNKNOWN", "manifest unknown",
                                {"name": repo.name, "reference": ref[:200]})
@@ -490,6 +499,24 @@ class _Handler(BaseHTTPRequestHandler):
                 {"name": repo.name, "reference": ref[:200]})
         blob = self.server.catalog.blobs[digest]
         self._send_blob(blob, blob.media_type)
+
+    def _referrers(self, name: str, digest: str, query: str) -> None:
+        """The OCI 1.1 Referrers API: the carried manifests whose subject is ``digest``."""
+        repo = self._repository(name)
+        if repo is None:
+            return None
+        if not is_digest(digest):
+            return self._error(400, "DIGEST_INVALID", "invalid digest", {"digest": digest[:200]})
+        try:  # bounded like every query: a flood of fields is a bad request, not work
+            artifact_type = (parse_qs(query, max_num_fields=16).get("artifactType") or [""])[0][:512]
+        except ValueError:
+            return self._error(400, "UNSUPPORTED", "too many query parameters", None)
+        body = repo.artifacts.index(digest, artifact_type)
+        self._headers(200, len(body), "application/vnd.oci.image.index.v1+json",
+                      {"OCI-Filters-Applied": "artifactType"} if artifact_type else None)
+        if self.command != "HEAD":
+            self._write(body)
+        return None
 
     def _blob(self, repo: Repository, ref: str) -> None:
         if not is_digest(ref):

@@ -245,7 +245,28 @@ class OciLayoutSink(SinkBase):
                 _put(index, desc, ref)
             if not image.refs and not any(e.get("digest") == desc["digest"] for e in index["manifests"]):
                 index["manifests"].append(desc)
+        self._load_artifacts(root, images, done, index)
         self._write_index(index)
+
+    def _load_artifacts(self, root: str, images: Sequence[ImageRecord], done: Dict[Digest, bool],
+                        index: Dict[str, Any]) -> None:
+        """Schema 3.5: what the source registry attached to the images, byte for byte: a cosign
+        artifact named by its tag (``sha256-<hex>.sig``, as ``cosign save`` names it in a layout), a
+        referrer listed unnamed (found by its ``subject``), the fallback index not listed."""
+        for image in images:
+            for art in (a for a in image.artifacts if a.kind != "index"):  # an index names platforms not here
+                for blob in art.every_blob():
+                    if blob.digest not in done:
+                        self._copy_blob(root, blob.digest, blob.size, f"{art.kind} of {image.name}", None)
+                        done[blob.digest] = True
+                desc = art.manifest.to_dict()
+                if art.artifact_type:
+                    desc["artifactType"] = art.artifact_type
+                if art.kind in ("signature", "attestation", "sbom") and art.tag:
+                    _put(index, desc, art.tag)
+                elif art.kind == "referrer" and not any(e.get("digest") == desc["digest"] for e in index["manifests"]):
+                    index["manifests"].append(desc)
+        fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
 
     def _copy_blob(self, root: str, digest: Digest, size: int, what: str, on_bytes: Optional[ProgressFn]) -> None:
         dst = os.path.join(self.dir, digest.blob_path)

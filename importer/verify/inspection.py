@@ -59,7 +59,11 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
             # schema 3.2: every platform carried (the primary first) and the source's index digest
             "platforms": [dict(v.platform) for v in image.variants],
             "indexDigest": str(image.index.digest) if image.index is not None else None,
-            "cuda": image.cuda,  # schema 3.3: the image's CUDA needs (docs/gpu-fit.md)
+            "cuda": image.cuda,  # schema 3.4: the image's CUDA needs (docs/gpu-fit.md)
+            # schema 3.5: what the source registry attached to it (signatures, SBOMs, referrers)
+            "artifacts": [{"kind": a.kind, "subject": str(a.subject), "manifestDigest": str(a.manifest.digest),
+                           "tag": a.tag or None, "artifactType": a.artifact_type or None,
+                           "size": sum(b.size for b in a.every_blob())} for a in image.artifacts],
         })
     shared = [
         {"digest": str(d), "images": names} for d, names in users.items() if len(names) > 1

@@ -83,6 +83,9 @@ def bundle(images: List[Doc], *, with_importer: bool = True, version: str = "3.0
                 add(blob_path(blob["digest"]), blob["digest"], blob["size"])
         if "index" in img:
             add(blob_path(img["index"]["digest"]), img["index"]["digest"], img["index"]["size"])
+        for art in img.get("artifacts", []):  # 3.5: every blob of every attached artifact
+            for blob in [art["manifest"], *art["blobs"]]:
+                add(blob_path(blob["digest"]), blob["digest"], blob["size"])
     add("index.json", digest("index.json"), 311 * len(images))
     add("oci-layout", digest("oci-layout"), 30)
     importer = {"path": "bundle-import.pyz", "digest": digest("bundle-import.pyz"), "size": 81234}
@@ -222,6 +225,45 @@ def _multi_unlisted(_: Doc) -> Doc:
     return doc
 
 
+def attached_artifacts() -> Doc:
+    """Schema 3.5: an image with a cosign signature (tag scheme) and an SBOM referrer listed in
+    the ``sha256-<hex>`` fallback index."""
+    img = image("signed app", ["registry.example/team/app:1"], [layer("signed app layer", LAYER_GZIP, 900, 4_096)])
+    subject = img["manifest"]["digest"]
+    tag = "sha256-" + subject.split(":")[1]
+    img["artifacts"] = [
+        {"kind": "signature", "subject": subject, "tag": tag + ".sig", "repository": "registry.example/team/app",
+         "manifest": {"mediaType": OCI_MANIFEST, "digest": digest("signature manifest"), "size": 556},
+         "blobs": [{"mediaType": OCI_CONFIG, "digest": digest("signature config"), "size": 233},
+                   {"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                    "digest": digest("signature payload"), "size": 241}]},
+        {"kind": "referrers-index", "subject": subject, "tag": tag, "repository": "registry.example/team/app",
+         "manifest": {"mediaType": OCI_INDEX, "digest": digest("referrers index"), "size": 301}, "blobs": []},
+        {"kind": "referrer", "subject": subject, "artifactType": "application/spdx+json",
+         "repository": "registry.example/team/app",
+         "manifest": {"mediaType": OCI_MANIFEST, "digest": digest("sbom manifest"), "size": 612},
+         "blobs": [{"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest("empty"), "size": 2},
+                   {"mediaType": "application/spdx+json", "digest": digest("sbom"), "size": 5_120}]},
+    ]
+    return bundle([img], version="3.5")
+
+
+def _artifacts_with(change: Callable[[Doc], None]) -> Callable[[Doc], Doc]:
+    """Break a fresh attached_artifacts() document (``change`` gets its first artifact)."""
+    def apply(_: Doc) -> Doc:
+        doc = attached_artifacts()
+        change(doc["images"][0]["artifacts"][0])
+        return doc
+    return apply
+
+
+def _artifacts_unlisted(_: Doc) -> Doc:
+    doc = attached_artifacts()
+    gone = doc["images"][0]["artifacts"][2]["blobs"][1]["digest"]
+    doc["files"] = [f for f in doc["files"] if f["digest"] != gone]
+    return doc
+
+
 def minimal() -> Doc:
     """Only what readers require: no importer, no platform, an image without layers."""
     doc = bundle([image("minimal", ["minimal:1"], [])], with_importer=False)
@@ -239,6 +281,7 @@ VALID: Dict[str, Callable[[], Doc]] = {
     "delta-external-compressed-blob": delta_compressed,
     "multi-platform-index": multi_platform,
     "cuda-needs": cuda_needs,
+    "attached-artifacts": attached_artifacts,
 }
 
 
@@ -429,6 +472,11 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "cuda-require-not-nvidia-require": _cuda_with(lambda c: c["require"].update(LD_PRELOAD="x")),
     "cuda-disable-require-a-string": _cuda_with(lambda c: c.update(disableRequire="1")),
     "cuda-version-a-number": _cuda_with(lambda c: c.update(cudaVersion=12.4)),
+    "artifacts-kind-unknown": _artifacts_with(lambda a: a.update(kind="notary")),
+    "artifacts-subject-not-a-digest": _artifacts_with(lambda a: a.update(subject="sha256-abc.sig")),
+    "artifacts-blob-without-size": _artifacts_with(lambda a: a["blobs"][0].pop("size")),
+    "artifacts-not-a-list": _artifacts_with(lambda a: a.update(blobs={"a": 1})),
+    "xref-artifacts-blob-not-listed": _artifacts_unlisted,
     # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
     "stdlib-size-float": _size_everywhere(1469.0),
 }

@@ -1,0 +1,127 @@
+"""bundle.json's per-image ``artifacts`` (schema 3.5): what the source registry had attached to
+an image, carried byte for byte beside it.
+
+* cosign's tag scheme: ``sha256-<hex>.sig`` (signatures), ``.att`` (attestations), ``.sbom``;
+* OCI 1.1 referrers: manifests whose ``subject`` is the image (found with the Referrers API,
+  or in the ``sha256-<hex>`` fallback tag, an index that is itself carried, kind
+  ``referrers-index``);
+* ``index``: the image index a single platform was picked from, byte for byte, when something
+  is attached to it (cosign signs the index a multi-platform tag names): it lets the offline
+  side check that the carried manifest is one the signed index lists. Never handed on (it
+  names platforms the bundle does not carry).
+
+Each record names the artifact's manifest and every blob it holds (config, layers; an index's
+manifests are records of their own); all of them are files of the bundle like any blob, so
+verification covers them. Older 3.x importers ignore the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from importer.format.digest import Digest, is_digest
+
+KINDS = ("signature", "attestation", "sbom", "referrer", "referrers-index", "index")
+#: kinds handed on to registries, layouts and clients (an ``index`` names platforms not carried)
+HANDED_ON = KINDS[:5]
+#: cosign's tag suffixes, by kind
+TAG_SUFFIXES = {"signature": ".sig", "attestation": ".att", "sbom": ".sbom"}
+MAX_ARTIFACTS = 256  # per image: a bound on what a registry can make an export carry
+MAX_TEXT = 1024
+
+
+@dataclass(frozen=True)
+class ArtifactBlob:
+    media_type: str
+    digest: Digest
+    size: int
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"mediaType": self.media_type, "digest": str(self.digest), "size": self.size}
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    kind: str
+    subject: Digest  # the manifest (or index) digest it is attached to
+    manifest: ArtifactBlob
+    blobs: Tuple[ArtifactBlob, ...] = ()
+    tag: str = ""  # the tag it had in the source registry (cosign scheme, fallback index)
+    artifact_type: str = ""
+    repository: str = ""  # HOST[:PORT]/REPO it was read from
+
+    def to_dict(self) -> Dict[str, Any]:
+        doc: Dict[str, Any] = {"kind": self.kind, "subject": str(self.subject), "manifest": self.manifest.to_dict(),
+                               "blobs": [b.to_dict() for b in self.blobs]}
+        if self.tag:
+            doc["tag"] = self.tag
+        if self.artifact_type:
+            doc["artifactType"] = self.artifact_type
+        if self.repository:
+            doc["repository"] = self.repository
+        return doc
+
+    def every_blob(self) -> Tuple[ArtifactBlob, ...]:
+        return (self.manifest, *self.blobs)
+
+
+Fail = Callable[[str, str], None]
+
+
+def _text(fail: Fail, value: Any, where: str, *, required: bool = True) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        fail(where, f"expected a string (at most {MAX_TEXT} characters), found {value!r}"[:200])
+        return ""
+    return value
+
+
+def _blob(fail: Fail, value: Any, where: str) -> Optional[ArtifactBlob]:
+    if not isinstance(value, dict):
+        fail(where, f"expected an object, found {type(value).__name__}")
+        return None
+    mt = _text(fail, value.get("mediaType"), f"{where}.mediaType")
+    size = value.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        fail(f"{where}.size", f"expected a non-negative integer, found {size!r}"[:200])
+        return None
+    if not is_digest(value.get("digest")):
+        fail(f"{where}.digest", f"expected 'sha256:' + 64 lowercase hex, found {value.get('digest')!r}"[:200])
+        return None
+    return ArtifactBlob(mt, Digest.parse(value["digest"]), size)
+
+
+def check_artifacts(fail: Fail, raw: Any, where: str) -> Tuple[ArtifactRecord, ...]:
+    """The ``artifacts`` list of one image; every problem goes to ``fail(where, message)``."""
+    if not isinstance(raw, list):
+        fail(where, f"expected an array, found {type(raw).__name__}")
+        return ()
+    if len(raw) > MAX_ARTIFACTS:
+        fail(where, f"expected at most {MAX_ARTIFACTS} artifacts, found {len(raw)}")
+        return ()
+    out: List[ArtifactRecord] = []
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            fail(at, f"expected an object, found {type(item).__name__}")
+            continue
+        kind = item.get("kind")
+        if kind not in KINDS:
+            fail(f"{at}.kind", f"expected one of {', '.join(KINDS)}, found {kind!r}"[:200])
+        subject = item.get("subject")
+        if not is_digest(subject):
+            fail(f"{at}.subject", f"expected 'sha256:' + 64 lowercase hex, found {subject!r}"[:200])
+        manifest = _blob(fail, item.get("manifest"), f"{at}.manifest")
+        raw_blobs = item.get("blobs", [])
+        if not isinstance(raw_blobs, list):
+            fail(f"{at}.blobs", f"expected an array, found {type(raw_blobs).__name__}")
+            raw_blobs = []
+        blobs = [_blob(fail, b, f"{at}.blobs[{k}]") for k, b in enumerate(raw_blobs)]
+        tag = _text(fail, item.get("tag"), f"{at}.tag", required=False)
+        artifact_type = _text(fail, item.get("artifactType"), f"{at}.artifactType", required=False)
+        repository = _text(fail, item.get("repository"), f"{at}.repository", required=False)
+        if kind in KINDS and is_digest(subject) and manifest is not None and all(b is not None for b in blobs):
+            out.append(ArtifactRecord(str(kind), Digest.parse(subject), manifest,
+                                      tuple(b for b in blobs if b is not None), tag, artifact_type, repository))
+    return tuple(out)

@@ -1,0 +1,62 @@
+"""Hand the carried artifacts on to a registry (bundle schema 3.5 ``artifacts``): after the
+images (importer/registry/push.py), every signature, attestation, SBOM and referrer of a pushed
+image goes into each repository the image went to, byte for byte: its blobs (skipped when the
+registry holds them), then its manifest under its cosign tag (``sha256-<hex>.sig``: a tag names
+the subject by digest, and the push keeps the image's digest) or by digest, the ``sha256-<hex>``
+fallback index last (a registry with the Referrers API indexes the referrers itself; the fallback
+tag is what clients look up on one without). So ``cosign verify --key cosign.pub`` and admission
+controllers find them in the offline registry."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List
+
+from importer.errors import DigestMismatch
+from importer.format.artifacts import HANDED_ON, ArtifactRecord
+from importer.format.digest import Digest
+from importer.format.limits import MAX_CONFIG
+from importer.format.manifest import BundleManifest
+from importer.format.mediatypes import OCI_INDEX, OCI_MANIFEST
+from importer.input.opened import BundleRoot, open_bundle_file, read_bundle_file
+from importer.registry.client import RegistryClient, map_ref
+
+
+def _manifest(root: BundleRoot, art: ArtifactRecord, what: str) -> bytes:
+    raw = read_bundle_file(root, art.manifest.digest.blob_path, MAX_CONFIG, what)
+    if Digest.of_bytes(raw) != art.manifest.digest:
+        raise DigestMismatch(f"{what}: expected {art.manifest.digest}, found {Digest.of_bytes(raw)}",
+                             hint="the bundle changed after it was verified; re-copy it")
+    return raw
+
+
+def _media_type(art: ArtifactRecord, raw: bytes) -> str:
+    if art.manifest.media_type:
+        return art.manifest.media_type
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        doc = {}
+    return OCI_INDEX if isinstance(doc, dict) and "manifests" in doc else OCI_MANIFEST
+
+
+def push_artifacts(root: BundleRoot, manifest: BundleManifest, client: RegistryClient) -> List[Dict[str, Any]]:
+    """Push every artifact of every named image (the bundle already verified); what went where."""
+    pushed: List[Dict[str, Any]] = []
+    for image in manifest.images:
+        repos = list(dict.fromkeys(map_ref(ref, client.target).repository for ref in image.refs))
+        # children before what lists them (the carried order); the fallback indexes last
+        ordered = sorted((a for a in image.artifacts if a.kind in HANDED_ON), key=lambda a: a.kind == "referrers-index")
+        for repo in repos:
+            for art in ordered:
+                what = f"pushing the {art.kind} {art.tag or art.manifest.digest.short} of {image.name} to {repo}"
+                for blob in art.blobs:
+                    if client.blob_size(repo, blob.digest) is None:
+                        client.upload_blob(repo, blob.digest, blob.size,
+                                           lambda b=blob: open_bundle_file(root, b.digest.blob_path))  # type: ignore[misc]
+                raw = _manifest(root, art, what)
+                client.put_manifest(repo, art.tag or str(art.manifest.digest), raw, _media_type(art, raw))
+                pushed.append({"image": image.name, "repository": repo, "kind": art.kind,
+                               "reference": art.tag or str(art.manifest.digest),
+                               "digest": str(art.manifest.digest)})
+    return pushed

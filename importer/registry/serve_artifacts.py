@@ -1,0 +1,63 @@
+"""What `bundle-import serve` answers for the artifacts a bundle carries with its images (schema
+3.5 ``artifacts``): in every repository an image is served from, each artifact's manifest by
+digest and under its source tag (cosign's ``sha256-<hex>.sig``/``.att``/``.sbom``, the
+``sha256-<hex>`` fallback index), its blobs, those tags in ``tags/list``, and the OCI 1.1
+Referrers API (``GET /v2/<name>/referrers/<digest>[?artifactType=T]``): an image index of the
+carried manifests whose subject is that digest. So ``cosign verify`` and admission controllers
+can read the publisher's signatures straight from the served bundle."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Set
+
+from importer.format.artifacts import HANDED_ON, ArtifactRecord
+from importer.format.manifest import ImageRecord
+from importer.format.mediatypes import OCI_INDEX
+
+REFERRERS_RE = re.compile(r"^/v2/(?P<name>.+)/referrers/(?P<digest>[^/]+)$")
+_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+class ServedArtifacts:
+    """One repository's artifacts: reference (tag or digest) -> manifest digest, and the
+    referrer descriptors by subject digest."""
+
+    def __init__(self) -> None:
+        self.manifests: Dict[str, str] = {}
+        self.tags: Set[str] = set()
+        self.referrers: Dict[str, List[Dict[str, Any]]] = {}
+
+    def add(self, image: ImageRecord, add_blob: Any) -> Set[str]:
+        """Register ``image``'s artifacts; ``add_blob(digest, size, media_type)`` returns the digest
+        text of a blob the repository serves. Returns the digests of every blob added."""
+        blobs: Set[str] = set()
+        for art in (a for a in image.artifacts if a.kind in HANDED_ON):
+            digest = add_blob(art.manifest.digest, art.manifest.size, art.manifest.media_type)
+            blobs.add(digest)
+            blobs.update(add_blob(b.digest, b.size, b.media_type) for b in art.blobs)
+            self.manifests[digest] = digest
+            if art.tag and _TAG_RE.fullmatch(art.tag):
+                self.manifests[art.tag] = digest
+                self.tags.add(art.tag)
+            if art.kind == "referrer":
+                self._referrer(art)
+        return blobs
+
+    def _referrer(self, art: ArtifactRecord) -> None:
+        listed = self.referrers.setdefault(str(art.subject), [])
+        if any(d["digest"] == str(art.manifest.digest) for d in listed):
+            return
+        desc: Dict[str, Any] = {"mediaType": art.manifest.media_type, "digest": str(art.manifest.digest),
+                                "size": art.manifest.size}
+        if art.artifact_type:
+            desc["artifactType"] = art.artifact_type
+        listed.append(desc)
+
+    def index(self, subject: str, artifact_type: str = "") -> bytes:
+        """The referrers of ``subject`` as an OCI image index (empty when none)."""
+        listed = [d for d in self.referrers.get(subject, [])
+                  if not artifact_type or d.get("artifactType") == artifact_type]
+        return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": listed},
+                          separators=(",", ":")).encode("utf-8")

@@ -1,0 +1,217 @@
+"""importer/verify/cosign.py and importer/format/artifacts.py on hostile input, without a registry:
+key files that are not P-256 or Ed25519 public keys, signature manifests and payloads that are
+not what cosign writes (not JSON, nested too deep, no critical section, a signature that is not
+base64), both verification backends (cryptography and openssl) agreeing, and bundle.json
+``artifacts`` lists that are malformed or too long."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from importer.errors import BundleError
+from importer.format.artifacts import MAX_ARTIFACTS, ArtifactBlob, ArtifactRecord, check_artifacts
+from importer.format.digest import Digest
+from importer.format.manifest import BlobRef, ImageRecord
+from importer.verify.cosign import (
+    ImageSignatureInvalid,
+    ImageUnsigned,
+    check_image,
+    load_cosign_keys,
+    parse_cosign_key,
+)
+from importer.verify.signature import BACKEND_ENV, InvalidKey
+from tests import supplykit
+from tests.fuzzkit import mutate_json
+
+SUBJECT = Digest.of_bytes(b"the image manifest")
+REPO = "registry.example:5000/team/app"
+
+
+class Blobs:
+    """An in-memory bundle: digest -> bytes (the reader check_image is given)."""
+
+    def __init__(self) -> None:
+        self.data: dict[Digest, bytes] = {}
+
+    def put(self, raw: bytes) -> ArtifactBlob:
+        d = Digest.of_bytes(raw)
+        self.data[d] = raw
+        return ArtifactBlob("", d, len(raw))
+
+    def read(self, digest: Digest, limit: int) -> bytes:
+        return self.data[digest][:limit + 1]
+
+
+def signed_image(blobs: Blobs, payload: bytes, signature: Any) -> ImageRecord:
+    sig_b64 = signature if isinstance(signature, str) else base64.b64encode(signature).decode()
+    layer = blobs.put(payload)
+    manifest = blobs.put(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": supplykit.SIMPLE_SIGNING, "digest": str(layer.digest), "size": layer.size,
+         "annotations": {"dev.cosignproject.cosign/signature": sig_b64}}]}).encode())
+    art = ArtifactRecord("signature", SUBJECT, manifest, (layer,), "sha256-x.sig", "", REPO)
+    ref = BlobRef("application/vnd.oci.image.manifest.v1+json", SUBJECT, 18)
+    return ImageRecord((f"{REPO}:1",), ref, ref, (), artifacts=(art,))
+
+
+@pytest.fixture(params=["cryptography", "openssl"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(BACKEND_ENV, request.param)
+    return str(request.param)
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> tuple[Any, Path]:
+    return supplykit.ecdsa_key(tmp_path)
+
+
+def test_a_good_signature_passes_with_either_backend(backend: str, key: tuple[Any, Path]) -> None:
+    signer, pub = key
+    blobs = Blobs()
+    body = supplykit.payload(str(SUBJECT), REPO)
+    signed = check_image(signed_image(blobs, body, supplykit.sign_bytes(signer, body)),
+                         load_cosign_keys([str(pub)]), blobs.read, "testing")
+    assert signed.digest == str(SUBJECT) and signed.identity == REPO and signed.key.algorithm == "ecdsa-p256"
+
+
+def test_ed25519_with_either_backend(backend: str, tmp_path: Path) -> None:
+    signer, pub = supplykit.ed25519_key(tmp_path)
+    blobs = Blobs()
+    body = supplykit.payload(str(SUBJECT), REPO)
+    keys = load_cosign_keys([str(pub)])
+    assert check_image(signed_image(blobs, body, signer.sign(body)), keys, blobs.read, "t").key.algorithm == "ed25519"
+    with pytest.raises(ImageSignatureInvalid):
+        check_image(signed_image(blobs, body, signer.sign(body + b" ")), keys, blobs.read, "t")
+
+
+def _deep() -> bytes:
+    return b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize("payload, why", [
+    (b"\xff\xfe not utf-8", "not this image's manifest"),
+    (b"not json at all", "not this image's manifest"),
+    (b"[1, 2, 3]", "not this image's manifest"),
+    (b'{"critical": "no"}', "not this image's manifest"),
+    (b'{"critical": {"image": {"docker-manifest-digest": 7}}}', "not this image's manifest"),
+    (_deep(), "not this image's manifest"),
+    (supplykit.payload(str(Digest.of_bytes(b"another image")), REPO), "not this image's manifest"),
+    (supplykit.payload(str(SUBJECT), "registry.example:5000/team/other"), "names the repository"),
+], ids=["not-utf8", "not-json", "a-list", "critical-not-object", "digest-not-string", "nested-deep",
+        "another-digest", "another-repository"])
+def test_a_verified_payload_must_name_the_image(backend: str, key: tuple[Any, Path], payload: bytes,
+                                                why: str) -> None:
+    """A payload the key really signed, that names no image or another one, is refused."""
+    signer, pub = key
+    blobs = Blobs()
+    with pytest.raises(ImageSignatureInvalid) as e:
+        check_image(signed_image(blobs, payload, supplykit.sign_bytes(signer, payload)),
+                    load_cosign_keys([str(pub)]), blobs.read, "testing")
+    assert why in (e.value.context or ""), e.value.context
+    assert e.value.reference == "image-signature-invalid" and e.value.exit_code == 7
+
+
+@pytest.mark.parametrize("signature", ["%%% not base64 %%%", "", base64.b64encode(b"\x30\x02\x00\x00").decode(),
+                                       base64.b64encode(b"\x00" * 5000).decode()],
+                         ids=["not-base64", "empty", "short-der", "zeros"])
+def test_a_signature_that_is_not_one_is_refused(backend: str, key: tuple[Any, Path], signature: str) -> None:
+    _signer, pub = key
+    blobs = Blobs()
+    body = supplykit.payload(str(SUBJECT), REPO)
+    with pytest.raises(ImageSignatureInvalid) as e:
+        check_image(signed_image(blobs, body, signature), load_cosign_keys([str(pub)]), blobs.read, "testing")
+    assert "does not verify" in (e.value.context or "")
+
+
+def test_an_image_without_signature_layers_is_unsigned(key: tuple[Any, Path]) -> None:
+    _signer, pub = key
+    blobs = Blobs()
+    image = signed_image(blobs, b"{}", b"x")
+    sbom = ArtifactRecord("referrer", SUBJECT, blobs.put(b'{"layers": [{"mediaType": "application/spdx+json"}]}'))
+    for arts in ((), (sbom,)):
+        with pytest.raises(ImageUnsigned):
+            check_image(ImageRecord(image.refs, image.manifest, image.config, (), artifacts=arts),
+                        load_cosign_keys([str(pub)]), blobs.read, "testing")
+
+
+def _rsa_pem() -> bytes:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: b"",
+    lambda: b"-----BEGIN PUBLIC KEY-----\n%%%%\n-----END PUBLIC KEY-----\n",
+    lambda: b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
+    _rsa_pem,
+    lambda: b"-----BEGIN ENCRYPTED COSIGN PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED COSIGN PRIVATE KEY-----\n",
+], ids=["empty", "not-base64", "too-short", "rsa", "private-key"])
+def test_key_files_that_are_no_p256_or_ed25519_public_key(make: Callable[[], bytes]) -> None:
+    with pytest.raises(InvalidKey) as e:
+        parse_cosign_key(make(), "k.pub")
+    assert e.value.reference == "invalid-key" and "k.pub" in e.value.message
+
+
+def test_key_files_missing_or_too_large(tmp_path: Path) -> None:
+    big = tmp_path / "big.pub"
+    big.write_bytes(b"x" * 70_000)
+    for path in (tmp_path / "missing.pub", big, tmp_path):
+        with pytest.raises(InvalidKey):
+            load_cosign_keys([str(path)])
+
+
+def _problems(raw: Any) -> list[str]:
+    issues: list[str] = []
+    check_artifacts(lambda where, msg: issues.append(f"{where}: {msg}"), raw, "artifacts")
+    return issues
+
+
+def test_artifacts_lists_that_are_malformed_are_refused() -> None:
+    good = {"kind": "signature", "subject": str(SUBJECT), "blobs": [],
+            "manifest": {"mediaType": "m", "digest": str(SUBJECT), "size": 1}}
+    assert _problems([good]) == []
+    assert _problems({"not": "a list"})
+    assert _problems([good] * (MAX_ARTIFACTS + 1))
+    for bad in ({**good, "kind": "x"}, {**good, "subject": "../../etc"}, {**good, "blobs": "no"},
+                {**good, "tag": "t" * 5000}, {**good, "manifest": {"digest": str(SUBJECT), "size": -1}},
+                {**good, "manifest": None}, "not an object", {**good, "blobs": [{"digest": "sha256:00", "size": 1}]}):
+        assert _problems([bad]), bad
+
+
+def test_errors_are_typed() -> None:
+    assert issubclass(ImageUnsigned, BundleError) and ImageUnsigned.reference == "image-unsigned"
+
+
+def test_mutated_signature_documents_give_typed_refusals_only(key: tuple[Any, Path]) -> None:
+    """Seeded, bounded: the signature manifest and payload mutated by tests/fuzzkit.mutate_json;
+    check_image passes or raises a BundleError, never anything else (no traceback, no internal)."""
+    signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    body = json.loads(supplykit.payload(str(SUBJECT), REPO))
+    rnd = random.Random(29)
+    outcomes = set()
+    for _ in range(300):
+        blobs = Blobs()
+        payload = json.dumps(mutate_json(body, rnd)).encode()
+        image = signed_image(blobs, payload, supplykit.sign_bytes(signer, payload))
+        art = image.artifacts[0]
+        manifest = json.loads(blobs.data[art.manifest.digest])
+        mutated = blobs.put(json.dumps(mutate_json(manifest, rnd) if rnd.random() < 0.5 else manifest).encode())
+        image = ImageRecord(image.refs, image.manifest, image.config, (),
+                            artifacts=(ArtifactRecord("signature", SUBJECT, mutated, art.blobs, art.tag, "", REPO),))
+        try:
+            check_image(image, keys, blobs.read, "fuzzing")
+            outcomes.add("passed")
+        except BundleError as e:
+            assert e.reference != "internal"
+            outcomes.add(e.reference)
+        except KeyError:
+            outcomes.add("blob-not-in-bundle")  # the mutated manifest names a blob this in-memory bundle lacks
+    assert {"image-signature-invalid", "image-unsigned"} <= outcomes, outcomes

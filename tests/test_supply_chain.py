@@ -1,0 +1,524 @@
+"""Signatures, attestations and SBOMs across the gap (issue 29): a loopback docker-registry holds
+images pushed with the importer's own client, cosign-format signatures made here with
+``cryptography`` (and, where installed, by the real cosign), and an SBOM attached as an OCI 1.1
+referrer with its ``sha256-<hex>`` fallback index (docker-registry 2.8 has no Referrers API).
+`bundle export docker://...` carries them byte for byte (bundle schema 3.5 ``artifacts``);
+`--require-signed KEY.pub` refuses, at export and offline at import, an unsigned image or one
+whose signature does not verify, with its typed error and nothing left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from importer.format.manifest import check_structure
+from importer.format.platform import host
+from tests import engines, supplykit
+from tests.engines import Registry
+from tests.helpers import run_cli
+from tests.servekit import serving
+from tests.test_cli_json import validate
+from tests.transferkit import FlakyProxy
+from tests.trustkit import error_id, python38, run_importer
+
+pytestmark = pytest.mark.engine
+
+SBOM = b'{"spdxVersion":"SPDX-2.3","name":"app","packages":[]}'
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("keys")
+    signer, pub = supplykit.ecdsa_key(root, "publisher")
+    other, other_pub = supplykit.ecdsa_key(root, "other")
+    ed, ed_pub = supplykit.ed25519_key(root, "ed")
+    return {"signer": signer, "pub": pub, "other": other, "other_pub": other_pub, "ed": ed, "ed_pub": ed_pub}
+
+
+@pytest.fixture(scope="module")
+def registry(keys: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """sn/app:1 signed (ECDSA) with an SBOM referrer; sn/edsigned:1 signed (Ed25519); sn/unsigned:1;
+    sn/tampered:1 whose signature was made over another payload; sn/stolen:1 carrying a valid
+    signature of sn/app:1's digest (a signature copied onto another image)."""
+    with engines.private_registry(f"supply-{os.getpid()}") as reg:
+        addr = reg.addr
+        out: dict[str, Any] = {"reg": reg, "addr": addr}
+        app = supplykit.push_image(addr, "sn/app", "1", "signed app\n")
+        out["app"] = app
+        out["app_sig"] = supplykit.cosign_sign(addr, "sn/app", app["digest"], keys["signer"])
+        out["sbom"] = supplykit.attach_sbom(addr, "sn/app", app, SBOM)
+        ed = supplykit.push_image(addr, "sn/edsigned", "1", "ed25519\n")
+        supplykit.cosign_sign(addr, "sn/edsigned", ed["digest"], keys["ed"])
+        supplykit.push_image(addr, "sn/unsigned", "1", "nobody signed me\n")
+        tampered = supplykit.push_image(addr, "sn/tampered", "1", "tampered\n")
+        supplykit.cosign_sign(addr, "sn/tampered", tampered["digest"], keys["signer"],
+                              signed=supplykit.payload(tampered["digest"], f"{addr}/sn/other"))
+        stolen = supplykit.push_image(addr, "sn/stolen", "1", "stolen\n")
+        supplykit.cosign_sign(addr, "sn/stolen", stolen["digest"], keys["signer"],
+                              signature=supplykit.sign_bytes(keys["signer"], supplykit.payload(
+                                  app["digest"], f"{addr}/sn/app")),
+                              reference=f"{addr}/sn/app")
+        _hostile(addr, out)
+        yield out
+
+
+def _hostile(addr: str, out: dict[str, Any]) -> None:
+    """What a broken or hostile registry can hold (docker-registry 2.8 stores manifests whose
+    descriptors give the wrong size): sn/badsize:1 whose .sig names its payload with a size it does
+    not have, sn/huge:1 whose .sig claims a 1 TiB payload, sn/notindex:1 whose sha256-<hex> tag is
+    an image manifest rather than a referrers index."""
+    for repo, size in (("sn/badsize", 99), ("sn/huge", 1 << 40)):
+        image = supplykit.push_image(addr, repo, "1", f"{repo}\n")
+        with supplykit.client(addr) as c:
+            cfg = supplykit.push_blob(c, repo, b"{}", supplykit.OCI_CONFIG)
+            layer = {**supplykit.push_blob(c, repo, b"payload", supplykit.SIMPLE_SIGNING), "size": size}
+            supplykit.push_manifest(c, repo, {"schemaVersion": 2, "mediaType": supplykit.OCI_MANIFEST,
+                                              "config": cfg, "layers": [layer]},
+                                    "sha256-" + image["digest"][7:] + ".sig")
+    image = supplykit.push_image(addr, "sn/notindex", "1", "not an index\n")
+    out["notindex"] = image
+    supplykit.push_image(addr, "sn/notindex", "sha256-" + image["digest"][7:], "a tag that looks like one\n")
+
+
+def _raw(ref: str) -> bytes:
+    """The manifest bytes skopeo (an independent reader) reads at ``ref`` (docker:// or oci:)."""
+    tls = [] if ref.startswith("oci:") else ["--tls-verify=false"]
+    return subprocess.run([engines.require("skopeo"), "inspect", "--raw", *tls, ref],
+                          capture_output=True, check=True, timeout=120).stdout
+
+
+def export(*args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    proc = run_cli("bundle", "export", *args, "--json", "-q")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
+    if doc is not None:
+        validate("export" if proc.returncode == 0 else "error", doc)
+    return proc, doc
+
+
+def bundle_json(bundle: Path) -> Any:
+    return json.loads((bundle / "bundle.json").read_text())
+
+
+def test_export_carries_the_signature_and_the_sbom_byte_for_byte(registry: dict[str, Any], tmp_path: Path) -> None:
+    addr = registry["addr"]
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{addr}/sn/app:1", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["images"][0]["artifacts"] == 3
+    bj = bundle_json(out)
+    assert bj["schemaVersion"] == "3.5"
+    model, issues = check_structure(bj)
+    assert model is not None, issues
+    arts = {a["kind"]: a for a in bj["images"][0]["artifacts"]}
+    assert set(arts) == {"signature", "referrers-index", "referrer"}
+    hexd = registry["app"]["digest"].split(":")[1]
+    assert arts["signature"]["tag"] == f"sha256-{hexd}.sig"
+    assert arts["signature"]["manifest"]["digest"] == registry["app_sig"]["digest"]
+    assert arts["referrers-index"]["tag"] == f"sha256-{hexd}"
+    assert arts["referrer"]["manifest"]["digest"] == registry["sbom"]["digest"]
+    assert arts["referrer"]["artifactType"] == supplykit.SPDX
+    assert {a["subject"] for a in arts.values()} == {registry["app"]["digest"]}
+    # byte for byte: the registry's bytes (read by skopeo, an independent reader) are the bundle's blobs
+    for ref, art in ((f"docker://{addr}/sn/app:sha256-{hexd}.sig", arts["signature"]),
+                     (f"docker://{addr}/sn/app@{registry['sbom']['digest']}", arts["referrer"])):
+        raw = subprocess.run([engines.require("skopeo"), "inspect", "--raw", "--tls-verify=false", ref],
+                             capture_output=True, check=True, timeout=120).stdout
+        assert (out / "blobs/sha256" / art["manifest"]["digest"].split(":")[1]).read_bytes() == raw
+    sbom_blob = next(b for b in arts["referrer"]["blobs"] if b["mediaType"] == supplykit.SPDX)
+    assert (out / "blobs/sha256" / sbom_blob["digest"].split(":")[1]).read_bytes() == SBOM
+    listed = {f["path"] for f in bj["files"]}
+    assert all(f"blobs/sha256/{b['digest'].split(':')[1]}" in listed
+               for a in arts.values() for b in [a["manifest"], *a["blobs"]])
+    inspected = run_cli("bundle", "inspect", str(out), "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    info = json.loads(inspected.stdout)
+    validate("inspect", info)
+    assert sorted(a["kind"] for a in info["images"][0]["artifacts"]) == ["referrer", "referrers-index", "signature"]
+    text = run_cli("bundle", "inspect", str(out))
+    assert f"sha256-{hexd}.sig" in text.stdout and supplykit.SPDX in text.stdout, text.stdout
+
+
+def test_verification_covers_the_artifacts(registry: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    assert export(f"docker://{registry['addr']}/sn/app:1", "-o", str(out))[0].returncode == 0
+    assert run_importer(out, "--verify-only").returncode == 0
+    sbom = next(a for a in bundle_json(out)["images"][0]["artifacts"] if a["kind"] == "referrer")
+    blob = out / "blobs/sha256" / next(b for b in sbom["blobs"] if b["mediaType"] == supplykit.SPDX)["digest"][7:]
+    blob.write_bytes(SBOM.replace(b"app", b"evil"))
+    proc = run_importer(out, "--verify-only")
+    assert proc.returncode != 0 and error_id(proc.stderr) == "verification-failed", proc.stderr
+
+
+def test_no_referrers_leaves_them_out(registry: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/sn/app:1", "-o", str(out), "--no-referrers")
+    assert proc.returncode == 0, proc.stderr
+    bj = bundle_json(out)
+    assert bj["schemaVersion"] == "3.0" and "artifacts" not in bj["images"][0]
+    assert doc["images"][0]["artifacts"] == 0
+
+
+@pytest.mark.parametrize("repo, key", [("sn/app", "pub"), ("sn/edsigned", "ed_pub")])
+def test_require_signed_export_accepts_a_signed_image(registry: dict[str, Any], keys: dict[str, Any],
+                                                      tmp_path: Path, repo: str, key: str) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out), "--require-signed",
+                       str(keys["other_pub"]), "--require-signed", str(keys[key]))
+    assert proc.returncode == 0, proc.stderr
+    [signed] = doc["imageSignatures"]
+    assert signed["keyPath"] == str(keys[key]) and signed["identity"] == f"{registry['addr']}/{repo}"
+    assert signed["algorithm"] == ("ed25519" if key == "ed_pub" else "ecdsa-p256")
+
+
+@pytest.mark.parametrize("repo, key, error", [("sn/unsigned", "pub", "image-unsigned"),
+                                              ("sn/tampered", "pub", "image-signature-invalid"),
+                                              ("sn/stolen", "pub", "image-signature-invalid"),
+                                              ("sn/app", "other_pub", "image-signature-invalid")])
+def test_require_signed_export_refuses(registry: dict[str, Any], keys: dict[str, Any], tmp_path: Path,
+                                       repo: str, key: str, error: str) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out), "--require-signed", str(keys[key]))
+    assert proc.returncode == 7, proc.stderr
+    assert doc["error"]["id"] == error, doc
+    assert repo.split("/")[1] in doc["error"]["message"]
+    assert not out.exists() and not list(tmp_path.glob("b.partial-*"))  # nothing left behind
+
+
+@pytest.mark.parametrize("repo, found", [("sn/badsize", "found 7 bytes"), ("sn/huge", "at most 536870912 bytes")])
+def test_export_refuses_an_artifact_with_other_bytes(registry: dict[str, Any], tmp_path: Path, repo: str,
+                                                     found: str) -> None:
+    """A descriptor that does not match the blob (or claims more than the bound) fails the export
+    with its typed error, before any byte of a huge blob is read, and leaves nothing behind."""
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out))
+    assert proc.returncode == 5 and doc["error"]["id"] == "source", proc.stderr
+    assert found in doc["error"]["message"] and ".sig" in doc["error"]["message"]
+    assert not out.exists() and not list(tmp_path.glob("b.partial-*"))
+    assert export(f"docker://{registry['addr']}/{repo}:1", "-o", str(out), "--no-referrers")[0].returncode == 0
+
+
+def test_a_fallback_tag_that_is_no_index_is_not_a_referrer(registry: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{registry['addr']}/sn/notindex:1", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["images"][0]["artifacts"] == 0 and bundle_json(out)["schemaVersion"] == "3.0"
+
+
+def test_require_signed_export_refuses_a_bad_key_file(registry: dict[str, Any], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pub"
+    bad.write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
+    proc, doc = export(f"docker://{registry['addr']}/sn/app:1", "-o", str(tmp_path / "b"), "--require-signed",
+                       str(bad))
+    assert proc.returncode == 2 and doc["error"]["id"] == "invalid-key", proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.fixture(scope="module")
+def bundles(registry: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Bundles exported without a policy: the signed app, and the unsigned image."""
+    root = tmp_path_factory.mktemp("supply-bundles")
+    out = {}
+    for name in ("app", "unsigned", "tampered"):
+        proc, _ = export(f"docker://{registry['addr']}/sn/{name}:1", "-o", str(root / name))
+        assert proc.returncode == 0, proc.stderr
+        out[name] = root / name
+    return out
+
+
+def test_import_require_signed_into_an_oci_layout(bundles: dict[str, Path], keys: dict[str, Any],
+                                                  registry: dict[str, Any], tmp_path: Path) -> None:
+    layout, receipt = tmp_path / "layout", tmp_path / "receipt.json"
+    proc = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
+                        str(keys["pub"]), "--receipt", str(receipt), "--json")
+    assert proc.returncode == 0, proc.stderr
+    validate("import", json.loads(proc.stdout))
+    [signed] = json.loads(receipt.read_text())["imageSignatures"]
+    assert signed["image"] == f"{registry['addr']}/sn/app:1"
+    assert signed["digest"] == registry["app"]["digest"] and signed["keyPath"] == str(keys["pub"])
+    index = json.loads((layout / "index.json").read_text())
+    assert registry["app"]["digest"] in {m["digest"] for m in index["manifests"]}
+    # the OCI layout target writes the artifacts too: the signature under its cosign tag (skopeo reads
+    # it back byte for byte), the SBOM referrer unnamed with its artifactType, its blobs
+    hexd = registry["app"]["digest"][7:]
+    assert hashlib_hex(_raw(f"oci:{layout}:sha256-{hexd}.sig")) == registry["app_sig"]["digest"][7:]
+    sbom = next(m for m in index["manifests"] if m["digest"] == registry["sbom"]["digest"])
+    assert sbom["artifactType"] == supplykit.SPDX and "annotations" not in sbom
+    assert (layout / "blobs/sha256" / hashlib_hex(SBOM)).read_bytes() == SBOM
+    again = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((layout / "index.json").read_text()) == index  # a second import adds nothing
+
+
+@pytest.mark.parametrize("name, error", [("unsigned", "image-unsigned"), ("tampered", "image-signature-invalid")])
+def test_import_require_signed_refuses_before_any_change(bundles: dict[str, Path], keys: dict[str, Any],
+                                                         tmp_path: Path, name: str, error: str) -> None:
+    layout = tmp_path / "layout"
+    proc = run_importer(bundles[name], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
+                        str(keys["pub"]), "--no-receipt")
+    assert proc.returncode == 7 and error_id(proc.stderr) == error, proc.stderr
+    assert not layout.exists()
+    verify = run_importer(bundles[name], "--verify-only", "--require-signed", str(keys["pub"]))
+    assert verify.returncode == 7 and error_id(verify.stderr) == error, verify.stderr
+
+
+def test_import_require_signed_refuses_a_swapped_signature_payload(bundles: dict[str, Path], keys: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    """A payload blob replaced in the bundle is caught by its digest before it is believed."""
+    bundle = tmp_path / "app"
+    subprocess.run(["cp", "-a", str(bundles["app"]), str(bundle)], check=True)
+    sig = next(a for a in bundle_json(bundle)["images"][0]["artifacts"] if a["kind"] == "signature")
+    layer = json.loads((bundle / "blobs/sha256" / sig["manifest"]["digest"][7:]).read_text())["layers"][0]
+    (bundle / "blobs/sha256" / layer["digest"][7:]).write_bytes(b'{"critical":{}}')
+    proc = run_importer(bundle, "--verify-only", "--require-signed", str(keys["pub"]))
+    assert proc.returncode != 0 and error_id(proc.stderr) == "digest-mismatch", proc.stderr
+
+
+def test_import_require_signed_with_openssl_on_python38(bundles: dict[str, Path], keys: dict[str, Any]) -> None:
+    """The oldest host the importer supports, without the cryptography module: `openssl dgst`."""
+    python = python38()
+    ok = run_importer(bundles["app"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
+    assert ok.returncode == 0, ok.stderr
+    assert "cosign signature by" in ok.stderr
+    bad = run_importer(bundles["tampered"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
+    assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
+
+
+@pytest.fixture(scope="module")
+def cosign_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Registry, Path, str]]:
+    """An image signed in the registry by the real cosign (a key pair it generated)."""
+    cosign = supplykit.cosign()
+    root = tmp_path_factory.mktemp("cosign")
+    env = {**os.environ, "COSIGN_PASSWORD": "test-passphrase", "HOME": str(root), "COSIGN_YES": "true"}
+    subprocess.run([cosign, "generate-key-pair"], cwd=root, env=env, check=True, capture_output=True, timeout=120)
+    with engines.private_registry(f"cosign-{os.getpid()}") as reg:
+        image = supplykit.push_image(reg.addr, "sn/real", "1", "signed by cosign\n")
+        signed = subprocess.run([cosign, "sign", "--key", str(root / "cosign.key"), "--tlog-upload=false",
+                                 "--allow-insecure-registry", "--yes", f"{reg.addr}/sn/real@{image['digest']}"],
+                                cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert signed.returncode == 0, signed.stderr
+        yield reg, root / "cosign.pub", image["digest"]
+
+
+def test_real_cosign_signature_is_carried_and_verified(cosign_registry: tuple[Registry, Path, str],
+                                                       tmp_path: Path) -> None:
+    reg, pub, digest = cosign_registry
+    out = tmp_path / "b"
+    proc, doc = export(f"docker://{reg.addr}/sn/real:1", "-o", str(out), "--require-signed", str(pub))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["imageSignatures"][0]["digest"] == digest
+    verify = run_importer(out, "--verify-only", "--require-signed", str(pub))
+    assert verify.returncode == 0, verify.stderr
+
+
+@pytest.fixture(scope="module")
+def mirror() -> Iterator[Registry]:
+    """The offline side's registry (another docker-registry on 127.0.0.1, no Referrers API)."""
+    with engines.private_registry(f"supply-mirror-{os.getpid()}") as reg:
+        yield reg
+
+
+
+
+def test_push_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[str, Any], keys: dict[str, Any],
+                                     mirror: Registry) -> None:
+    """`bundle push` puts the signature under its cosign tag and the SBOM referrer with its fallback
+    index into the mirror, byte for byte; the real cosign verifies the image there with the key."""
+    pushed = run_cli("bundle", "push", str(bundles["app"]), f"{mirror.addr}/site", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    doc = json.loads(pushed.stdout)
+    validate("push", doc)
+    assert sorted(a["kind"] for a in doc["artifacts"]) == ["referrer", "referrers-index", "signature"]
+    hexd = registry["app"]["digest"][7:]
+    repo = f"docker://{mirror.addr}/site/sn/app"  # the source registry's host is dropped (map_ref)
+    for ref, art in ((f"{repo}:sha256-{hexd}.sig", registry["app_sig"]), (f"{repo}@{registry['sbom']['digest']}",
+                                                                          registry["sbom"])):
+        assert hashlib_hex(_raw(ref)) == art["digest"][7:]
+    index = json.loads(_raw(f"{repo}:sha256-{hexd}"))
+    assert [m["digest"] for m in index["manifests"]] == [registry["sbom"]["digest"]]
+    cosign = supplykit.cosign()
+    verified = subprocess.run([cosign, "verify", "--key", str(keys["pub"]), "--insecure-ignore-tlog=true",
+                               "--allow-insecure-registry", f"{mirror.addr}/site/sn/app@{registry['app']['digest']}"],
+                              capture_output=True, text=True, timeout=300, check=False,
+                              env={**os.environ, "HOME": str(keys["pub"].parent)})
+    assert verified.returncode == 0, verified.stderr
+    assert registry["app"]["digest"] in verified.stdout
+
+
+def test_import_into_a_registry_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[str, Any],
+                                                       keys: dict[str, Any], mirror: Registry, tmp_path: Path) -> None:
+    receipt = tmp_path / "receipt.json"
+    proc = run_importer(bundles["app"], "--engine", "registry", "--registry", f"{mirror.addr}/imported",
+                        "--require-signed", str(keys["pub"]), "--receipt", str(receipt))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(receipt.read_text())
+    assert {a["repository"] for a in doc["push"]["artifacts"]} == {"imported/sn/app"}
+    hexd = registry["app"]["digest"][7:]
+    assert hashlib_hex(_raw(f"docker://{mirror.addr}/imported/sn/app:sha256-{hexd}.sig")) == \
+        registry["app_sig"]["digest"][7:]
+
+
+def hashlib_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _get(addr: str, path: str) -> tuple[int, bytes, dict[str, str]]:
+    conn = http.client.HTTPConnection(addr, timeout=60)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+
+
+def test_serve_answers_tags_manifests_and_referrers(bundles: dict[str, Path], registry: dict[str, Any],
+                                                    keys: dict[str, Any]) -> None:
+    """`bundle-import serve` lists the cosign tags, serves every artifact byte for byte, answers
+    the Referrers API (with the artifactType filter), refuses a bad digest; the real cosign
+    verifies the image against the served bundle."""
+    bundle = bundles["app"]
+    hexd = registry["app"]["digest"][7:]
+    with serving(bundle / "bundle-import.pyz", bundle) as served:
+        status, body, _ = _get(served.addr, "/v2/sn/app/tags/list")
+        assert status == 200 and {"1", f"sha256-{hexd}.sig", f"sha256-{hexd}"} <= set(json.loads(body)["tags"])
+        for ref, digest in ((f"sha256-{hexd}.sig", registry["app_sig"]["digest"]),
+                            (registry["sbom"]["digest"], registry["sbom"]["digest"])):
+            status, body, headers = _get(served.addr, f"/v2/sn/app/manifests/{ref}")
+            assert status == 200 and hashlib_hex(body) == digest[7:], (ref, status)
+            assert headers["content-type"] == supplykit.OCI_MANIFEST
+        status, body, headers = _get(served.addr, f"/v2/sn/app/referrers/{registry['app']['digest']}")
+        assert status == 200 and headers["content-type"] == supplykit.OCI_INDEX
+        assert [(m["digest"], m["artifactType"]) for m in json.loads(body)["manifests"]] == \
+            [(registry["sbom"]["digest"], supplykit.SPDX)]
+        status, body, headers = _get(served.addr, f"/v2/sn/app/referrers/{registry['app']['digest']}"
+                                     "?artifactType=application/vnd.example")
+        assert status == 200 and json.loads(body)["manifests"] == [] and "oci-filters-applied" in headers
+        assert _get(served.addr, "/v2/sn/app/referrers/sha256:nothex")[0] == 400
+        assert _get(served.addr, f"/v2/sn/nothere/referrers/{registry['app']['digest']}")[0] == 404
+        cosign = supplykit.cosign()
+        verified = subprocess.run([cosign, "verify", "--key", str(keys["pub"]), "--insecure-ignore-tlog=true",
+                                   "--allow-insecure-registry", f"{served.addr}/sn/app@{registry['app']['digest']}"],
+                                  capture_output=True, text=True, timeout=300, check=False,
+                                  env={**os.environ, "HOME": str(keys["pub"].parent)})
+        assert verified.returncode == 0, verified.stderr
+
+
+def test_export_from_a_registry_with_the_referrers_api(bundles: dict[str, Path], registry: dict[str, Any],
+                                                       keys: dict[str, Any], tmp_path: Path) -> None:
+    """`serve` has the Referrers API (docker-registry 2.8 has not): an export from it finds the SBOM
+    through the API (the registry's own index is not carried then) and the signature by its tag,
+    and carries both byte for byte again. The signature names the repository it was made for, not
+    this registry's: --require-signed refuses the image under its new name (the identity check)."""
+    bundle = bundles["app"]
+    with serving(bundle / "bundle-import.pyz", bundle) as served:
+        out = tmp_path / "again"
+        proc, _ = export(f"docker://{served.addr}/sn/app:1", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        moved, doc = export(f"docker://{served.addr}/sn/app:1", "-o", str(tmp_path / "moved"), "--require-signed",
+                            str(keys["pub"]))
+        assert moved.returncode == 7 and doc["error"]["id"] == "image-signature-invalid", moved.stderr
+        assert f"names the repository '{registry['addr']}/sn/app'" in doc["error"]["context"]
+    arts = bundle_json(out)["images"][0]["artifacts"]
+    assert sorted(a["kind"] for a in arts) == ["referrer", "signature"]
+    referrer = next(a for a in arts if a["kind"] == "referrer")
+    assert referrer["manifest"]["digest"] == registry["sbom"]["digest"] and "tag" not in referrer
+    signature = next(a for a in arts if a["kind"] == "signature")
+    assert signature["manifest"]["digest"] == registry["app_sig"]["digest"]
+
+
+def test_export_from_an_oci_layout_carries_what_is_attached(bundles: dict[str, Path], registry: dict[str, Any],
+                                                            keys: dict[str, Any], tmp_path: Path) -> None:
+    """Round trip: the bundle imported into an OCI layout (signature under its cosign tag, the SBOM
+    referrer unnamed) and exported again from `oci:DIR:REF` carries both (the referrer found by
+    its subject), verified by --require-signed; a damaged signature blob in the layout fails the
+    export (source), --no-referrers leaves them out."""
+    layout = tmp_path / "layout"
+    proc = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    ref = f"oci:{layout}:{registry['addr']}/sn/app:1"
+    out = tmp_path / "again"
+    exported, doc = export(ref, "-o", str(out), "--require-signed", str(keys["pub"]))
+    assert exported.returncode == 0, exported.stderr
+    arts = {a["kind"]: a for a in bundle_json(out)["images"][0]["artifacts"]}
+    assert set(arts) == {"signature", "referrer"}
+    assert arts["signature"]["manifest"]["digest"] == registry["app_sig"]["digest"]
+    assert arts["referrer"]["manifest"]["digest"] == registry["sbom"]["digest"]
+    assert arts["referrer"]["artifactType"] == supplykit.SPDX
+    assert doc["imageSignatures"][0]["digest"] == registry["app"]["digest"]
+    plain, _ = export(ref, "-o", str(tmp_path / "plain"), "--no-referrers")
+    assert plain.returncode == 0 and "artifacts" not in bundle_json(tmp_path / "plain")["images"][0]
+    sig_blob = layout / "blobs/sha256" / registry["app_sig"]["digest"][7:]
+    sig_blob.chmod(0o644)
+    sig_blob.write_bytes(sig_blob.read_bytes() + b" ")
+    damaged, doc = export(ref, "-o", str(tmp_path / "damaged"))
+    assert damaged.returncode == 5 and doc["error"]["id"] == "source", damaged.stderr
+    assert not (tmp_path / "damaged").exists()
+
+
+def test_require_signed_reads_a_tar_and_its_parts(bundles: dict[str, Path], keys: dict[str, Any],
+                                                  tmp_path: Path) -> None:
+    """The check reads the signature blobs through the one bundle view: from a tar and from parts."""
+    for name, extra in (("app.tar", []), ("split.tar", ["--split", "64K"])):
+        packed = run_cli("bundle", "pack", str(bundles["app"]), str(tmp_path / name), *extra, "-q")
+        assert packed.returncode == 0, packed.stderr
+        target = tmp_path / (name + (".parts.json" if extra else ""))
+        ok = run_importer(target, "--verify-only", "--require-signed", str(keys["pub"]),
+                          pyz=tmp_path / "bundle-import.pyz")
+        assert ok.returncode == 0 and "cosign signature by" in ok.stderr, ok.stderr
+        bad = run_importer(target, "--verify-only", "--require-signed", str(keys["other_pub"]),
+                           pyz=tmp_path / "bundle-import.pyz")
+        assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
+
+
+@pytest.mark.parametrize("status", [405, 400])
+def test_a_registry_that_refuses_the_referrers_endpoint_falls_back_to_the_tag(registry: dict[str, Any],
+                                                                              tmp_path: Path, status: int) -> None:
+    """A proxy in front of the registry answers the Referrers API with 405 or 400 (as registries
+    without it and some proxies do): the export uses the sha256-<hex> fallback tag instead."""
+    with FlakyProxy(registry["reg"].port, fail_first=10, fail_match=b"GET /v2/sn/app/referrers/",
+                    fail_status=status) as proxy:
+        out = tmp_path / "b"
+        proc, _ = export(f"docker://127.0.0.1:{proxy.port}/sn/app:1", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert proxy.failed >= 1
+    kinds = sorted(a["kind"] for a in bundle_json(out)["images"][0]["artifacts"])
+    assert kinds == ["referrer", "referrers-index", "signature"]
+
+
+def test_a_signed_index_covers_the_platform_carried(registry: dict[str, Any], keys: dict[str, Any],
+                                                   mirror: Registry, tmp_path: Path) -> None:
+    """cosign signs the index a multi-platform tag names; exporting one platform carries that index
+    (kind index) so the signature is checked offline against the carried manifest; the index is
+    not handed on (it names a platform the bundle lacks); with --all-platforms the index is the
+    image's own."""
+    addr = registry["addr"]
+    mine = host().architecture
+    built = supplykit.push_multi(addr, "sn/multi", "1", [mine, "s390x" if mine != "s390x" else "arm64"])
+    supplykit.cosign_sign(addr, "sn/multi", built["index"]["digest"], keys["signer"])
+    out = tmp_path / "one"
+    proc, doc = export(f"docker://{addr}/sn/multi:1", "-o", str(out), "--require-signed", str(keys["pub"]))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["imageSignatures"][0]["digest"] == built["index"]["digest"]
+    [image] = bundle_json(out)["images"]
+    assert image["manifest"]["digest"] == built["platforms"][mine]["digest"] and "index" not in image
+    arts = {a["kind"]: a for a in image["artifacts"]}
+    assert set(arts) == {"signature", "index"} and arts["index"]["manifest"]["digest"] == built["index"]["digest"]
+    ok = run_importer(out, "--verify-only", "--require-signed", str(keys["pub"]))
+    assert ok.returncode == 0, ok.stderr
+    pushed = run_cli("bundle", "push", str(out), f"{mirror.addr}/multi", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    assert [a["kind"] for a in json.loads(pushed.stdout)["artifacts"]] == ["signature"]
+    every = tmp_path / "all"
+    proc, _ = export(f"docker://{addr}/sn/multi:1", "-o", str(every), "--all-platforms", "--require-signed",
+                     str(keys["pub"]))
+    assert proc.returncode == 0, proc.stderr
+    assert [a["kind"] for a in bundle_json(every)["images"][0]["artifacts"]] == ["signature"]
