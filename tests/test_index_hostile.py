@@ -132,6 +132,23 @@ def test_a_config_for_another_platform_than_recorded_is_refused(pristine: Path, 
     assert {p["id"] for p in doc["problems"]} == {"config-platform-mismatch"}, doc["problems"]
 
 
+def test_a_recorded_platform_with_an_os_but_no_architecture_is_refused(tmp_path: Path) -> None:
+    """Found by the fuzzer: bundle.json naming an os but no architecture (re-pinned) judged no
+    config, so any image passed as "linux"."""
+    from tests.fuzzkit import repin_file
+    from tests.transferkit import random_bundle
+
+    b = random_bundle(tmp_path / "one.bundle", mb=(1, 1))  # single-platform images
+    doc = json.loads((b / "bundle.json").read_text())
+    assert doc["images"][0]["platform"]["architecture"]
+    del doc["images"][0]["platform"]["architecture"]
+    (b / "bundle.json").write_text(json.dumps(doc, indent=2))
+    repin_file(b, "bundle.json")
+    code, out, err = _verify(b)
+    assert code in (3, 4), err
+    assert "Traceback" not in err and "internal" not in err
+
+
 def test_a_bad_index_is_refused_before_the_oci_target_is_written(pristine: Path, tmp_path: Path) -> None:
     b = _copy(pristine, tmp_path)
     rewrite_index(b, _swap_platforms)

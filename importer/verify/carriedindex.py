@@ -102,6 +102,9 @@ def config_platform_issue(record: ImageRecord, config: Dict[str, Any]) -> Option
     A record naming no platform is not judged (schema 3.0/3.1 bundles may leave it out)."""
     want = record_platform(record)
     if want is None:
+        if record.platform.get("os"):  # an os without an architecture names no platform a config can be for
+            return (f"expected bundle.json's platform to name an architecture with its os, found "
+                    f"{dict(record.platform)!r:.120}")
         return None
     got = of_dict(config)
     if got is None or not got.matches(want):
