@@ -145,7 +145,8 @@ def test_a_recorded_platform_with_an_os_but_no_architecture_is_refused(tmp_path:
     (b / "bundle.json").write_text(json.dumps(doc, indent=2))
     repin_file(b, "bundle.json")
     code, out, err = _verify(b)
-    assert code in (3, 4), err
+    assert code == 3, err
+    assert {p["id"] for p in out["problems"]} == {"config-platform-mismatch"}, out["problems"]
     assert "Traceback" not in err and "internal" not in err
 
 
