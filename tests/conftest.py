@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- engine infrastructure (docker/scripts/dockerd.sh via tests/engines.py) ----------------
+# --- engine infrastructure (docker/scripts/dockerd.sh via tests/kit/engines.py) ----------------
 # docker_host      session: private dockerd "test-overlay2" (default storage driver)
 # docker_host_vfs  session, lazy: private dockerd "test-vfs" (--storage-driver vfs)
 # docker_host_ctrstore  session, lazy: private dockerd "test-ctrstore": Debian 13's dockerd 26
@@ -15,10 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-try:  # tests/ as a package
-    from . import engines
-except ImportError:  # tests/ as a plain rootdir (pytest's default "prepend" import mode)
-    import engines  # type: ignore[no-redef]
+from tests.kit import engine_stores, engines
+from tests.kit.fixtures import bundle, pristine, pristine_multi  # noqa: F401 (the kit's shared fixtures)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -96,7 +94,7 @@ def busybox() -> str:
     return engines.static_busybox()
 
 
-# --- containerd and podman (tests/engine_stores.py; issue 3) -----------------------------
+# --- containerd and podman (tests/kit/engine_stores.py; issue 3) -----------------------------
 # containerd_address  session: private standalone containerd "test" (docker/scripts/containerd.sh),
 #                     snapshotters overlayfs and native, any namespace (default, k8s.io)
 # podman_vfs, podman_overlay  session: private podman stores (own root/runroot/conf)
@@ -105,11 +103,6 @@ def busybox() -> str:
 @pytest.fixture(scope="session")
 def containerd_address() -> Iterator[str]:
     """Socket path of a private standalone containerd for this session."""
-    try:  # tests/ as a package
-        from . import engine_stores
-    except ImportError:
-        import engine_stores  # type: ignore[no-redef]
-
     engines.require_root("starting a private containerd")
     for tool in ("containerd", "ctr", "runc"):
         engines.require(tool)
@@ -125,11 +118,6 @@ def containerd_address() -> Iterator[str]:
 
 
 def _podman_store(base: str, driver: str) -> Iterator[object]:
-    try:  # tests/ as a package
-        from . import engine_stores
-    except ImportError:
-        import engine_stores  # type: ignore[no-redef]
-
     engines.require_root("using a private podman store")
     engines.require("podman")
     store = engine_stores.podman_store(_instance_name(base), driver)

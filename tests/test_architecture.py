@@ -254,7 +254,7 @@ def test_pyz_holds_only_the_importer(tmp_path: Path) -> None:
 def _python38() -> str:
     import shutil
 
-    from tests import engines
+    from tests.kit import engines
 
     pyenv = sorted(Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))
     for candidate in [str(p) for p in pyenv] + [shutil.which("python3.8") or ""]:
@@ -267,7 +267,7 @@ def test_pyz_verifies_on_python_3_8_with_the_zstd_cli(tmp_path: Path) -> None:
     """Python 3.8 without the zstandard module: the importer falls back to the zstd command."""
     import subprocess
 
-    from tests.bundlegen import make_bundle
+    from tests.kit.bundlegen import make_bundle
 
     b = make_bundle(tmp_path / "b")
     proc = subprocess.run([_python38(), "-I", str(b / "bundle-import.pyz"), str(b), "--verify-only", "--json"],
@@ -282,7 +282,7 @@ def test_pyz_without_any_zstd_decoder_still_verifies(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from tests.bundlegen import make_bundle
+    from tests.kit.bundlegen import make_bundle
 
     b = make_bundle(tmp_path / "b")
     python = _python38()

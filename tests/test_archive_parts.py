@@ -15,10 +15,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests import engines
-from tests.helpers import docker, image_facts, run_cli, run_pyz
-from tests.imagegen import simple_context
-from tests.transferkit import random_bundle
+from tests.kit import engines
+from tests.kit.helpers import docker, image_facts, run_cli, run_pyz
+from tests.kit.imagegen import simple_context
+from tests.kit.transferkit import random_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 PARTS_SCHEMA = json.loads((REPO / "schemas" / "parts" / "parts-v1.schema.json").read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import engines
+from tests.kit import engines
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, run_cli
-from tests.transferkit import random_bundle
+from tests.kit.helpers import REPO, run_cli
+from tests.kit.transferkit import random_bundle
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import engines
-from tests.helpers import docker, image_facts, run_cli, run_pyz
-from tests.imagegen import simple_context
+from tests.kit import engines
+from tests.kit.helpers import docker, image_facts, run_cli, run_pyz
+from tests.kit.imagegen import simple_context
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "bundles"
 VERSIONS = ["v1", "v2", "v3"]

@@ -17,9 +17,9 @@ import pytest
 from bundle.blobstore import BlobStore
 from bundle.sources.docker_daemon import read_docker_save
 from bundle.writer import write_bundle
-from tests import engines
-from tests.fakesave import FakeImage, docker_save, layer_tar
-from tests.helpers import bundle_image_id, docker, image_facts, run_cli
+from tests.kit import engines
+from tests.kit.fakesave import FakeImage, docker_save, layer_tar
+from tests.kit.helpers import bundle_image_id, docker, image_facts, run_cli
 from tests.test_cli_json import validate
 
 pytestmark = pytest.mark.engine

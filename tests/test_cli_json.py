@@ -7,7 +7,6 @@ Engine-free: a generated bundle, an OCI layout as the engine; a registry push on
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from tests.bundlegen import make_bundle
-from tests.helpers import REPO, run_cli
+from tests.kit.helpers import REPO, run_cli
 
 SCHEMAS = REPO / "schemas"
 
@@ -64,16 +62,6 @@ def failed(command: str, proc: subprocess.CompletedProcess[str], error_id: str, 
     return doc
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("pristine") / "b.bundle")
-
-
-@pytest.fixture()
-def bundle(pristine: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "b.bundle"
-    shutil.copytree(pristine, out)
-    return out
 
 
 def _tamper(bundle: Path) -> None:
@@ -140,7 +128,7 @@ def test_smoke_failure() -> None:
 
 def test_smoke_and_import_smoke_results(bundle: Path, tmp_path: Path) -> None:
     """The suite for real in this Python (CPU, one cheap gate): a candidate, ok false, exit 10."""
-    from tests.smokekit import require_torch
+    from tests.kit.smokekit import require_torch
 
     require_torch()
     args = ("--no-container", "--device", "cpu", "--gates", "shutdown", "--no-receipt", "--json")

@@ -1,34 +1,20 @@
 """The first hour with the CLIs (issue 16): discoverable commands and exit codes, receipts that
 never turn a successful import into a failure, outputs that never destroy what is not a bundle.
 
-Engine-free: bundles from tests/bundlegen.py, imported into an OCI layout (``--engine oci``)."""
+Engine-free: bundles from tests/kit/bundlegen.py, imported into an OCI layout (``--engine oci``)."""
 
 from __future__ import annotations
 
 import io
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from tests.bundlegen import make_bundle
-from tests.helpers import REPO, run_cli
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("pristine") / "b.bundle")
-
-
-@pytest.fixture()
-def bundle(pristine: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "b.bundle"
-    shutil.copytree(pristine, out)
-    return out
+from tests.kit.helpers import REPO, run_cli
 
 
 def error_id(stderr: str) -> str:

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from tests import engines
-from tests.fuzzkit import repin_file
-from tests.helpers import docker, image_facts, run_cli
-from tests.servekit import serving
+from tests.kit import engines
+from tests.kit.fuzzkit import repin_file
+from tests.kit.helpers import docker, image_facts, run_cli
+from tests.kit.servekit import serving
+from tests.kit.transferkit import random_bundle
 from tests.test_cli_json import validate
 from tests.test_multiplatform import ARCHES, REF, export, write_layout
 from tests.test_serve import request
-from tests.transferkit import random_bundle
 
 pytestmark = pytest.mark.engine
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shutil
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -29,8 +28,7 @@ from bundle.archive import pack_bundle
 from importer.format.sums import parse_sums
 from importer.verify.archive import verify_archive
 from importer.verify.bundle import verify_bundle
-from tests.bundlegen import make_bundle
-from tests.trustkit import regenerate_sums, sums_accept
+from tests.kit.trustkit import regenerate_sums, sums_accept
 
 BLOBS = "blobs/sha256/"
 FAKE_DIFF_ID = "sha256:" + "ab" * 32
@@ -38,14 +36,6 @@ GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 BASE, APP = 0, 1  # sample_images(): fake/base:1 [base, empty], fake/app:2 [base, empty, top]
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("b") / "fake.bundle")
-
-
-@pytest.fixture
-def bundle(pristine: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(pristine, tmp_path / "fake.bundle"))
 
 
 # ============================================================================ re-pinning

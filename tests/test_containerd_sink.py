@@ -1,7 +1,7 @@
 """The containerd sink against a real standalone containerd (docker/scripts/containerd.sh):
 the naming trap, the Docker-containerd-store identity rule, snapshot checks, snapshotter choice
 and engine detection on a Kubernetes-style node. Uses the engine-free bundle of
-tests/bundlegen.py, so no dockerd is needed."""
+tests/kit/bundlegen.py, so no dockerd is needed."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from importer.sinks.choose import EngineOptions, choose_sink
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.sinks.ociarchive import write_oci_archive
 from importer.verify.bundle import verify_bundle
-from tests.bundlegen import make_bundle
-from tests.engine_stores import ctr
-from tests.helpers import run_cli
+from tests.kit.bundlegen import make_bundle
+from tests.kit.engine_stores import ctr
+from tests.kit.helpers import run_cli
 
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[1]

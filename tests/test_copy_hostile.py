@@ -12,19 +12,14 @@ from typing import Callable
 
 import pytest
 
-from tests.bundlegen import make_bundle
-from tests.helpers import run_cli
-from tests.trustkit import error_id
+from tests.kit.helpers import run_cli
+from tests.kit.trustkit import error_id
 
 #: The two CLIs: the exporter's `bundle copy` and the importer's `bundle-import copy`.
 CLIS = ["bundle", "importer"]
 SECRET = b"root:$6$not-for-the-bundle$secret-hash:19000:0:99999:7:::\n"
 TIMEOUT = 60  # a copy that blocks on a FIFO must fail the test, not hang it
 
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("hostile-copy") / "b.bundle")
 
 
 @pytest.fixture()

@@ -28,8 +28,8 @@ from importer.verify.cosign import (
     parse_cosign_key,
 )
 from importer.verify.signature import BACKEND_ENV, InvalidKey
-from tests import supplykit
-from tests.fuzzkit import mutate_json
+from tests.kit import supplykit
+from tests.kit.fuzzkit import mutate_json
 
 SUBJECT = Digest.of_bytes(b"the image manifest")
 REPO = "registry.example:5000/team/app"

@@ -4,7 +4,7 @@ tables: the CUDA Compatibility guide (minor-version compatibility minimums: 11.x
 notes' "CUDA Toolkit and Corresponding Driver Versions" table (Linux x86_64: 12.4 GA >= 550.54.14,
 12.6 GA >= 560.28.03, 12.8 GA >= 570.26, 12.9 GA >= 575.51.03, 13.0 GA >= 580.65.06). Targets are
 the hosts the inventory fixtures describe (tests/data/gpu/), images the env of nvidia/cuda base
-images (tests/imagegen.py)."""
+images (tests/kit/imagegen.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from importer.format.cudafit import (
     needs_from_env,
 )
 from importer.smoke.tree import write_tree
-from tests.imagegen import CUDA_IMAGES, cuda_env
+from tests.kit.imagegen import CUDA_IMAGES, cuda_env
 
 H100 = GPU("NVIDIA H100 80GB HBM3", "NVIDIA", "9.0", True)
 H200 = GPU("NVIDIA H200", "NVIDIA", "9.0", True)

@@ -17,8 +17,8 @@ import pytest
 
 from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import load_bundle_manifest
-from tests import engines
-from tests.helpers import bundle_image_id, docker, image_facts, image_ids, image_store, run_cli, run_pyz
+from tests.kit import engines
+from tests.kit.helpers import bundle_image_id, docker, image_facts, image_ids, image_store, run_cli, run_pyz
 
 pytestmark = pytest.mark.engine
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import engines
-from tests.engine_stores import containerd_dir, ctr
-from tests.helpers import docker, run_cli
+from tests.kit import engines
+from tests.kit.engine_stores import containerd_dir, ctr
+from tests.kit.helpers import docker, run_cli
 
 pytestmark = pytest.mark.engine
 SNAP = "native"

@@ -24,11 +24,11 @@ import pytest
 
 from importer.format.platform import host_platform
 from importer.inventory.engine import load_inventory
-from tests import engines
-from tests.engines import Registry
-from tests.helpers import REPO, run_cli, run_pyz
+from tests.kit import engines
+from tests.kit.engines import Registry
+from tests.kit.helpers import REPO, run_cli, run_pyz
+from tests.kit.transferkit import FlakyProxy, blob_upload_requests, free_port, log_size
 from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared
-from tests.transferkit import FlakyProxy, blob_upload_requests, free_port, log_size
 
 pytestmark = pytest.mark.engine
 

@@ -13,8 +13,8 @@ import pytest
 
 from importer.errors import CommandFailed
 from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad, api_errors, api_save, socket_path
-from tests.bundlegen import make_bundle
-from tests.helpers import docker, image_facts, image_ids, run_cli
+from tests.kit.bundlegen import make_bundle
+from tests.kit.helpers import docker, image_facts, image_ids, run_cli
 
 pytestmark = pytest.mark.engine
 

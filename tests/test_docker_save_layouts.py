@@ -12,7 +12,7 @@ from bundle.sources.docker_daemon import read_docker_save
 from bundle.writer import write_bundle
 from importer.errors import SourceError
 from importer.verify.bundle import verify_bundle
-from tests.fakesave import FakeImage, docker_save, layer_tar, sample_images, sha
+from tests.kit.fakesave import FakeImage, docker_save, layer_tar, sample_images, sha
 
 
 @pytest.mark.parametrize("layout", ["classic", "v25"])

@@ -24,9 +24,9 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from tests import engines
-from tests.helpers import REPO
-from tests.imagegen import simple_context
+from tests.kit import engines
+from tests.kit.helpers import REPO
+from tests.kit.imagegen import simple_context
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 

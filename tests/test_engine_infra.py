@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from . import engines
-except ImportError:
-    import engines  # type: ignore[no-redef]
+from tests.kit import engines
 
 DOCKERFILE = """\
 FROM scratch

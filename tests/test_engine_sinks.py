@@ -38,9 +38,9 @@ from importer.sinks.ociarchive import index_document
 from importer.sinks.podman import engine_image_from_podman
 from importer.verify.bundle import verify_bundle
 from importer.verify.deep import compare, export_refused
-from tests.bundlegen import make_bundle
-from tests.engines import require
-from tests.fakesave import docker_save, layer_tar, sample_images
+from tests.kit.bundlegen import make_bundle
+from tests.kit.engines import require
+from tests.kit.fakesave import docker_save, layer_tar, sample_images
 
 REPO = Path(__file__).resolve().parents[1]
 REC = REPO / "tests" / "golden" / "engine-output"

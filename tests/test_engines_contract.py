@@ -1,6 +1,6 @@
 """One bundle, every engine: the same verified answer everywhere (issue 3).
 
-A two-image bundle (tests/imagegen.py's tricky content: hardlinks, symlinks, whiteouts, opaque
+A two-image bundle (tests/kit/imagegen.py's tricky content: hardlinks, symlinks, whiteouts, opaque
 dirs, long and non-ASCII names, setuid/sticky bits; a small random file instead of 200 MB) is
 imported with the bundle's own ``bundle-import.pyz --verify --deep`` into: dockerd (overlay2),
 dockerd (vfs), a standalone containerd (overlayfs in namespace ``default``, native in
@@ -25,10 +25,10 @@ from typing import Any, Callable
 import pytest
 
 from importer.format.identity import chain_ids
-from tests import engine_stores, engines
-from tests.engine_stores import PodmanStore
-from tests.helpers import run_pyz
-from tests.imagegen import BASE_DOCKERFILE
+from tests.kit import engine_stores, engines
+from tests.kit.engine_stores import PodmanStore
+from tests.kit.helpers import run_pyz
+from tests.kit.imagegen import BASE_DOCKERFILE
 
 pytestmark = pytest.mark.engine
 

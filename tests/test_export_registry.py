@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests import engines
-from tests.engines import Registry
-from tests.helpers import docker, image_facts, run_cli
-from tests.imagegen import simple_context
+from tests.kit import engines
+from tests.kit.engines import Registry
+from tests.kit.helpers import docker, image_facts, run_cli
+from tests.kit.imagegen import simple_context
+from tests.kit.transferkit import FlakyProxy
 from tests.test_cli_json import validate
 from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared
-from tests.transferkit import FlakyProxy
 
 pytestmark = pytest.mark.engine
 
@@ -185,7 +185,7 @@ def test_a_delta_and_a_signature_from_a_registry(registry: Registry, tmp_path: P
     """--have and --sign-key work for docker:// as for every source (issue 17, point 5): the layer
     the earlier bundle holds (busybox, shared by both images) is left out, the rest verifies and
     the signature checks with the public key."""
-    from tests.trustkit import keypair
+    from tests.kit.trustkit import keypair
 
     base = tmp_path / "big.bundle"
     proc, _ = export(f"docker://{registry.addr}/sn/big:1", "-o", str(base))

@@ -13,9 +13,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests import engines
-from tests.helpers import docker, image_facts, run_cli
-from tests.oci_schemas import validate_oci
+from tests.kit import engines
+from tests.kit.helpers import docker, image_facts, run_cli
+from tests.kit.oci_schemas import validate_oci
 
 pytestmark = pytest.mark.engine
 SNAP = "native"

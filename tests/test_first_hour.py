@@ -15,12 +15,12 @@ from importer.cli.smoke import render_gates
 from importer.errors import InvalidReference
 from importer.format.reference import parse_reference
 from importer.streams.progress import StderrProgress
-from tests import engines
-from tests.bundlegen import make_bundle
-from tests.helpers import docker, run_cli
-from tests.imagegen import simple_context
+from tests.kit import engines
+from tests.kit.bundlegen import make_bundle
+from tests.kit.helpers import docker, run_cli
+from tests.kit.imagegen import simple_context
+from tests.kit.trustkit import keypair
 from tests.test_platforms import REF, two_platform_layout
-from tests.trustkit import keypair
 
 
 def _layout(tmp_path: Path) -> str:

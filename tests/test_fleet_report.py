@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from importer.receipts.receipt import now_utc
-from tests import engines
-from tests.helpers import REPO, run_cli
+from tests.kit import engines
+from tests.kit.helpers import REPO, run_cli
 from tests.test_check_only import REFS, fleet_bundle, forget
 from tests.test_cli_json import validate
 

@@ -2,7 +2,7 @@
 (``SNEAKERNET_FUZZ_SECONDS`` for a longer run, ``SNEAKERNET_FUZZ_SEED`` for another seed;
 docs/security.md "Fuzzing" has the last long run's counts). Every mutated bundle must end in a
 typed error or a pass, never ``internal``, never a hang; and a bundle the importer accepts must
-pass the independent reference check (tests/fuzzkit.py)."""
+pass the independent reference check (tests/kit/fuzzkit.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,7 @@ import random
 import time
 from pathlib import Path
 
-import pytest
-
-from tests.bundlegen import make_bundle, make_multiplatform_bundle
-from tests.fuzzkit import MULTI_TARGETS, TARGETS, budget_seconds, reference_problems, run_case
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("fuzz") / "pristine.bundle")
+from tests.kit.fuzzkit import MULTI_TARGETS, TARGETS, budget_seconds, reference_problems, run_case
 
 
 def test_the_reference_check_accepts_the_pristine_bundle(pristine: Path) -> None:
@@ -30,7 +22,7 @@ def test_the_reference_check_accepts_the_pristine_bundle(pristine: Path) -> None
 def test_the_reference_check_is_not_vacuous(pristine: Path, tmp_path: Path) -> None:
     import shutil
 
-    from tests.trustkit import regenerate_sums
+    from tests.kit.trustkit import regenerate_sums
 
     b = tmp_path / "b"
     shutil.copytree(pristine, b)
@@ -38,10 +30,6 @@ def test_the_reference_check_is_not_vacuous(pristine: Path, tmp_path: Path) -> N
     regenerate_sums(b)  # SHA256SUMS agrees, bundle.json's pin does not
     assert reference_problems(b)
 
-
-@pytest.fixture(scope="module")
-def pristine_multi(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_multiplatform_bundle(tmp_path_factory.mktemp("fuzz") / "multi.bundle")
 
 
 def test_the_reference_check_accepts_the_pristine_multiplatform_bundle(pristine_multi: Path) -> None:
@@ -52,7 +40,7 @@ def test_the_reference_check_reads_the_carried_index(pristine_multi: Path, tmp_p
     import json
     import shutil
 
-    from tests.fuzzkit import replace_blob
+    from tests.kit.fuzzkit import replace_blob
 
     b = tmp_path / "b"
     shutil.copytree(pristine_multi, b)

@@ -1,8 +1,8 @@
 """GPU fit before the gap (docs/gpu-fit.md), end to end with a real dockerd and images that carry
-what nvidia/cuda base images carry (tests/imagegen.py cuda_context: their env, their compat
+what nvidia/cuda base images carry (tests/kit/imagegen.py cuda_context: their env, their compat
 libraries, a torch/version.py): bundle.json records each image's CUDA needs (schema 3.4),
 `bundle export --have INVENTORY` judges them on the inventory's host (inventories taken with the
-nvidia-smi outputs of tests/golden/nvidia-smi, tests/gpukit.py) and `bundle-import` on its own."""
+nvidia-smi outputs of tests/golden/nvidia-smi, tests/kit/gpukit.py) and `bundle-import` on its own."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests import engines
-from tests.gpukit import HOSTS, gpu_env, no_gpu_env, take_inventory
-from tests.helpers import REPO, docker, run_cli, run_pyz
-from tests.imagegen import cuda_context, simple_context
+from tests.kit import engines
+from tests.kit.gpukit import HOSTS, gpu_env, no_gpu_env, take_inventory
+from tests.kit.helpers import REPO, docker, run_cli, run_pyz
+from tests.kit.imagegen import cuda_context, simple_context
 from tests.test_cli_json import failed, ok, validate
 
 pytestmark = pytest.mark.engine

@@ -13,8 +13,8 @@ import pytest
 
 from importer.format import cudafit
 from importer.inventory.gpuhost import parse_compute_caps, parse_smi_q
-from tests.gpukit import HOSTS, SMI_DIR, fake_nvml, gpu_env, no_gpu_env
-from tests.helpers import REPO
+from tests.kit.gpukit import HOSTS, SMI_DIR, fake_nvml, gpu_env, no_gpu_env
+from tests.kit.helpers import REPO
 
 PROBE = "import json; from importer.inventory.gpuhost import probe; print(json.dumps(probe()))"
 

@@ -37,8 +37,8 @@ from importer.input.safetar import (
     extract,
 )
 from importer.verify.bundle import verify_bundle
-from tests.bundlegen import make_bundle
-from tests.trustkit import error_id, regenerate_sums, run_importer
+from tests.kit.bundlegen import make_bundle
+from tests.kit.trustkit import error_id, regenerate_sums, run_importer
 
 # ============================================================================ the corpus
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from bundle.imagelist import ImageListError, platform_of, read_image_list, read_image_lists
-from tests import engines
-from tests.engines import Registry
-from tests.helpers import run_cli
-from tests.imagegen import simple_context
+from tests.kit import engines
+from tests.kit.engines import Registry
+from tests.kit.helpers import run_cli
+from tests.kit.imagegen import simple_context
 from tests.test_export_registry import push
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bundle.imagelist import MAX_YAML_BYTES, ImageListError, ImageListLocalSource, read_image_list
-from tests.helpers import run_cli
+from tests.kit.helpers import run_cli
 
 HAULER = "apiVersion: content.hauler.cattle.io/v1\nkind: Images\nspec:\n  images:\n"
 

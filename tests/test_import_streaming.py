@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.bundlegen import make_bundle
-from tests.helpers import docker, image_ids, run_cli
-from tests.trustkit import regenerate_sums
+from tests.kit.bundlegen import make_bundle
+from tests.kit.helpers import docker, image_ids, run_cli
+from tests.kit.trustkit import regenerate_sums
 
 pytestmark = pytest.mark.engine
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
-from tests.transferkit import random_bundle
-from tests.trustkit import error_id, keypair, sign
+from tests.kit.helpers import run_cli
+from tests.kit.transferkit import random_bundle
+from tests.kit.trustkit import error_id, keypair, sign
 
 
 def _evil_pyz(size: int | None = None) -> bytes:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.bundlegen import make_multiplatform_bundle
-from tests.fuzzkit import replace_blob
-from tests.helpers import run_cli
+from tests.kit.bundlegen import make_multiplatform_bundle
+from tests.kit.fuzzkit import replace_blob
+from tests.kit.helpers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +135,8 @@ def test_a_config_for_another_platform_than_recorded_is_refused(pristine: Path, 
 def test_a_recorded_platform_with_an_os_but_no_architecture_is_refused(tmp_path: Path) -> None:
     """Found by the fuzzer: bundle.json naming an os but no architecture (re-pinned) judged no
     config, so any image passed as "linux"."""
-    from tests.fuzzkit import repin_file
-    from tests.transferkit import random_bundle
+    from tests.kit.fuzzkit import repin_file
+    from tests.kit.transferkit import random_bundle
 
     b = random_bundle(tmp_path / "one.bundle", mb=(1, 1))  # single-platform images
     doc = json.loads((b / "bundle.json").read_text())

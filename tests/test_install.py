@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.kit.helpers import REPO
 from tests.test_docs_commands import commands_of
 
 INSTALL_LINES = ["python3 -m venv .venv", ".venv/bin/python3 -m pip install .", ". .venv/bin/activate"]

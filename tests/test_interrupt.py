@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from importer.pipeline.lock import EngineLocked, engine_lock
-from tests.engines import DOCKER_STORES
-from tests.helpers import docker
-from tests.trustkit import (
+from tests.kit.engines import DOCKER_STORES
+from tests.kit.helpers import docker
+from tests.kit.trustkit import (
     BASE_REF,
     SEC_REFS,
     build_sec_images,

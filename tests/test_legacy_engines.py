@@ -15,10 +15,10 @@ import jsonschema
 import pytest
 
 from importer.pipeline.lock import engine_lock
-from tests import engines
-from tests.engine_stores import ctr
-from tests.helpers import REPO, docker, image_facts, run_cli
-from tests.imagegen import simple_context
+from tests.kit import engines
+from tests.kit.engine_stores import ctr
+from tests.kit.helpers import REPO, docker, image_facts, run_cli
+from tests.kit.imagegen import simple_context
 
 pytestmark = pytest.mark.engine
 GOLDEN = Path(__file__).resolve().parent / "golden" / "bundles"

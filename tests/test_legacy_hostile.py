@@ -22,8 +22,8 @@ import zstandard
 from importer.format.legacy import load_legacy_manifest
 from importer.format.limits import MAX_LEGACY_SUMS
 from importer.verify.legacyarchive import MANIFEST_JSON, archive_pass, open_archive
-from tests.helpers import REPO, docker, run_cli
-from tests.trustkit import engine_listing, error_id
+from tests.kit.helpers import REPO, docker, run_cli
+from tests.kit.trustkit import engine_listing, error_id
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "bundles"
 REFS = ("fake/base:1", "fake/app:2")

@@ -19,8 +19,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests import engines
-from tests.helpers import REPO, docker, image_facts, image_ids, run_cli
+from tests.kit import engines
+from tests.kit.helpers import REPO, docker, image_facts, image_ids, run_cli
 from tests.test_cli_json import validate
 from tests.test_platforms import _blob, _layer
 

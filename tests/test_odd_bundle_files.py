@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.bundlegen import make_bundle, make_multiplatform_bundle
-from tests.helpers import run_cli
-from tests.trustkit import regenerate_sums
+from tests.kit.bundlegen import make_multiplatform_bundle
+from tests.kit.helpers import run_cli
+from tests.kit.trustkit import regenerate_sums
 
 #: every command that reads a bundle folder (serve would serve forever: it must refuse at once)
 COMMANDS = {
@@ -32,10 +32,6 @@ COMMANDS = {
 }
 NAMES = ("bundle.json", "SHA256SUMS", "index.json", "oci-layout", "bundle.json.sig", "blob")
 
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("odd") / "b.bundle")
 
 
 def _blob_name(b: Path) -> str:

@@ -21,9 +21,9 @@ import pytest
 from bundle.archive import pack_bundle
 from importer.input.opened import open_bundle
 from importer.input.safetar import SafeTarReader
-from tests.helpers import docker, image_facts
-from tests.transferkit import random_bundle
-from tests.trustkit import error_id, keypair, run_importer, sign
+from tests.kit.helpers import docker, image_facts
+from tests.kit.transferkit import random_bundle
+from tests.kit.trustkit import error_id, keypair, run_importer, sign
 
 REFS = ("carry/base:1", "carry/app:2")
 

@@ -16,8 +16,8 @@ import pytest
 
 from importer.errors import UsageError
 from importer.format.platform import Platform, host, parse_platform, parse_platforms, pick_platform_manifest
-from tests import engines
-from tests.helpers import docker, image_facts, run_cli
+from tests.kit import engines
+from tests.kit.helpers import docker, image_facts, run_cli
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

@@ -15,8 +15,8 @@ import pytest
 
 from importer.format.manifest import load_bundle_manifest
 from importer.pipeline.preflight import DATA_ROOT_MARGIN, TEMP_NEED, data_root_need, layer_bytes, vfs_bytes
-from tests import engines
-from tests.trustkit import (
+from tests.kit import engines
+from tests.kit.trustkit import (
     SEC_REFS,
     build_sec_images,
     engine_listing,
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.engine
 
 
 def test_space_rule_counts_the_archive_twice_and_vfs_chains(tmp_path: Path) -> None:
-    from tests.bundlegen import make_bundle
+    from tests.kit.bundlegen import make_bundle
 
     b = make_bundle(tmp_path / "b")
     m = load_bundle_manifest((b / "bundle.json").read_bytes())

@@ -5,7 +5,7 @@ JSON types anywhere give a typed error; credentials go only to the registry that
 token realm on another port gets no login, nothing survives a redirect to another port); a
 redirect loop and too many redirects have their own error (registry-redirect).
 
-The registry is tests/fakeregistry.py (loopback, in memory, misbehaving on request); a second
+The registry is tests/kit/fakeregistry.py (loopback, in memory, misbehaving on request); a second
 loopback server plays the token realm or the CDN and captures every Authorization header."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from importer.registry.auth import realm_gets_credentials
-from tests.fakeregistry import OCI_INDEX, FakeRegistry, Loopback, redirect, send, send_endless, send_json
-from tests.helpers import run_cli
+from tests.kit.fakeregistry import OCI_INDEX, FakeRegistry, Loopback, redirect, send, send_endless, send_json
+from tests.kit.helpers import run_cli
 from tests.test_registry_token_auth import Signer
 
 SECRET = "hunter2-do-not-leak"

@@ -20,11 +20,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests import engines
-from tests.engines import Registry
-from tests.helpers import REPO, docker, image_facts, run_cli
-from tests.imagegen import simple_context
-from tests.transferkit import (
+from tests.kit import engines
+from tests.kit.engines import Registry
+from tests.kit.helpers import REPO, docker, image_facts, run_cli
+from tests.kit.imagegen import simple_context
+from tests.kit.transferkit import (
     FlakyProxy,
     blob_upload_requests,
     free_port,

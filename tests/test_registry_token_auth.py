@@ -39,9 +39,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from tests import engines
-from tests.helpers import REPO, run_cli
-from tests.transferkit import free_port, random_bundle
+from tests.kit import engines
+from tests.kit.helpers import REPO, run_cli
+from tests.kit.transferkit import free_port, random_bundle
 
 pytestmark = pytest.mark.engine
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from importer.format.text import printable
-from tests.bundlegen import make_bundle
-from tests.helpers import run_cli
+from tests.kit.bundlegen import make_bundle
+from tests.kit.helpers import run_cli
 
 HOSTILE = "\x1b]0;owned\x07\x1b[2J\rnode\x9b31m\u2028\u202e"
 RAW = ("\x1b", "\x07", "\r", "\x9b", "\u2028", "\u202e")
@@ -70,7 +70,7 @@ def test_fleet_report_prints_hostile_receipt_strings_escaped(receipt: dict[str, 
 def test_the_import_table_and_inspect_escape_bundle_strings(tmp_path: Path) -> None:
     """bundle.json strings no schema rule keeps plain (platform values, the tool version, created)
     are shown escaped by the import table and both inspect commands."""
-    from tests.trustkit import regenerate_sums
+    from tests.kit.trustkit import regenerate_sums
 
     b = make_bundle(tmp_path / "b.bundle")
     doc = json.loads((b / "bundle.json").read_text())

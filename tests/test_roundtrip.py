@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import engines
-from tests.helpers import docker, image_facts, image_ids, run_cli, run_pyz
-from tests.imagegen import LONG_DIR, LONG_FILE, UNICODE_NAME, write_contexts
+from tests.kit import engines
+from tests.kit.helpers import docker, image_facts, image_ids, run_cli, run_pyz
+from tests.kit.imagegen import LONG_DIR, LONG_FILE, UNICODE_NAME, write_contexts
 
 pytestmark = pytest.mark.engine
 
@@ -141,7 +141,7 @@ def test_sha256sum_accepts_the_bundle(tricky_bundle: Path) -> None:
 def test_bundle_json_and_oci_documents_validate(tricky_bundle: Path) -> None:
     import jsonschema
 
-    from tests.oci_schemas import validate_oci
+    from tests.kit.oci_schemas import validate_oci
 
     schema = json.loads((Path(__file__).resolve().parents[1] / "schemas/bundle/v3.schema.json").read_text())
     doc = json.loads((tricky_bundle / "bundle.json").read_text())

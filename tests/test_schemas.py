@@ -48,7 +48,7 @@ from importer.format.mediatypes import (
     REF_NAME_ANNOTATION,
 )
 from importer.sinks import SinkBase
-from tests.oci_schemas import OCISchemasMissing, oci_errors, schema_dir, validate_oci
+from tests.kit.oci_schemas import OCISchemasMissing, oci_errors, schema_dir, validate_oci
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "schemas"

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import REPO, run_cli
-from tests.servekit import serve_command, serving
+from tests.kit.helpers import REPO, run_cli
+from tests.kit.servekit import serve_command, serving
+from tests.kit.transferkit import random_bundle
 from tests.test_cli_json import validate
-from tests.transferkit import random_bundle
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 

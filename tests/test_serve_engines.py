@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import pytest
 
-from tests import engines
-from tests.helpers import docker, image_facts
-from tests.servekit import Served, serve_command, serving
+from tests.kit import engines
+from tests.kit.helpers import docker, image_facts
+from tests.kit.servekit import Served, serve_command, serving
 from tests.test_serve import _flip, blob_bytes, bundle_doc, pyz
 from tests.test_serve import made as made  # the fixture
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from tests import test_serve
-from tests.helpers import REPO
-from tests.servekit import closed_by_server, connect, raw_exchange, serving, shutdown_figures
+from tests.kit.helpers import REPO
+from tests.kit.servekit import closed_by_server, connect, raw_exchange, serving, shutdown_figures
 from tests.test_serve import _cut_body, _flip, blob_bytes, bundle_doc, pyz, request
 
 made = test_serve.made  # the same bundle as a folder, a tar and parts (a fixture of this module too)

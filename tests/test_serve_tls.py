@@ -23,8 +23,8 @@ import pytest
 
 from importer.registry.htpasswd import pbkdf2_line
 from importer.registry.selfsigned import make_self_signed
-from tests.helpers import REPO
-from tests.servekit import https_request, serving
+from tests.kit.helpers import REPO
+from tests.kit.servekit import https_request, serving
 from tests.test_cli_json import validate
 from tests.test_serve import blob_bytes, bundle_doc, pyz, request
 from tests.test_serve import made as made  # the fixture
@@ -35,7 +35,7 @@ PASSWORD = "n0de-s3cret"
 def _curl(*args: str) -> subprocess.CompletedProcess[str]:
     curl = shutil.which("curl")
     if curl is None:
-        from tests import engines
+        from tests.kit import engines
 
         engines.unavailable("no curl (Debian package curl)")
     return subprocess.run([curl, "-sS", "--max-time", "60", *args], capture_output=True, text=True, timeout=120,
@@ -265,7 +265,7 @@ def test_node_config_for_the_served_bundle_and_for_a_site_registry(made: dict[st
 def test_bundle_tls_cert_makes_a_pair_serve_uses_without_openssl(made: dict[str, Path], tmp_path: Path) -> None:
     """`bundle tls-cert` (the cryptography module) makes what a host without openssl serves with
     --tls-cert/--tls-key; a second run keeps the CA; a bad name is refused before writing."""
-    from tests.helpers import run_cli
+    from tests.kit.helpers import run_cli
 
     folder = tmp_path / "pair"
     proc = run_cli("bundle", "tls-cert", str(folder), "--name", "localhost", "--name", "127.0.0.1", "--json")

@@ -1,6 +1,6 @@
 """Signatures: keygen, signing, and both verification backends (the `cryptography` module and
 the OpenSSL 3 CLI) accepting good and refusing bad signatures, each with its exact error id.
-Engine-free; the bundles come from tests/bundlegen.py."""
+Engine-free; the bundles come from tests/kit/bundlegen.py."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from importer.verify.signature import (
     parse_public_key_pem,
     parse_signature,
 )
-from tests.bundlegen import make_bundle
-from tests.trustkit import (
+from tests.kit.bundlegen import make_bundle
+from tests.kit.trustkit import (
     copy_bundle,
     error_id,
     keypair,

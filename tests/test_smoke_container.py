@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import docker, run_cli
-from tests.smokekit import (
+from tests.kit.helpers import docker, run_cli
+from tests.kit.smokekit import (
     build_smoke_image,
     gate,
     host_mounts,

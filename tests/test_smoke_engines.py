@@ -12,9 +12,9 @@ from typing import Any, Callable, List, Tuple
 
 import pytest
 
-from tests import engine_stores
-from tests.helpers import run_cli
-from tests.smokekit import build_smoke_image, gate, host_mounts, schema_errors, smoke
+from tests.kit import engine_stores
+from tests.kit.helpers import run_cli
+from tests.kit.smokekit import build_smoke_image, gate, host_mounts, schema_errors, smoke
 
 pytestmark = pytest.mark.engine
 NAMESPACE = "smoke"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.smokekit import gate, require_torch, schema_errors, smoke
+from tests.kit.smokekit import gate, require_torch, schema_errors, smoke
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +68,7 @@ def test_gpu_check_script_prints_the_receipt(tmp_path: Path) -> None:
     import json
     import subprocess
 
-    from tests.helpers import REPO
+    from tests.kit.helpers import REPO
 
     receipt_path = tmp_path / "gpu.json"
     proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu-check.sh"), str(receipt_path), "--gates", "shutdown"],
@@ -90,7 +90,7 @@ def test_gpu_check_takes_smoke_flags_without_a_receipt_path(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from tests.helpers import REPO
+    from tests.kit.helpers import REPO
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
     work = tmp_path / "cwd"
@@ -127,7 +127,7 @@ def test_gpu_check_is_a_console_script() -> None:
 
     import tomllib
 
-    from tests.helpers import REPO
+    from tests.kit.helpers import REPO
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["sneakernet-gpu-check"] == "importer.cli.gpucheck:main"

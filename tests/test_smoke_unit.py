@@ -35,8 +35,8 @@ from importer.smoke.worker.compat import (
     version_from_nvml,
 )
 from importer.smoke.worker.protocol import SELECTABLE, result
-from tests.helpers import REPO, run_cli
-from tests.smokekit import schema_errors
+from tests.kit.helpers import REPO, run_cli
+from tests.kit.smokekit import schema_errors
 
 # ============================== the compat decision table
 # host CUDA, image CUDA, data-center GPU, compat libs -> mode, status, compat libs used
@@ -106,7 +106,7 @@ def test_datacenter_gpus(name: str, brand: Any, expected: Any) -> None:
 def test_real_nvml_on_this_host() -> None:
     """The real nvidia-ml-py: on a host without the NVIDIA driver NVML raises
     NVMLError_LibraryNotFound and the host gate is SKIP (never PASS)."""
-    from tests import engines
+    from tests.kit import engines
 
     try:
         import pynvml  # noqa: F401

@@ -21,13 +21,13 @@ import pytest
 
 from importer.format.manifest import check_structure
 from importer.format.platform import host
-from tests import engines, supplykit
-from tests.engines import Registry
-from tests.helpers import run_cli
-from tests.servekit import serving
+from tests.kit import engines, supplykit
+from tests.kit.engines import Registry
+from tests.kit.helpers import run_cli
+from tests.kit.servekit import serving
+from tests.kit.transferkit import FlakyProxy
+from tests.kit.trustkit import error_id, python38, run_importer
 from tests.test_cli_json import validate
-from tests.transferkit import FlakyProxy
-from tests.trustkit import error_id, python38, run_importer
 
 pytestmark = pytest.mark.engine
 

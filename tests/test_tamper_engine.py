@@ -19,9 +19,8 @@ from cryptography.hazmat.primitives import serialization
 
 from bundle.keys import load_signing_key
 from importer.verify.signature import encode_signature
-from tests.engines import DOCKER_STORES
-from tests.test_verify import CASES as INTEGRITY_CASES
-from tests.trustkit import (
+from tests.kit.engines import DOCKER_STORES
+from tests.kit.trustkit import (
     SEC_REFS,
     build_sec_images,
     copy_bundle,
@@ -38,6 +37,7 @@ from tests.trustkit import (
     sums_accept,
     tagged_images_verify,
 )
+from tests.test_verify import CASES as INTEGRITY_CASES
 
 pytestmark = pytest.mark.engine
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from importer.format.text import printable
-from tests import engines
-from tests.bundlegen import make_bundle
-from tests.trustkit import error_id, regenerate_sums
+from tests.kit import engines
+from tests.kit.trustkit import error_id, regenerate_sums
 
 REPO = Path(__file__).resolve().parents[1]
 # ESC sequences (clear screen, set the window title), BEL, a newline that would forge a line, a C1 CSI
@@ -28,16 +27,6 @@ RAW = ("\x1b", "\x07", "\x9b", "\nforged")
 ESCAPED = ("\\x1b[2J", "\\x07", "\\nforged: OK", "\\x9b1m")
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("b") / "fake.bundle")
-
-
-@pytest.fixture
-def bundle(pristine: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "fake.bundle"
-    shutil.copytree(pristine, dst)
-    return dst
 
 
 def _cli(module: str, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:

@@ -14,19 +14,7 @@ import pytest
 from importer.cli.main import main as import_main
 from importer.errors import UnsupportedSchemaVersion
 from importer.verify.bundle import verify_bundle
-from tests.bundlegen import make_bundle
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("b") / "fake.bundle")
-
-
-@pytest.fixture
-def bundle(pristine: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "fake.bundle"
-    shutil.copytree(pristine, dst)
-    return dst
+from tests.kit.bundlegen import make_bundle
 
 
 def _doc(b: Path) -> dict:

@@ -19,7 +19,7 @@ import zstandard
 from importer.errors import BundleError, LimitExceeded
 from importer.streams import compression, zstdpure
 from importer.streams.zstdpure import ZstdFormatError
-from tests.engines import require
+from tests.kit.engines import require
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,7 +183,7 @@ def test_a_damaged_layer_is_decompress_failed_with_the_pure_fallback(only_the_pu
                                                                       tmp_path: Path) -> None:
     from importer.format.manifest import load_bundle_manifest
     from importer.input.layers import check_layer
-    from tests.bundlegen import make_bundle
+    from tests.kit.bundlegen import make_bundle
 
     b = make_bundle(tmp_path / "b")
     manifest = load_bundle_manifest((b / "bundle.json").read_bytes())

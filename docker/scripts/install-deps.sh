@@ -12,7 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 # g++: torch.compile (inductor) on the CPU in the smoke-suite tests.
 # golang-github-opencontainers-image-spec-dev: the OCI image-spec's JSON Schemas, which the tests
-# validate every exported index, manifest, config and layout against (tests/oci_schemas.py).
+# validate every exported index, manifest, config and layout against (tests/kit/oci_schemas.py).
 # openssl, curl: `serve --tls-self-signed` makes its certificates with openssl, and curl --cacert
 # proves a served CA verifies (tests/test_serve_tls.py); registry.sh probes registries with curl.
 PACKAGES=(docker.io containerd skopeo zstd busybox-static docker-registry openssh-server podman g++

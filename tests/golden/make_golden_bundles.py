@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the golden bundles of every schema version (tests/golden/bundles/v1, v2, v3).
 
-They are made from the fake `docker save` stream of tests/fakesave.py through the real
+They are made from the fake `docker save` stream of tests/kit/fakesave.py through the real
 writers, so no engine is needed. Run only when a NEW schema version is added (write the new
 version's folder); never regenerate an old version's folder: the point is that bundles made
 by older releases keep importing. Usage: python3 tests/golden/make_golden_bundles.py [v1|v2|v3]
@@ -22,7 +22,7 @@ from bundle.blobstore import BlobStore  # noqa: E402
 from bundle.legacy_writer import write_legacy_bundle  # noqa: E402
 from bundle.sources.docker_daemon import read_docker_save  # noqa: E402
 from bundle.writer import write_bundle  # noqa: E402
-from tests.fakesave import docker_save, sample_images  # noqa: E402
+from tests.kit.fakesave import docker_save, sample_images  # noqa: E402
 
 OUT = REPO / "tests" / "golden" / "bundles"
 CREATED = "2026-12-02T00:00:00Z"

@@ -29,9 +29,9 @@ import jsonschema
 import zstandard
 
 from bundle.archive import pack_bundle
-from tests.trustkit import regenerate_sums
+from tests.kit.trustkit import regenerate_sums
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BUNDLE_SCHEMA = json.loads((REPO / "schemas" / "bundle" / "v3.schema.json").read_text())
 TARGETS = ("bundle.json", "index.json", "manifest", "config", "SHA256SUMS", "parts-index", "tar-header")
 #: targets of a multi-platform (schema 3.2) bundle: its carried image index (``images[].index``)

@@ -24,7 +24,7 @@ from typing import NoReturn
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "docker" / "scripts"
 DOCKERD_SH = SCRIPTS / "dockerd.sh"
 REGISTRY_SH = SCRIPTS / "registry.sh"

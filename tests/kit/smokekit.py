@@ -12,8 +12,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from tests import engines
-from tests.helpers import REPO, run_cli
+from tests.kit import engines
+from tests.kit.helpers import REPO, run_cli
 
 SCHEMA = json.loads((REPO / "schemas" / "receipt" / "qualification-v1.schema.json").read_text())
 VALIDATOR = Draft202012Validator(SCHEMA)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(drop: tuple[str, ...], docker_host: str | None, extra: dict[str, str] | None) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Private containerd and podman stores for tests (the dockerd helpers are in tests/engines.py).
+"""Private containerd and podman stores for tests (the dockerd helpers are in tests/kit/engines.py).
 
 containerd: ``docker/scripts/containerd.sh start|stop NAME`` (own config, root, state, socket
 and pidfile under ``$SNEAKERNET_RUN/containerd-NAME``; stopped by pid).
@@ -18,10 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-try:
-    from . import engines
-except ImportError:  # tests/ as a plain rootdir
-    import engines  # type: ignore[no-redef]
+from tests.kit import engines
 
 CONTAINERD_SH = engines.SCRIPTS / "containerd.sh"
 PODMAN_RUN_ARGS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--network", "none",

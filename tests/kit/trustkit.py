@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 from bundle.keys import generate_keypair, load_signing_key, sign_bundle
-from tests.helpers import run_pyz
+from tests.kit.helpers import run_pyz
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _ERROR_RE = re.compile(r"^error\[([a-z0-9-]+)\]", re.MULTILINE)
 
 
@@ -55,7 +55,7 @@ def error_id(stderr: str) -> str | None:
 
 def python38() -> str:
     """A Python 3.8 without the cryptography module (the oldest host the pyz supports)."""
-    from tests import engines
+    from tests.kit import engines
 
     pyenv = sorted(Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))
     for candidate in [*pyenv, Path(shutil.which("python3.8") or "/nonexistent")]:
@@ -78,8 +78,8 @@ SEC_REFS = (BASE_REF, APP_REF)
 
 def build_sec_images(docker_host: str, busybox: str, root: Path) -> dict[str, str]:
     """Two small images FROM scratch (the second on top of the first); ref -> image ID."""
-    from tests import engines
-    from tests.imagegen import simple_context
+    from tests.kit import engines
+    from tests.kit.imagegen import simple_context
 
     base = simple_context(root / "base", busybox, "trust nothing that crossed the gap\n")
     app = root / "app"
@@ -92,7 +92,7 @@ def build_sec_images(docker_host: str, busybox: str, root: Path) -> dict[str, st
 
 
 def export_bundle(docker_host: str, out: Path, *refs: str, sign_key: Path | None = None) -> Path:
-    from tests.helpers import run_cli
+    from tests.kit.helpers import run_cli
 
     extra = ["--sign-key", str(sign_key)] if sign_key else []
     run_cli("bundle", "export", *(refs or SEC_REFS), "-o", str(out), *extra, docker_host=docker_host, check=True)
@@ -100,7 +100,7 @@ def export_bundle(docker_host: str, out: Path, *refs: str, sign_key: Path | None
 
 
 def remove_images(docker_host: str, *refs: str) -> None:
-    from tests.helpers import docker
+    from tests.kit.helpers import docker
 
     for ref in refs or SEC_REFS:
         docker(docker_host, "image", "rm", ref, check=False)
@@ -108,7 +108,7 @@ def remove_images(docker_host: str, *refs: str) -> None:
 
 def engine_listing(docker_host: str) -> list[str]:
     """`docker images -a` in full (IDs, names): what "the engine is unchanged" compares."""
-    from tests.helpers import docker
+    from tests.kit.helpers import docker
 
     out = docker(docker_host, "images", "-a", "--no-trunc", "--format",
                  "{{.ID}} {{.Repository}}:{{.Tag}} {{.Size}}").stdout
@@ -123,7 +123,7 @@ def tagged_images_verify(docker_host: str, bundle: Path) -> list[str]:
     """Every bundle ref the engine has tagged must be exactly what bundle.json pins; returns
     the refs present (the invariant of a killed import). The ID is the store's own: the config
     digest on Docker's classic store, the bundle's manifest digest on its containerd store."""
-    from tests.helpers import bundle_image_id, image_facts
+    from tests.kit.helpers import bundle_image_id, image_facts
 
     doc = json.loads((bundle / "bundle.json").read_text())
     present = []

@@ -11,9 +11,9 @@ import os
 import sys
 from pathlib import Path
 
-from tests.helpers import run_cli
+from tests.kit.helpers import run_cli
 
-SMI_DIR = Path(__file__).resolve().parent / "golden" / "nvidia-smi"
+SMI_DIR = Path(__file__).resolve().parents[1] / "golden" / "nvidia-smi"
 HOSTS = sorted(p.name[:-len(".q.txt")] for p in SMI_DIR.glob("*.q.txt"))
 
 _SMI = """#!{python}
@@ -92,7 +92,7 @@ def fake_nvml(tmp: Path) -> Path:
     import shutil
     import subprocess
 
-    from tests import engines
+    from tests.kit import engines
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:

@@ -17,8 +17,8 @@ from typing import Any
 from bundle.blobstore import BlobStore
 from bundle.sources.docker_daemon import read_docker_save
 from bundle.writer import write_bundle
-from tests import engines
-from tests.fakesave import FakeImage, docker_save, layer_tar
+from tests.kit import engines
+from tests.kit.fakesave import FakeImage, docker_save, layer_tar
 
 SSHD_SH = engines.SCRIPTS / "sshd.sh"
 

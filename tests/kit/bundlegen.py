@@ -8,7 +8,7 @@ from pathlib import Path
 from bundle.blobstore import BlobStore
 from bundle.sources.docker_daemon import read_docker_save
 from bundle.writer import write_bundle
-from tests.fakesave import docker_save, sample_images
+from tests.kit.fakesave import docker_save, sample_images
 
 
 def make_bundle(root: Path, *, compression: str = "zstd") -> Path:
