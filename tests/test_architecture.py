@@ -373,3 +373,15 @@ def test_a_sink_without_a_capability_refuses_it_by_name() -> None:
     sink = RegistrySink("127.0.0.1:5000/team")
     with pytest.raises(UsageError, match=r"exporting an image again \(--deep\) with the registry engine"):
         sink.reexport(None, None, None)  # type: ignore[arg-type]
+
+
+def test_one_test_kit() -> None:
+    """tests/kit/ is the one kit (issue 27): no helper module beside the test files, and no test
+    file makes its own pristine bundle fixture (the kit's session fixtures serve them all)."""
+    tests = REPO / "tests"
+    stray = sorted(p.name for p in tests.glob("*.py") if not p.name.startswith("test_")
+                   and p.name not in ("__init__.py", "conftest.py"))
+    assert stray == [], f"helper modules outside tests/kit/: {stray}"
+    own = sorted(p.name for p in tests.glob("test_*.py")
+                 if re.search(r"^def (pristine|pristine_multi)\(", p.read_text(), re.M))
+    assert own == [], f"test files defining their own pristine bundle (use tests/kit/fixtures.py): {own}"

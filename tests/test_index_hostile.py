@@ -16,19 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.kit.bundlegen import make_multiplatform_bundle
 from tests.kit.fuzzkit import replace_blob
 from tests.kit.helpers import run_cli
 
 
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_multiplatform_bundle(tmp_path_factory.mktemp("mp") / "b.bundle")
-
-
-def _copy(pristine: Path, tmp_path: Path) -> Path:
+def _copy(pristine_multi: Path, tmp_path: Path) -> Path:
     b = tmp_path / "b.bundle"
-    shutil.copytree(pristine, b)
+    shutil.copytree(pristine_multi, b)
     return b
 
 
@@ -102,15 +96,15 @@ def _verify(b: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
-def test_the_pristine_multiplatform_bundle_verifies(pristine: Path) -> None:
-    code, _, err = _verify(pristine)
+def test_the_pristine_multiplatform_bundle_verifies(pristine_multi: Path) -> None:
+    code, _, err = _verify(pristine_multi)
     assert code == 0, err
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
-def test_a_carried_index_that_disagrees_with_bundle_json_is_refused(pristine: Path, tmp_path: Path,
+def test_a_carried_index_that_disagrees_with_bundle_json_is_refused(pristine_multi: Path, tmp_path: Path,
                                                                       name: str) -> None:
-    b = _copy(pristine, tmp_path)
+    b = _copy(pristine_multi, tmp_path)
     rewrite_index(b, MUTATIONS[name])
     code, doc, err = _verify(b)
     assert code == 3, err
@@ -120,8 +114,8 @@ def test_a_carried_index_that_disagrees_with_bundle_json_is_refused(pristine: Pa
     assert "Traceback" not in err and "internal" not in err
 
 
-def test_a_config_for_another_platform_than_recorded_is_refused(pristine: Path, tmp_path: Path) -> None:
-    b = _copy(pristine, tmp_path)
+def test_a_config_for_another_platform_than_recorded_is_refused(pristine_multi: Path, tmp_path: Path) -> None:
+    b = _copy(pristine_multi, tmp_path)
     image = json.loads((b / "bundle.json").read_text())["images"][0]
     other = image["platforms"][0]["config"]["digest"]  # the arm64 config
     cfg = json.loads((b / "blobs/sha256" / other[7:]).read_bytes())
@@ -150,8 +144,8 @@ def test_a_recorded_platform_with_an_os_but_no_architecture_is_refused(tmp_path:
     assert "Traceback" not in err and "internal" not in err
 
 
-def test_a_bad_index_is_refused_before_the_oci_target_is_written(pristine: Path, tmp_path: Path) -> None:
-    b = _copy(pristine, tmp_path)
+def test_a_bad_index_is_refused_before_the_oci_target_is_written(pristine_multi: Path, tmp_path: Path) -> None:
+    b = _copy(pristine_multi, tmp_path)
     rewrite_index(b, _swap_platforms)
     out = tmp_path / "layout"
     proc = run_cli("importer", str(b), "--engine", "oci", "--oci-dir", str(out), "--json")
@@ -160,8 +154,8 @@ def test_a_bad_index_is_refused_before_the_oci_target_is_written(pristine: Path,
     assert not out.exists()
 
 
-def test_a_bad_index_is_refused_in_a_tar_too(pristine: Path, tmp_path: Path) -> None:
-    b = _copy(pristine, tmp_path)
+def test_a_bad_index_is_refused_in_a_tar_too(pristine_multi: Path, tmp_path: Path) -> None:
+    b = _copy(pristine_multi, tmp_path)
     rewrite_index(b, _drop(1))
     proc = run_cli("bundle", "pack", str(b), str(tmp_path / "b.tar"))
     assert proc.returncode == 0, proc.stderr
@@ -194,7 +188,7 @@ def test_the_exporter_refuses_an_index_whose_platforms_contradict_the_configs(tm
         assert not (out / "bundle.json").exists()
 
 
-def test_an_oci_target_whose_index_gives_a_platform_another_image_is_not_held(pristine: Path,
+def test_an_oci_target_whose_index_gives_a_platform_another_image_is_not_held(pristine_multi: Path,
                                                                                tmp_path: Path) -> None:
     """What the OCI target exposes for a platform is read back and must be that platform's image:
     an index in the target that lists the arm64 manifest for ppc64le (and the reverse) makes
@@ -202,12 +196,12 @@ def test_an_oci_target_whose_index_gives_a_platform_another_image_is_not_held(pr
     import hashlib
 
     target = tmp_path / "target"
-    proc = run_cli("importer", str(pristine), "--engine", "oci", "--oci-dir", str(target), "-q")
+    proc = run_cli("importer", str(pristine_multi), "--engine", "oci", "--oci-dir", str(target), "-q")
     assert proc.returncode == 0, proc.stderr
     check = ["--check-only", "--engine", "oci", "--oci-dir", str(target), "--json"]
-    assert run_cli("importer", str(pristine), *check).returncode == 0
+    assert run_cli("importer", str(pristine_multi), *check).returncode == 0
     top = json.loads((target / "index.json").read_text())
-    [entry] = [e for e in top["manifests"] if e["digest"] == _index_digest(pristine)]
+    [entry] = [e for e in top["manifests"] if e["digest"] == _index_digest(pristine_multi)]
     index = json.loads((target / "blobs/sha256" / entry["digest"][7:]).read_bytes())
     m = index["manifests"]
     m[1]["platform"], m[2]["platform"] = m[2]["platform"], m[1]["platform"]
@@ -216,14 +210,15 @@ def test_an_oci_target_whose_index_gives_a_platform_another_image_is_not_held(pr
     (target / "blobs/sha256" / digest[7:]).write_bytes(raw)
     entry.update(digest=digest, size=len(raw))
     (target / "index.json").write_text(json.dumps(top))
-    proc = run_cli("importer", str(pristine), *check)
+    proc = run_cli("importer", str(pristine_multi), *check)
     assert proc.returncode == 8, proc.stderr
     error = json.loads(proc.stdout)["error"]
     assert error["id"] == "check-only-mismatch" and "ppc64le" in (error["context"] or ""), error
 
 
-def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(pristine: Path, tmp_path: Path) -> None:
-    b = _copy(pristine, tmp_path)
+def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(pristine_multi: Path,
+                                                                            tmp_path: Path) -> None:
+    b = _copy(pristine_multi, tmp_path)
     rewrite_index(b, _swap_platforms)
     proc = run_cli("importer", "serve", str(b), "--listen", "127.0.0.1:0", "--json", timeout=120)
     assert proc.returncode == 3, proc.stderr
@@ -231,12 +226,12 @@ def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(prist
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_a_carried_index_too_large_to_check_is_refused(pristine: Path, tmp_path: Path, packed: bool) -> None:
+def test_a_carried_index_too_large_to_check_is_refused(pristine_multi: Path, tmp_path: Path, packed: bool) -> None:
     """An index the verifier will not parse (over its 4 MiB bound) is refused, not skipped: in a
     tar it used to be left out of the documents checked, so its platforms went unjudged."""
     from importer.format.limits import MAX_INDEX
 
-    b = _copy(pristine, tmp_path)
+    b = _copy(pristine_multi, tmp_path)
     old = _index_digest(b)
     raw = (b / "blobs/sha256" / old[7:]).read_bytes()
     doc = json.loads(raw)
