@@ -280,7 +280,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         result.bundle_digest = str(bundle.digest)
         major = _legacy_major(bundle)
         if args.require_signed:  # the publisher's image signatures, before the engine is asked anything
-            result.image_signatures = images_signed(bundle, sig.raw_bundle_json, args.require_signed,  # type: ignore[attr-defined]
+            result.image_signatures = images_signed(bundle, sig.raw_bundle_json, args.require_signed,
                                                     major, quiet=args.quiet)
         if args.check_only:  # prove what the engine holds, change nothing (importer/pipeline/checkonly.py)
             check_only(bundle, sink, name_prefix=args.name_prefix, deep=bool(args.deep),
@@ -358,9 +358,8 @@ def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[Bundle
         result="pass" if error is None and res.ok else "fail",
         error=error.to_dict() if error is not None else None,
         extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
-               **({"push": res.registry_push} if getattr(res, "registry_push", None) else {}),  # type: ignore[attr-defined]
-               **({"imageSignatures": res.image_signatures}  # type: ignore[attr-defined]
-                  if getattr(res, "image_signatures", None) is not None else {}),
+               **({"push": res.registry_push} if res.registry_push else {}),
+               **({"imageSignatures": res.image_signatures} if res.image_signatures is not None else {}),
                **(receipt_sections(res) if getattr(args, "check_only", False) else {})},
     )
 

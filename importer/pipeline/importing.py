@@ -50,6 +50,8 @@ class ImportResult:
     stale_removed: List[str] = field(default_factory=list)  # staging tags of killed runs, removed
     lock_file: Optional[str] = None
     gpu_fit: Optional[Dict[str, Any]] = None  # each image judged on this host's driver (docs/gpu-fit.md)
+    registry_push: Optional[Dict[str, Any]] = None  # --engine registry: what the push did (the receipt's "push")
+    image_signatures: Optional[List[Dict[str, Any]]] = None  # --require-signed: which key signed which image
 
     @property
     def ok(self) -> bool:
@@ -244,7 +246,7 @@ def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load
     on_bytes = progress("load", _load_total(sink, manifest, staged_images, external)) if progress else None
     try:
         if external:
-            sink.load(root, staged_images, on_bytes, external=external)  # type: ignore[call-arg]
+            sink.load(root, staged_images, on_bytes, external=external)
         else:
             sink.load(root, staged_images, on_bytes)
     except BaseException:

@@ -97,9 +97,11 @@ class Sink(Protocol):
         """The image called ``name`` (a tag or an ID), or None."""
         ...
 
-    def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+    def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+             external: Optional[Any] = None) -> None:
         """Load ``images`` from the bundle at ``root`` (its folder, or with ``reads_archives`` the opened
-        tar or parts) untagged; raise on any failure."""
+        tar or parts) untagged; ``external``: what :meth:`prepare_delta` returned for a delta bundle.
+        Raise on any failure."""
         ...
 
     def tag(self, image_id: str, ref: str) -> None: ...
@@ -143,7 +145,8 @@ class SinkBase:
     def lookup(self, name: str) -> Optional[EngineImage]:
         raise self._lacks(f"looking up {name}")
 
-    def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn]) -> None:
+    def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
+             external: Optional[Any] = None) -> None:
         raise self._lacks("loading images one by one")
 
     def tag(self, image_id: str, ref: str) -> None:

@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from importer.errors import BundleError, CommandFailed, UsageError
 from importer.format.digest import Digest
@@ -147,7 +147,7 @@ def _is_receipt(raw: bytes) -> bool:
         isinstance(doc.get("import"), dict) and isinstance(doc.get("qualifications"), list))
 
 
-def openssl_signer(key_path: str, passphrase: Optional[bytes] = None) -> tuple:  # type: ignore[type-arg]
+def openssl_signer(key_path: str, passphrase: Optional[bytes] = None) -> Tuple[Any, ...]:
     """(sign function, raw public key) for a ``bundle keygen`` private key, with the OpenSSL 3
     command line (``openssl pkeyutl -sign -rawin``): for nodes that have python3 and openssl only."""
     openssl = shutil.which("openssl")
@@ -208,7 +208,7 @@ def _key_problem(key_path: str, passphrase: Optional[bytes]) -> str:
     return "a wrong key (not Ed25519, or damaged)"
 
 
-def _run(argv: Sequence[str], stdin: bytes) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+def _run(argv: Sequence[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
     """openssl with the passphrase (if any) on its stdin, never in its arguments or a file."""
     try:
         return subprocess.run(list(argv), input=stdin, capture_output=True, timeout=120, check=False)
