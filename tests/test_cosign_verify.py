@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from importer.errors import BundleError
-from importer.format.artifacts import MAX_ARTIFACTS, ArtifactBlob, ArtifactRecord, check_artifacts
+from importer.format.artifacts import MAX_ARTIFACTS, ArtifactRecord, check_artifacts
 from importer.format.digest import Digest
 from importer.format.manifest import BlobRef, ImageRecord
 from importer.verify.cosign import (
@@ -41,10 +41,10 @@ class Blobs:
     def __init__(self) -> None:
         self.data: dict[Digest, bytes] = {}
 
-    def put(self, raw: bytes) -> ArtifactBlob:
+    def put(self, raw: bytes) -> BlobRef:
         d = Digest.of_bytes(raw)
         self.data[d] = raw
-        return ArtifactBlob("", d, len(raw))
+        return BlobRef("", d, len(raw))
 
     def read(self, digest: Digest, limit: int) -> bytes:
         return self.data[digest][:limit + 1]

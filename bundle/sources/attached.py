@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from importer.errors import SourceError
-from importer.format.artifacts import MAX_ARTIFACTS, TAG_SUFFIXES, ArtifactBlob, ArtifactRecord
-from importer.format.digest import CHUNK, Digest, is_digest
+from importer.format.artifacts import MAX_ARTIFACTS, TAG_SUFFIXES, ArtifactRecord
+from importer.format.digest import CHUNK, BlobRef, Digest, is_digest
 from importer.format.limits import MAX_CONFIG, parse_json
 from importer.registry.client import RegistryClient
 from importer.registry.referrers import FALLBACK_TAG, fallback_tag, fetch_referrers
@@ -72,7 +72,7 @@ class _Collector:
         self.seen[str(record.manifest.digest)] = None
         self.records.append(record)
 
-    def blob(self, desc: Any, what: str) -> ArtifactBlob:
+    def blob(self, desc: Any, what: str) -> BlobRef:
         """One blob a manifest names, streamed into the store, digest and size checked."""
         if not isinstance(desc, dict) or not is_digest(desc.get("digest")) or isinstance(desc.get("size"), bool) \
                 or not isinstance(desc.get("size"), int) or not 0 <= desc["size"] <= MAX_ARTIFACT_BLOB:
@@ -83,7 +83,7 @@ class _Collector:
         media_type = str(desc.get("mediaType") or "")
         if digest.blob_path not in self.store.written:
             self._copy(digest, size, f"{what}, blob {digest.short}")
-        return ArtifactBlob(media_type, digest, size)
+        return BlobRef(media_type, digest, size)
 
     def _copy(self, digest: Digest, size: int, what: str) -> None:
         f, start = self.src.open_blob(digest, what)
@@ -126,7 +126,7 @@ class _Collector:
               artifact_type: str = "", depth: int = 0) -> None:
         """A manifest (its config and layers) or an index (each manifest it lists, a record of its own)."""
         stored = self.store.write_bytes(raw)
-        blobs: List[ArtifactBlob] = []
+        blobs: List[BlobRef] = []
         if isinstance(doc.get("manifests"), list):
             for n, desc in enumerate(doc["manifests"][:MAX_ARTIFACTS]):
                 if depth > 0 or not isinstance(desc, dict) or not is_digest(desc.get("digest")):
@@ -142,7 +142,7 @@ class _Collector:
                 if desc is not None:
                     blobs.append(self.blob(desc, what))
         media_type = str(doc.get("mediaType") or "")
-        self._add(ArtifactRecord(kind, subject, ArtifactBlob(media_type, stored.digest, stored.size), tuple(blobs),
+        self._add(ArtifactRecord(kind, subject, BlobRef(media_type, stored.digest, stored.size), tuple(blobs),
                                  tag, artifact_type or str(doc.get("artifactType") or ""), self.repository))
 
     def collect(self, subject: Digest) -> None:
@@ -182,6 +182,6 @@ def collect_artifacts(src: ArtifactSource, subjects: Sequence[Digest], store: Bl
     records = collector.records
     if picked_from is not None and any(r.subject == subjects[0] for r in records):
         stored = store.write_bytes(picked_from[0])
-        records.append(ArtifactRecord("index", stored.digest, ArtifactBlob(picked_from[1], stored.digest, stored.size),
+        records.append(ArtifactRecord("index", stored.digest, BlobRef(picked_from[1], stored.digest, stored.size),
                                       repository=collector.repository))
     return tuple(records)

@@ -111,62 +111,41 @@ trixie_have() {
     [[ $v1 == *"version 26.1.5"* ]] && [[ $v2 == *" 1.7.24"* ]]
 }
 
-install_trixie_docker() {
-    local mirror work deb
-    trixie_have && return 0
-    [ "$(id -u)" = 0 ] || { echo "install-deps.sh: must run as root to fetch Debian 13's ${TRIXIE_PACKAGES[*]}" >&2; exit 1; }
+# fetch_trixie DEST CHECK PACKAGE...: Debian 13's PACKAGEs unpacked into DEST (apt-get download
+# through a private trixie sources list, then dpkg -x), unless the command CHECK already succeeds;
+# CHECK must succeed afterwards.
+fetch_trixie() {
+    local dest=$1 check=$2 mirror work deb
+    shift 2
+    "$check" && return 0
+    [ "$(id -u)" = 0 ] || { echo "install-deps.sh: must run as root to fetch Debian 13's $*" >&2; exit 1; }
     mirror=$(debian_mirror) || { echo "install-deps.sh: no bookworm entry in /etc/apt/sources.list* to find the Debian mirror" >&2; exit 1; }
-    echo "install-deps.sh: fetching Debian 13 ${TRIXIE_PACKAGES[*]} ($TRIXIE_WANT) into $TRIXIE_DOCKER"
-    work="$TRIXIE_DOCKER.apt"
-    rm -rf "$work" "$TRIXIE_DOCKER.new"
-    mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs" "$TRIXIE_DOCKER.new"
+    echo "install-deps.sh: fetching Debian 13 $* into $dest"
+    work="$dest.apt"
+    rm -rf "$work" "$dest.new"
+    mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs" "$dest.new"
     printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
         "$mirror" >"$work/trixie.sources"
     local apt_opts=(-q -o "Dir::Etc::sourcelist=$work/trixie.sources" -o Dir::Etc::sourceparts=-
                     -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
                     -o APT::Sandbox::User=root)
     apt-get "${apt_opts[@]}" update >"$log" 2>&1 || fail "apt-get update (trixie, private lists)"
-    (cd "$work/debs" && apt-get "${apt_opts[@]}" download "${TRIXIE_PACKAGES[@]}") >"$log" 2>&1 ||
-        fail "apt-get download ${TRIXIE_PACKAGES[*]} (trixie)"
+    (cd "$work/debs" && apt-get "${apt_opts[@]}" download "$@") >"$log" 2>&1 || fail "apt-get download $* (trixie)"
     for deb in "$work"/debs/*.deb; do
-        dpkg -x "$deb" "$TRIXIE_DOCKER.new" >"$log" 2>&1 || fail "dpkg -x $deb"
+        dpkg -x "$deb" "$dest.new" >"$log" 2>&1 || fail "dpkg -x $deb"
     done
-    rm -rf "$TRIXIE_DOCKER"
-    mv "$TRIXIE_DOCKER.new" "$TRIXIE_DOCKER"
+    rm -rf "$dest"
+    mv "$dest.new" "$dest"
     rm -rf "$work"
-    trixie_have || { echo "install-deps.sh: $TRIXIE_DOCKER does not hold $TRIXIE_WANT after unpacking" >&2; exit 1; }
+    "$check" || { echo "install-deps.sh: $dest does not hold working $* after unpacking" >&2; exit 1; }
 }
-install_trixie_docker
+fetch_trixie "$TRIXIE_DOCKER" trixie_have "${TRIXIE_PACKAGES[@]}"
 
 # Debian 13's cosign (2.5; not in Debian 12): the supply-chain tests sign images in a loopback
-# registry with the real cosign (docs/supply-chain.md). Fetched the same way as Docker above, into
-# a folder of its own; skipped when already there.
+# registry with the real cosign (docs/supply-chain.md). Fetched the same way, into a folder of its own.
 TRIXIE_TOOLS=${SNEAKERNET_TRIXIE_TOOLS:-/opt/sneakernet/trixie-tools}
-install_trixie_tools() {
-    local mirror work deb
-    "$TRIXIE_TOOLS/usr/bin/cosign" version >/dev/null 2>&1 && return 0
-    [ "$(id -u)" = 0 ] || { echo "install-deps.sh: must run as root to fetch Debian 13's cosign" >&2; exit 1; }
-    mirror=$(debian_mirror) || { echo "install-deps.sh: no bookworm entry in /etc/apt/sources.list* to find the Debian mirror" >&2; exit 1; }
-    echo "install-deps.sh: fetching Debian 13 cosign into $TRIXIE_TOOLS"
-    work="$TRIXIE_TOOLS.apt"
-    rm -rf "$work" "$TRIXIE_TOOLS.new"
-    mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs" "$TRIXIE_TOOLS.new"
-    printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-        "$mirror" >"$work/trixie.sources"
-    local apt_opts=(-q -o "Dir::Etc::sourcelist=$work/trixie.sources" -o Dir::Etc::sourceparts=-
-                    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache"
-                    -o APT::Sandbox::User=root)
-    apt-get "${apt_opts[@]}" update >"$log" 2>&1 || fail "apt-get update (trixie, private lists)"
-    (cd "$work/debs" && apt-get "${apt_opts[@]}" download cosign) >"$log" 2>&1 || fail "apt-get download cosign (trixie)"
-    for deb in "$work"/debs/*.deb; do
-        dpkg -x "$deb" "$TRIXIE_TOOLS.new" >"$log" 2>&1 || fail "dpkg -x $deb"
-    done
-    rm -rf "$TRIXIE_TOOLS"
-    mv "$TRIXIE_TOOLS.new" "$TRIXIE_TOOLS"
-    rm -rf "$work"
-    "$TRIXIE_TOOLS/usr/bin/cosign" version >/dev/null 2>&1 || { echo "install-deps.sh: $TRIXIE_TOOLS/usr/bin/cosign does not run after unpacking" >&2; exit 1; }
-}
-install_trixie_tools
+cosign_have() { "$TRIXIE_TOOLS/usr/bin/cosign" version >/dev/null 2>&1; }
+fetch_trixie "$TRIXIE_TOOLS" cosign_have cosign
 
 pip_args=(-q --disable-pip-version-check --root-user-action=ignore)
 # Debian's own python3 is "externally managed" (PEP 668); this script is meant for

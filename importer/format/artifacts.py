@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from importer.format.digest import Digest, is_digest
+from importer.format.digest import BlobRef, Digest, is_digest
 
 KINDS = ("signature", "attestation", "sbom", "referrer", "referrers-index", "index")
 #: kinds handed on to registries, layouts and clients (an ``index`` names platforms not carried)
@@ -31,21 +31,11 @@ MAX_TEXT = 1024
 
 
 @dataclass(frozen=True)
-class ArtifactBlob:
-    media_type: str
-    digest: Digest
-    size: int
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"mediaType": self.media_type, "digest": str(self.digest), "size": self.size}
-
-
-@dataclass(frozen=True)
 class ArtifactRecord:
     kind: str
     subject: Digest  # the manifest (or index) digest it is attached to
-    manifest: ArtifactBlob
-    blobs: Tuple[ArtifactBlob, ...] = ()
+    manifest: BlobRef
+    blobs: Tuple[BlobRef, ...] = ()
     tag: str = ""  # the tag it had in the source registry (cosign scheme, fallback index)
     artifact_type: str = ""
     repository: str = ""  # HOST[:PORT]/REPO it was read from
@@ -61,7 +51,7 @@ class ArtifactRecord:
             doc["repository"] = self.repository
         return doc
 
-    def every_blob(self) -> Tuple[ArtifactBlob, ...]:
+    def every_blob(self) -> Tuple[BlobRef, ...]:
         return (self.manifest, *self.blobs)
 
 
@@ -77,7 +67,7 @@ def _text(fail: Fail, value: Any, where: str, *, required: bool = True) -> str:
     return value
 
 
-def _blob(fail: Fail, value: Any, where: str) -> Optional[ArtifactBlob]:
+def _blob(fail: Fail, value: Any, where: str) -> Optional[BlobRef]:
     if not isinstance(value, dict):
         fail(where, f"expected an object, found {type(value).__name__}")
         return None
@@ -89,7 +79,7 @@ def _blob(fail: Fail, value: Any, where: str) -> Optional[ArtifactBlob]:
     if not is_digest(value.get("digest")):
         fail(f"{where}.digest", f"expected 'sha256:' + 64 lowercase hex, found {value.get('digest')!r}"[:200])
         return None
-    return ArtifactBlob(mt, Digest.parse(value["digest"]), size)
+    return BlobRef(mt, Digest.parse(value["digest"]), size)
 
 
 def check_artifacts(fail: Fail, raw: Any, where: str) -> Tuple[ArtifactRecord, ...]:

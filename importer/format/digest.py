@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Protocol, Tuple
+from typing import Any, Dict, Protocol, Tuple
 
 from importer.errors import InvalidDigest
 
@@ -86,3 +86,16 @@ def hash_stream(stream: Readable) -> Tuple[Digest, int]:
 def hash_file(path: str) -> Tuple[Digest, int]:
     with open(path, "rb", buffering=0) as f:
         return hash_stream(f)
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """A pinned blob as an OCI descriptor names it: media type, digest, size (bundle.json's
+    manifests, configs, indexes and attached artifacts' blobs)."""
+
+    media_type: str
+    digest: Digest
+    size: int
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"mediaType": self.media_type, "digest": str(self.digest), "size": self.size}

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from importer import SCHEMA_MAJOR
 from importer.errors import ManifestError, UnsupportedSchemaVersion
 from importer.format.artifacts import ArtifactRecord, check_artifacts
+from importer.format.digest import BlobRef as BlobRef  # the descriptor type: defined beside Digest
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import parse_json
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
@@ -30,16 +31,6 @@ _VERSION_RE = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")
 # OCI ref.name grammar (image-spec annotations.md), plus a bound on the length.
 _REF_RE = re.compile(r"[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*(?:/[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)*")
 MAX_REF = 1024
-
-
-@dataclass(frozen=True)
-class BlobRef:
-    media_type: str
-    digest: Digest
-    size: int
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"mediaType": self.media_type, "digest": str(self.digest), "size": self.size}
 
 
 @dataclass(frozen=True)
