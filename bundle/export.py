@@ -91,38 +91,18 @@ def export_images(
     if not refs:
         raise UsageError("exporting: expected at least one image, found none")
     _check_tags(refs, tags, schema)
-    cosign_keys = load_cosign_keys(require_signed)  # before the export: a bad key file costs nothing
-    if cosign_keys and schema < 3:
-        raise UsageError(f"exporting with --schema {schema} and --require-signed: image signatures are carried "
-                         "by schema 3 bundles (3.5)", hint="drop --schema or use --schema 3")
+    cosign_keys = _cosign_keys(require_signed, schema)
     started = time.monotonic()
     out_dir = os.path.abspath(out_dir)
-    if os.path.lexists(out_dir) and not _empty_folder(out_dir):
-        if not force:
-            raise UsageError(f"exporting to {out_dir}: expected a new or empty folder, found an existing one",
-                             hint="choose another -o, or pass --force to replace it (a bundle folder only)")
-        _check_replaceable(out_dir)
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
+    parent = _check_output(out_dir, force)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
                                 insecure=insecure, realm_credentials=realm_credentials)
-    if schema < 3 and not isinstance(source, DockerDaemonSource):
-        raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
-                         "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
-    if platforms or all_platforms:
-        _pick_platform(source, platforms, all_platforms)
-    elif have and not isinstance(source, DockerDaemonSource):
-        offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
-        if offline is not None:
-            source.platform = offline
-    if hasattr(source, "attached"):
-        source.attached = referrers or bool(cosign_keys)  # --no-referrers; --require-signed needs them
+    _configure_source(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
     have_layers = merge_have(have) if have else None
     source_info = source.info()
     total = source.check_refs(names)
     fit = gpufit.precheck(source, names, have, allow_unfit) if schema == 3 else None
-    signed_by: Optional[str] = None
-    signed_images: Optional[List[SignedImage]] = None
+    signed_by, signed_images, store = None, None, None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
         # Docker's image size counts file contents, not the tar bytes read: unknown (0), never a wrong total
@@ -140,12 +120,7 @@ def export_images(
                                    have=have_layers)
             gpufit.postcheck(fit, store, images)
             manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
-            if cosign_keys:  # --require-signed: refused before the bundle gets its name
-                doing = "exporting with --require-signed"
-                signed_images = check_bundle(manifest, cosign_keys, checked_reader(
-                    lambda rel, limit, what: read_bundle_file(staging, rel, limit, what), doing), doing)
-            if sign_key is not None:  # bundle.json.sig, then SHA256SUMS again listing it
-                signed_by = sign_bundle(staging, sign_key)
+            signed_images, signed_by = _sign_and_check(staging, manifest, cosign_keys, sign_key)
         close_progress(on_bytes)
         os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
         if os.path.lexists(out_dir):
@@ -161,8 +136,61 @@ def export_images(
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
-                        len(store.recompressed) if schema == 3 else 0, tuple(getattr(source, "notes", ())), fit,
+                        len(store.recompressed) if store is not None else 0, tuple(getattr(source, "notes", ())), fit,
                         signed_images)
+
+
+def _cosign_keys(require_signed: Sequence[str], schema: int) -> Any:
+    """``--require-signed`` keys, loaded before the export (a bad key file costs nothing)."""
+    keys = load_cosign_keys(require_signed)
+    if keys and schema < 3:
+        raise UsageError(f"exporting with --schema {schema} and --require-signed: image signatures are carried "
+                         "by schema 3 bundles (3.5)", hint="drop --schema or use --schema 3")
+    return keys
+
+
+def _sign_and_check(staging: str, manifest: BundleManifest, cosign_keys: Any,
+                    sign_key: Optional[Ed25519PrivateKey]) -> Tuple[Optional[List[SignedImage]], Optional[str]]:
+    """``--require-signed``: every image's cosign signature checked, refused before the bundle gets its
+    name; ``--sign-key``: bundle.json.sig, then SHA256SUMS again listing it. (which key signed which
+    image, the bundle signing key's fingerprint)"""
+    signed_images = None
+    if cosign_keys:
+        doing = "exporting with --require-signed"
+        signed_images = check_bundle(manifest, cosign_keys, checked_reader(
+            lambda rel, limit, what: read_bundle_file(staging, rel, limit, what), doing), doing)
+    return signed_images, (sign_bundle(staging, sign_key) if sign_key is not None else None)
+
+
+def _check_output(out_dir: str, force: bool) -> str:
+    """``-o DIR`` must be new or empty, or (``--force``) a bundle folder to replace: said before the
+    export starts. Returns the folder it goes in (created), where the staging folder is made."""
+    if os.path.lexists(out_dir) and not _empty_folder(out_dir):
+        if not force:
+            raise UsageError(f"exporting to {out_dir}: expected a new or empty folder, found an existing one",
+                             hint="choose another -o, or pass --force to replace it (a bundle folder only)")
+        _check_replaceable(out_dir)
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    return parent
+
+
+def _configure_source(source: Any, schema: int, have: Sequence[str], platforms: Sequence[str],
+                      all_platforms: bool, attached: bool) -> None:
+    """What the source carries: the platforms asked for (else the one the ``--have`` inventory's host
+    runs), and the artifacts attached to each image (``attached``: unless --no-referrers, and always
+    with --require-signed). Schemas 1 and 2 need a Docker source."""
+    if schema < 3 and not isinstance(source, DockerDaemonSource):
+        raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
+                         "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
+    if platforms or all_platforms:
+        _pick_platform(source, platforms, all_platforms)
+    elif have and not isinstance(source, DockerDaemonSource):
+        offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
+        if offline is not None:
+            source.platform = offline
+    if hasattr(source, "attached"):
+        source.attached = attached
 
 
 def user_paths(error: BundleError, staging: str, user: str) -> BundleError:

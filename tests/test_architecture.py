@@ -385,3 +385,15 @@ def test_one_test_kit() -> None:
     own = sorted(p.name for p in tests.glob("test_*.py")
                  if re.search(r"^def (pristine|pristine_multi)\(", p.read_text(), re.M))
     assert own == [], f"test files defining their own pristine bundle (use tests/kit/fixtures.py): {own}"
+
+
+def test_no_function_over_80_lines_outside_cli_tables() -> None:
+    """Issue 27: small functions; an argparse table (``build_parser``) may run longer."""
+    long = []
+    for path in IMPORTER_FILES + BUNDLE_FILES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "build_parser":
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 80:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length} lines)")
+    assert long == []
