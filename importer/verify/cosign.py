@@ -24,7 +24,6 @@ import binascii
 import importlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -36,13 +35,12 @@ from importer.format.digest import Digest, is_digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.streams.commands import run
-from importer.verify.signature import BACKEND_ENV, InvalidKey, SignatureVerifierUnavailable, _openssl
+from importer.verify.signature import BACKEND_ENV, InvalidKey, SignatureVerifierUnavailable, _openssl, public_key_der
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 MAX_KEY_FILE = 64 * 1024
 MAX_PAYLOAD = 1024 * 1024
-_PEM_RE = re.compile(rb"-----BEGIN PUBLIC KEY-----\s*([A-Za-z0-9+/=\s]+?)\s*-----END PUBLIC KEY-----")
 #: DER prefixes of SubjectPublicKeyInfo: EC P-256 (id-ecPublicKey, prime256v1; an uncompressed
 #: point of 65 bytes follows) and Ed25519 (RFC 8410; 32 bytes follow)
 _P256_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200")
@@ -88,13 +86,7 @@ class CosignKey:
 
 
 def parse_cosign_key(data: bytes, path: str) -> CosignKey:
-    m = _PEM_RE.search(data)
-    der = b""
-    if m is not None:
-        try:
-            der = base64.b64decode(b"".join(m.group(1).split()), validate=True)
-        except (binascii.Error, ValueError):
-            der = b""
+    der = public_key_der(data)
     if len(der) == len(_P256_PREFIX) + 65 and der.startswith(_P256_PREFIX) and der[len(_P256_PREFIX)] == 4:
         return CosignKey(path, der, ECDSA_P256)
     if len(der) == len(_ED25519_PREFIX) + 32 and der.startswith(_ED25519_PREFIX):

@@ -96,15 +96,21 @@ def public_key_pem(raw_public_key: bytes) -> bytes:
     return b"-----BEGIN PUBLIC KEY-----\n" + body + b"\n-----END PUBLIC KEY-----\n"
 
 
+def public_key_der(data: bytes) -> bytes:
+    """The DER of the first ``PUBLIC KEY`` PEM block in ``data`` (SubjectPublicKeyInfo), or b""
+    when there is none or it is not base64: the one PEM reader of our keys and cosign's."""
+    m = _PEM_RE.search(data)
+    if m is None:
+        return b""
+    try:
+        return base64.b64decode(b"".join(m.group(1).split()), validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
 def parse_public_key_pem(data: bytes, what: str) -> bytes:
     """The raw 32 bytes of an Ed25519 public key in PEM SubjectPublicKeyInfo form."""
-    m = _PEM_RE.search(data)
-    der = b""
-    if m is not None:
-        try:
-            der = base64.b64decode(b"".join(m.group(1).split()), validate=True)
-        except (binascii.Error, ValueError):
-            der = b""
+    der = public_key_der(data)
     if len(der) != len(_SPKI_PREFIX) + 32 or not der.startswith(_SPKI_PREFIX):
         raise InvalidKey(
             f"reading the public key {what}: expected an Ed25519 public key "
