@@ -33,6 +33,7 @@ from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST, parse_json
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
+from importer.format.reference import split_host_path, split_reference
 from importer.inventory.have import HaveLayers
 from importer.registry.client import RegistryClient, RegistryTarget
 
@@ -71,17 +72,11 @@ class RegistryRef:
 def parse_registry_ref(text: str) -> RegistryRef:
     """``[HOST[:PORT]/]REPO[:TAG|@DIGEST]`` (what follows ``docker://``); no host: Docker Hub."""
     where = f"docker://{text}"
-    name, _, digest = text.partition("@")
+    name, tag, digest = split_reference(text)
     if digest and not is_digest(digest):
         raise InvalidReference(f"reading {where}: expected a digest 'sha256:' + 64 hex after '@', found {digest!r}")
-    tag = ""
-    colon = name.rfind(":")
-    if colon > name.rfind("/"):
-        name, tag = name[:colon], name[colon + 1:]
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
-        host_name, repo = first, rest
-    else:
+    host_name, repo = split_host_path(name)
+    if not host_name:
         host_name, repo = DOCKER_HUB, (name if "/" in name else f"library/{name}")
     if host_name in ("docker.io", "index.docker.io"):
         host_name = DOCKER_HUB
