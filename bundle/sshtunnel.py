@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any, Iterator, List, Optional, Tuple
 
 from importer.errors import TunnelFailed, UsageError
-from importer.registry.client import split_host
+from importer.format.reference import split_host_port
 from importer.streams.commands import require_binary
 
 READY_TIMEOUT = 30.0
@@ -48,7 +48,7 @@ def free_port() -> int:
 
 def forward_spec(local_port: int, registry_host: str, default_port: int = 443) -> str:
     """``127.0.0.1:LOCAL:REGHOST:REGPORT`` (IPv6 REGHOST in brackets, as ssh wants it)."""
-    host, port = split_host(registry_host)
+    host, port = split_host_port(registry_host)
     shown = f"[{host}]" if ":" in host else host
     return f"127.0.0.1:{local_port}:{shown}:{port or default_port}"
 

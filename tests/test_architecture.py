@@ -397,3 +397,39 @@ def test_no_function_over_80_lines_outside_cli_tables() -> None:
                 if length > 80:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length} lines)")
     assert long == []
+
+
+REFERENCE_PARSER = REPO / "importer" / "format" / "reference.py"
+# A reference split by hand: at '@' (the digest), at the last ':' (the tag, or a host's port).
+_REFERENCE_SPLITS = {("partition", "@"), ("rpartition", "@"), ("split", "@"), ("rsplit", "@"),
+                     ("rfind", ":"), ("rpartition", ":"), ("rfind", "@"), ("find", "@")}
+
+
+def reference_splits(path: Path) -> List[str]:
+    """``line: .method("sep")`` of every hand-written reference split in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and (node.func.attr, node.args[0].value) in _REFERENCE_SPLITS):
+            found.append(f"{node.lineno}: .{node.func.attr}({node.args[0].value!r})")
+    return found
+
+
+@pytest.mark.parametrize("path", IMPORTER_FILES + BUNDLE_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_references_are_split_only_by_the_one_parser(path: Path) -> None:
+    """Image references (name, tag, digest, host, port) are split in importer/format/reference.py
+    alone (split_reference, split_host_path, split_host_port, parse_reference); a second
+    hand-written parser drifts from it (a tag read where a port is, a digest left unchecked)."""
+    if path == REFERENCE_PARSER:
+        return
+    assert reference_splits(path) == [], f"{path.relative_to(REPO)} splits a reference by hand: " \
+                                         "call importer.format.reference instead"
+
+
+def test_the_reference_guard_sees_a_hand_written_split(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text('def tag_of(ref):\n    name, _, digest = ref.partition("@")\n'
+                     '    return name[name.rfind(":") + 1:]\n')
+    assert reference_splits(rogue) == ["2: .partition('@')", "3: .rfind(':')"]
+    assert reference_splits(REFERENCE_PARSER) != []  # the parser itself is what the guard would see

@@ -141,6 +141,53 @@ def test_good_references_parse(ref: str) -> None:
     assert parse_reference(ref).path
 
 
+D64 = "sha256:" + "d" * 64
+
+
+@pytest.mark.parametrize("ref, split, host", [
+    ("app", ("app", "", ""), ""),
+    ("app:1", ("app", "1", ""), ""),
+    ("localhost:5000/a/b:c", ("localhost:5000/a/b", "c", ""), "localhost:5000"),
+    ("[::1]:5000/x:1@" + D64, ("[::1]:5000/x", "1", D64), "[::1]:5000"),
+    ("reg.example:5000/x@" + D64, ("reg.example:5000/x", "", D64), "reg.example:5000"),
+    ("team/app", ("team/app", "", ""), ""),
+])
+def test_every_reader_of_a_reference_takes_the_one_split(ref: str, split: tuple, host: str) -> None:
+    """refs (engines), the registry source, push's map_ref and cosign read the parser's split, so
+    they cannot disagree on where the tag, the digest or the host is (issue 27)."""
+    from bundle.sources.registry import parse_registry_ref
+    from importer.format.reference import split_host_path, split_reference
+    from importer.format.refs import split_ref
+    from importer.registry.client import map_ref, parse_target
+    from importer.verify.cosign import repository_of
+
+    assert split_reference(ref) == split_ref(ref) == split
+    assert split_host_path(split[0])[0] == host
+    assert repository_of(ref) == split[0]
+    parsed = parse_registry_ref(ref)
+    assert (parsed.tag or "latest", parsed.digest) == (split[1] or "latest", split[2])
+    assert parsed.repo.endswith(split_host_path(split[0])[1])
+    dest = map_ref(ref, parse_target("127.0.0.1:5000/ns"))
+    assert dest.tag == split[1] and dest.repository.startswith("ns/")
+
+
+@pytest.mark.parametrize("host, split", [("127.0.0.1:5000", ("127.0.0.1", 5000)), ("[::1]:5000", ("::1", 5000)),
+                                         ("[::1]", ("::1", None)), ("reg.example", ("reg.example", None)),
+                                         ("::1", ("::1", None))])
+def test_a_registry_host_splits_into_address_and_port_in_one_place(host: str, split: tuple) -> None:
+    from importer.format.reference import split_host_port
+    assert split_host_port(host) == split
+
+
+def test_a_bad_registry_reference_names_the_part_that_is_wrong() -> None:
+    from bundle.sources.registry import parse_registry_ref
+    for text, part in [("reg.example/x@sha256:12", "expected a digest"), ("reg.example/X:1", "expected a repository"),
+                       ("reg.example/x:-1", "expected a tag")]:
+        with pytest.raises(InvalidReference) as e:
+            parse_registry_ref(text)
+        assert part in e.value.message and f"docker://{text}" in e.value.message
+
+
 def test_the_export_cli_names_the_bad_part_of_an_image_and_a_tag(tmp_path: Path) -> None:
     proc = run_cli("bundle", "export", "Demo/Hello:1", "-o", str(tmp_path / "b"))
     assert proc.returncode == 2 and "error[invalid-reference]" in proc.stderr, proc.stderr

@@ -22,7 +22,7 @@ import io
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
@@ -33,6 +33,7 @@ from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST, parse_json
 from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
+from importer.format.reference import split_host_path, split_reference
 from importer.inventory.have import HaveLayers
 from importer.registry.client import RegistryClient, RegistryTarget
 
@@ -71,17 +72,11 @@ class RegistryRef:
 def parse_registry_ref(text: str) -> RegistryRef:
     """``[HOST[:PORT]/]REPO[:TAG|@DIGEST]`` (what follows ``docker://``); no host: Docker Hub."""
     where = f"docker://{text}"
-    name, _, digest = text.partition("@")
+    name, tag, digest = split_reference(text)
     if digest and not is_digest(digest):
         raise InvalidReference(f"reading {where}: expected a digest 'sha256:' + 64 hex after '@', found {digest!r}")
-    tag = ""
-    colon = name.rfind(":")
-    if colon > name.rfind("/"):
-        name, tag = name[:colon], name[colon + 1:]
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
-        host_name, repo = first, rest
-    else:
+    host_name, repo = split_host_path(name)
+    if not host_name:
         host_name, repo = DOCKER_HUB, (name if "/" in name else f"library/{name}")
     if host_name in ("docker.io", "index.docker.io"):
         host_name = DOCKER_HUB
@@ -93,6 +88,25 @@ def parse_registry_ref(text: str) -> RegistryRef:
     if not tag and not digest:
         tag = "latest"
     return RegistryRef(host_name, repo, tag, digest)
+
+
+class RepositoryBlobs:
+    """A BlobProvider for one reference's repository: blobcopy's reads go to ``ref``'s registry
+    and repository, named here rather than by a cursor the source moves between images."""
+
+    def __init__(self, source: RegistrySource, ref: RegistryRef) -> None:
+        self.source, self.ref = source, ref
+        self.where = source.where
+
+    def read_json(self, digest: str, limit: int, what: str) -> Any:
+        with self.open_blob(digest, what) as f:
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise SourceError(f"{what}: expected at most {limit} bytes, found more")
+        return parse_json(raw, what)
+
+    def open_blob(self, digest: str, what: str) -> ContextManager[BinaryIO]:
+        return self.source.open_blob(self.ref, digest, what)
 
 
 class _ResumingBlob:
@@ -211,7 +225,6 @@ class RegistrySource:
         self._manifests: Dict[str, bytes] = {}  # digest -> exact bytes (manifests and indexes)
         self._sizes: Dict[str, int] = {}  # blob digest -> size its descriptor gives
         self._depth: Dict[str, int] = {}  # manifest digest -> levels below the reference's (0)
-        self._current: Optional[RegistryRef] = None
         self._lock = threading.Lock()
         #: how many times a dropped blob download was resumed (layers are read in parallel)
         self.resumed = 0
@@ -276,23 +289,17 @@ class RegistrySource:
         sizes: Dict[str, int] = {}
         for text in refs:
             ref, target = self._target(text)
-            self._current = ref
-            add_layer_sizes(manifests_for(self, target, self.platform, self.choice, f"exporting docker://{text}",
+            add_layer_sizes(manifests_for(self.blobs(ref), target, self.platform, self.choice, f"exporting docker://{text}",
                                           strict=self.platform_given, notes=self.notes), sizes)
         return sum(sizes.values())
 
-    # === BlobProvider
-    def read_json(self, digest: str, limit: int, what: str) -> Any:
-        with self.open_blob(digest, what) as f:
-            raw = f.read(limit + 1)
-        if len(raw) > limit:
-            raise SourceError(f"{what}: expected at most {limit} bytes, found more")
-        return parse_json(raw, what)
+    # === blobs of one reference's repository (no cursor: the reference is passed along)
+    def blobs(self, ref: RegistryRef) -> RepositoryBlobs:
+        """The BlobProvider of ``ref``'s repository (blobcopy reads the image through it)."""
+        return RepositoryBlobs(self, ref)
 
     @contextlib.contextmanager
-    def open_blob(self, digest: str, what: str) -> Iterator[BinaryIO]:
-        ref = self._current
-        assert ref is not None, "open_blob before a reference was resolved"
+    def open_blob(self, ref: RegistryRef, digest: str, what: str) -> Iterator[BinaryIO]:
         client = self.client(ref.host)
         if digest in self._manifests:  # a manifest or an index: from /manifests/, bytes kept
             raw = self._manifests[digest]
@@ -336,9 +343,8 @@ class RegistrySource:
                 ref, target = self._target(text)
                 if target["digest"] not in by_target:
                     continue
-                self._current = ref
                 what = f"exporting docker://{text}"
-                image = copy_target(self, target, by_target.pop(target["digest"]), store,
+                image = copy_target(self.blobs(ref), target, by_target.pop(target["digest"]), store,
                                     platform=self.platform, choice=self.choice, compression=compression,
                                     level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
                 images.append(self._with_artifacts(ref, target, image, store, what) if self.attached else image)

@@ -7,7 +7,7 @@ importer/format/refs.py."""
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 from importer.errors import InvalidReference
 
@@ -33,6 +33,35 @@ def has_host(first: str) -> bool:
     return "." in first or ":" in first or first == "localhost" or first.startswith("[")
 
 
+def split_reference(text: str) -> Tuple[str, str, str]:
+    """(name, tag, digest) of ``text`` split as written, nothing checked; tag and digest may be "".
+    The only place a reference is split at '@' and ':' (tests/test_architecture.py)."""
+    name, _, digest = text.partition("@")
+    tag = ""
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        name, tag = name[:colon], name[colon + 1:]
+    return name, tag, digest
+
+
+def split_host_path(name: str, is_host: Callable[[str], bool] = has_host) -> Tuple[str, str]:
+    """(host, path) of a name without tag or digest; host "" when the first component is not one
+    (``is_host`` decides: engines and registries differ on uppercase and ``[::1]``)."""
+    first, sep, rest = name.partition("/")
+    return (first, rest) if sep and is_host(first) else ("", name)
+
+
+def split_host_port(host: str) -> Tuple[str, Optional[int]]:
+    """``127.0.0.1:5000`` -> ("127.0.0.1", 5000); ``[::1]:5000`` -> ("::1", 5000)."""
+    if host.startswith("["):
+        addr, _, rest = host[1:].partition("]")
+        return addr, int(rest[1:]) if rest.startswith(":") else None
+    name, sep, port = host.rpartition(":")
+    if sep and port.isdigit() and ":" not in name:
+        return name, int(port)
+    return host, None
+
+
 def parse_reference(text: str, *, what: str = "reading the image reference") -> Reference:
     """``text`` split and checked; InvalidReference says which part is wrong and how."""
     def bad(part: str, found: str) -> InvalidReference:
@@ -44,18 +73,12 @@ def parse_reference(text: str, *, what: str = "reading the image reference") -> 
         raise bad(f"at most {MAX_REFERENCE} characters", f"{len(text)}")
     if any(c.isspace() or not c.isprintable() for c in text):
         raise bad("no spaces", "a space or control character")
-    name, at, digest = text.partition("@")
-    if at and not _DIGEST.fullmatch(digest):
+    name, tag, digest = split_reference(text)
+    if "@" in text and not _DIGEST.fullmatch(digest):
         raise bad("'sha256:' and 64 lowercase hex digits after '@'", repr(digest))
-    tag = ""
-    colon = name.rfind(":")
-    if colon > name.rfind("/"):
-        name, tag = name[:colon], name[colon + 1:]
-        if not _TAG.fullmatch(tag):
-            raise bad("a tag of letters, digits, '_', '.', '-' (at most 128, not starting with '.' or '-')",
-                      repr(tag))
-    first, sep, rest = name.partition("/")
-    host, path = (first, rest) if sep and has_host(first) else ("", name)
+    if name != text.partition("@")[0] and not _TAG.fullmatch(tag):
+        raise bad("a tag of letters, digits, '_', '.', '-' (at most 128, not starting with '.' or '-')", repr(tag))
+    host, path = split_host_path(name)
     if host and not _HOST.fullmatch(host):
         raise bad("a registry host as HOST or HOST:PORT", repr(host))
     if not path:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Tuple
 
+from importer.format.reference import split_host_path, split_reference
+
 DEFAULT_DOMAIN = "docker.io"
 LEGACY_DOMAIN = "index.docker.io"
 OFFICIAL_PREFIX = "library/"
@@ -16,17 +18,18 @@ OFFICIAL_PREFIX = "library/"
 
 def has_domain(name: str) -> bool:
     """The repository name starts with a registry (``reg.example/x``, ``localhost/x``, ``h:5000/x``)."""
-    first, sep, _ = name.partition("/")
-    return bool(sep) and ("." in first or ":" in first or first == "localhost" or first != first.lower())
+    return bool(split_host_path(name, _engine_host)[0])
+
+
+def _engine_host(first: str) -> bool:
+    """Docker's rule for a first component that names a registry (uppercase counts)."""
+    return "." in first or ":" in first or first == "localhost" or first != first.lower()
 
 
 def split_domain(name: str) -> Tuple[str, str]:
     """(domain, path) of a repository name without tag or digest."""
-    first, _, rest = name.partition("/")
-    if has_domain(name):
-        domain, path = first, rest
-    else:
-        domain, path = DEFAULT_DOMAIN, name
+    domain, path = split_host_path(name, _engine_host)
+    domain = domain or DEFAULT_DOMAIN
     if domain == LEGACY_DOMAIN:
         domain = DEFAULT_DOMAIN
     if domain == DEFAULT_DOMAIN and "/" not in path:
@@ -36,12 +39,7 @@ def split_domain(name: str) -> Tuple[str, str]:
 
 def split_ref(ref: str) -> Tuple[str, str, str]:
     """(repository, tag, digest) of ``ref``; tag and digest may be empty."""
-    name, _, digest = ref.partition("@")
-    tag = ""
-    colon = name.rfind(":")
-    if colon > name.rfind("/"):
-        name, tag = name[:colon], name[colon + 1:]
-    return name, tag, digest
+    return split_reference(ref)
 
 
 def normalize(ref: str) -> str:

@@ -40,6 +40,7 @@ from importer.errors import (
 )
 from importer.format.digest import CHUNK, Digest
 from importer.format.mediatypes import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
+from importer.format.reference import split_host_path, split_host_port, split_reference
 from importer.registry.auth import Credentials, credentials_from_docker_config, fetch_token, parse_challenge
 from importer.registry.redirects import REDIRECTS, Origin, open_url
 
@@ -92,15 +93,9 @@ def parse_target(text: str) -> RegistryTarget:
     return RegistryTarget(host, namespace)
 
 
-def split_host(host: str) -> Tuple[str, Optional[int]]:
-    """``127.0.0.1:5000`` -> ("127.0.0.1", 5000); ``[::1]:5000`` -> ("::1", 5000)."""
-    if host.startswith("["):
-        addr, _, rest = host[1:].partition("]")
-        return addr, int(rest[1:]) if rest.startswith(":") else None
-    name, sep, port = host.rpartition(":")
-    if sep and port.isdigit() and ":" not in name:
-        return name, int(port)
-    return host, None
+def _push_host(first: str) -> bool:
+    """A ref's first component is a registry host to drop when pushing (``[::1]`` is not one here)."""
+    return "." in first or ":" in first or first == "localhost"
 
 
 def is_loopback(hostname: str) -> bool:
@@ -128,13 +123,8 @@ def map_ref(ref: str, target: RegistryTarget) -> Destination:
     """``my/train:1`` -> ``NAMESPACE/my/train`` + ``1``; a registry host in the ref is dropped
     (``registry.example:5000/x/y:2`` -> ``x/y``); a digest in the ref is dropped (the bundle's
     manifest is pushed by its own digest)."""
-    name, _, _digest = ref.partition("@")
-    tag = ""
-    colon = name.rfind(":")
-    if colon > name.rfind("/"):
-        name, tag = name[:colon], name[colon + 1:]
-    first, sep, rest = name.partition("/")
-    path = rest if sep and ("." in first or ":" in first or first == "localhost") else name
+    name, tag, _digest = split_reference(ref)
+    path = split_host_path(name, _push_host)[1]
     if not _PATH_RE.fullmatch(path):
         raise InvalidReference(
             f"pushing {ref}: expected a repository path of lowercase components, found {path!r}",
@@ -259,7 +249,7 @@ class RegistryClient:
         self.target = target
         #: send the credentials to a token realm on another host too (HTTPS only; --allow-realm-credentials)
         self.realm_credentials = realm_credentials
-        hostname, port = split_host(target.host)
+        hostname, port = split_host_port(target.host)
         self.server_name = hostname
         self.connect_to = connect_to or (hostname, port or 0)
         self.insecure = insecure or is_loopback(hostname)
@@ -455,7 +445,7 @@ class RegistryClient:
 
     def origin(self) -> Origin:
         """(scheme, host, port) of the registry as it is named: where its credentials may go."""
-        _, port = split_host(self.target.host)
+        _, port = split_host_port(self.target.host)
         return self.scheme, self.server_name.lower(), port or (443 if self.scheme == "https" else 80)
 
     def _follow(self, location: str, what: str, headers: Dict[str, str],

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from importer.errors import BundleError, CommandFailed
 from importer.format.digest import is_digest
+from importer.format.reference import split_reference
 from importer.format.refs import normalize
 from importer.smoke.settings import SmokeConfigError
 from importer.smoke.tree import MOUNT_POINT
@@ -301,8 +302,13 @@ class Engine:
         name = normalize(ref) if not is_digest(ref) and normalize(ref) in found.tags else found.tags[0]
         target = found.manifest_digest or found.image_id
         return ImageFacts(ref=ref, image_id=str(found.config_digest), repo_tags=list(found.tags),
-                          repo_digests=[f"{t.split('@')[0]}@{target}" for t in found.tags], env=env,
+                          repo_digests=[f"{_without_digest(t)}@{target}" for t in found.tags], env=env,
                           platform=f"{config.get('os', '')}/{config.get('architecture', '')}", run_name=name)
+
+
+def _without_digest(ref: str) -> str:
+    name, tag, _ = split_reference(ref)
+    return f"{name}:{tag}" if tag else name
 
 
 def build_engine(kind: str, *, docker_host: Optional[str] = None, address: Optional[str] = None,

@@ -34,6 +34,7 @@ from importer.format.artifacts import ArtifactRecord
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.reference import split_reference
 from importer.streams.commands import run
 from importer.verify.signature import BACKEND_ENV, InvalidKey, SignatureVerifierUnavailable, _openssl, public_key_der
 
@@ -188,9 +189,7 @@ class SignedImage:
 
 def repository_of(ref: str) -> str:
     """``HOST/REPO`` of ``HOST/REPO:TAG`` or ``HOST/REPO@sha256:...``."""
-    name = ref.split("@", 1)[0]
-    colon = name.rfind(":")
-    return name[:colon] if colon > name.rfind("/") else name
+    return split_reference(ref)[0]
 
 
 def _subjects(image: ImageRecord, read: BlobReader) -> Set[str]:
