@@ -28,6 +28,7 @@ from tests.kit.servekit import serving
 from tests.kit.transferkit import FlakyProxy
 from tests.kit.trustkit import error_id, python38, run_importer
 from tests.test_cli_json import validate
+from tests.test_export_registry import export  # the one --json export runner with its schema check
 
 pytestmark = pytest.mark.engine
 
@@ -95,13 +96,6 @@ def _raw(ref: str) -> bytes:
                           capture_output=True, check=True, timeout=120).stdout
 
 
-def export(*args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
-    proc = run_cli("bundle", "export", *args, "--json", "-q")
-    assert "Traceback" not in proc.stderr, proc.stderr
-    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
-    if doc is not None:
-        validate("export" if proc.returncode == 0 else "error", doc)
-    return proc, doc
 
 
 def bundle_json(bundle: Path) -> Any:
