@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -24,7 +24,7 @@ from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources import SourceImage
 from bundle.sources.blobcopy import PlatformChoice
 from bundle.sources.choose import open_source
-from bundle.sources.docker_daemon import DockerDaemonSource
+from bundle.sources.protocol import ExportSource, Selection
 from bundle.writer import write_bundle
 from importer.errors import BundleError, DestinationInUse, InvalidReference, UsageError
 from importer.format.manifest import BundleManifest, valid_ref
@@ -33,7 +33,7 @@ from importer.format.reference import parse_reference
 from importer.input.opened import read_bundle_file
 from importer.inventory.have import engines_read_zstd, have_platform, merge_have, zstd_is_fast_on
 from importer.streams.progress import close_progress
-from importer.verify.cosign import SignedImage, check_bundle, checked_reader, load_cosign_keys
+from importer.verify.cosign import CosignKey, SignedImage, check_bundle, checked_reader, load_cosign_keys
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -97,26 +97,26 @@ def export_images(
     parent = _check_output(out_dir, force)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
                                 insecure=insecure, realm_credentials=realm_credentials)
-    _configure_source(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
+    selection = _selection(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
     have_layers = merge_have(have) if have else None
     source_info = source.info()
-    total = source.check_refs(names)
+    checked = source.check_refs(names, selection)
     fit = gpufit.precheck(source, names, have, allow_unfit) if schema == 3 else None
     signed_by, signed_images, store = None, None, None
     staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
     try:
-        # Docker's image size counts file contents, not the tar bytes read: unknown (0), never a wrong total
-        exact = total if not isinstance(source, DockerDaemonSource) else 0
+        # a size the source cannot know ahead (Docker's counts file contents): unknown (0), never a wrong total
+        exact = checked.size if source.knows_sizes_ahead else 0
         on_bytes = progress("export", exact) if progress else None
         source_doc = {"kind": source_info.kind, **source_info.details}
         if schema < 3:
-            write_legacy_bundle(staging, source.docker.argv("save", *names), names, schema, source_doc,
+            write_legacy_bundle(staging, source.legacy_save_argv(names), names, schema, source_doc,
                                 level=level, on_bytes=on_bytes)
             manifest = None
         else:
             store = BlobStore(staging)
             store.recompress_to = compression if asked else None
-            images = source.export(names, store, compression=compression, level=level, on_bytes=on_bytes,
+            images = source.export(names, store, selection, compression=compression, level=level, on_bytes=on_bytes,
                                    have=have_layers)
             gpufit.postcheck(fit, store, images)
             manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
@@ -136,11 +136,11 @@ def export_images(
             shutil.rmtree(staging)
         raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
-                        len(store.recompressed) if store is not None else 0, tuple(getattr(source, "notes", ())), fit,
+                        len(store.recompressed) if store is not None else 0, checked.notes, fit,
                         signed_images)
 
 
-def _cosign_keys(require_signed: Sequence[str], schema: int) -> Any:
+def _cosign_keys(require_signed: Sequence[str], schema: int) -> Tuple[CosignKey, ...]:
     """``--require-signed`` keys, loaded before the export (a bad key file costs nothing)."""
     keys = load_cosign_keys(require_signed)
     if keys and schema < 3:
@@ -149,7 +149,7 @@ def _cosign_keys(require_signed: Sequence[str], schema: int) -> Any:
     return keys
 
 
-def _sign_and_check(staging: str, manifest: BundleManifest, cosign_keys: Any,
+def _sign_and_check(staging: str, manifest: BundleManifest, cosign_keys: Sequence[CosignKey],
                     sign_key: Optional[Ed25519PrivateKey]) -> Tuple[Optional[List[SignedImage]], Optional[str]]:
     """``--require-signed``: every image's cosign signature checked, refused before the bundle gets its
     name; ``--sign-key``: bundle.json.sig, then SHA256SUMS again listing it. (which key signed which
@@ -175,22 +175,20 @@ def _check_output(out_dir: str, force: bool) -> str:
     return parent
 
 
-def _configure_source(source: Any, schema: int, have: Sequence[str], platforms: Sequence[str],
-                      all_platforms: bool, attached: bool) -> None:
+def _selection(source: ExportSource, schema: int, have: Sequence[str], platforms: Sequence[str],
+               all_platforms: bool, attached: bool) -> Selection:
     """What the source carries: the platforms asked for (else the one the ``--have`` inventory's host
     runs), and the artifacts attached to each image (``attached``: unless --no-referrers, and always
-    with --require-signed). Schemas 1 and 2 need a Docker source."""
-    if schema < 3 and not isinstance(source, DockerDaemonSource):
+    with --require-signed). Schemas 1 and 2 need a source that writes them (Docker)."""
+    if schema < 3 and not source.writes_legacy_schemas:
         raise UsageError(f"exporting from {source.kind} with --schema {schema}: schemas 1 and 2 are a "
                          "`docker save` archive and need a Docker source", hint="drop --schema or use --schema 3")
+    attached = attached and source.carries_attached
     if platforms or all_platforms:
-        _pick_platform(source, platforms, all_platforms)
-    elif have and not isinstance(source, DockerDaemonSource):
-        offline = have_platform(have)  # the platform the offline host's inventory names (1.2+)
-        if offline is not None:
-            source.platform = offline
-    if hasattr(source, "attached"):
-        source.attached = attached
+        return _pick_platform(source, platforms, all_platforms, attached)
+    offline = have_platform(have) if have and not source.picks_platform_in_engine else None
+    # the platform the offline host's inventory names (1.2+), else this host's
+    return Selection(platform=offline or host(), attached=attached)
 
 
 def user_paths(error: BundleError, staging: str, user: str) -> BundleError:
@@ -233,7 +231,7 @@ def _ordered(images: List[SourceImage], names: Sequence[str], tags: Sequence[str
     return _renamed(images, tags) if tags else images
 
 
-def _pick_platform(source: Any, values: Sequence[str], all_platforms: bool = False) -> None:
+def _pick_platform(source: ExportSource, values: Sequence[str], all_platforms: bool, attached: bool) -> Selection:
     """``--platform``: which manifest of an image index the source carries (default: this host's);
     several ``--platform`` or ``--all-platforms``: a multi-platform image (bundle schema 3.2), the
     host's platform (else the first named) as the primary that older importers load."""
@@ -241,22 +239,21 @@ def _pick_platform(source: Any, values: Sequence[str], all_platforms: bool = Fal
     if all_platforms and wanted:
         raise UsageError(f"exporting with --all-platforms and --platform {','.join(str(p) for p in wanted)}: "
                          "expected one of them", hint="--all-platforms carries every platform of the index")
-    if isinstance(source, DockerDaemonSource) and (all_platforms or len(wanted) > 1):
-        raise UsageError("exporting from Docker with several platforms: expected one (Docker exports the platform "
-                         "its engine runs)", hint="read multi-platform images from docker://, containerd: or an "
+    if source.picks_platform_in_engine and (all_platforms or len(wanted) > 1):
+        raise UsageError(f"exporting from {source.kind} with several platforms: expected one (its engine exports "
+                         "the platform it runs)", hint="read multi-platform images from docker://, containerd: or an "
                          "OCI layout (oci:DIR[:REF])")
     if all_platforms or len(wanted) > 1:
-        source.choice = PlatformChoice(every=all_platforms, wanted=tuple(wanted))
-        source.platform = next((p for p in wanted if p.matches(host())), wanted[0]) if wanted else host()
-        return
-    if isinstance(source, DockerDaemonSource):
+        primary = next((p for p in wanted if p.matches(host())), wanted[0]) if wanted else host()
+        return Selection(platform=primary, choice=PlatformChoice(every=all_platforms, wanted=tuple(wanted)),
+                         attached=attached)
+    if source.picks_platform_in_engine:
         if not wanted[0].matches(host()):
-            raise UsageError(f"exporting from Docker with --platform {wanted[0]}: expected this host's platform "
-                             f"({host()}), found another", hint="Docker exports the platform it runs; read other "
-                             "platforms from containerd:REF or an OCI layout (oci:DIR[:REF])")
-        return
-    source.platform = wanted[0]
-    source.platform_given = True
+            raise UsageError(f"exporting from {source.kind} with --platform {wanted[0]}: expected this host's "
+                             f"platform ({host()}), found another", hint="its engine exports the platform it runs; "
+                             "read other platforms from containerd:REF or an OCI layout (oci:DIR[:REF])")
+        return Selection(attached=attached)
+    return Selection(platform=wanted[0], platform_given=True, attached=attached)
 
 
 def _empty_folder(path: str) -> bool:

@@ -1,7 +1,8 @@
 """``bundle export --have INVENTORY``: will each image run on the offline host (docs/gpu-fit.md).
 
-Before any byte is written, the images' configs (Docker source) are judged on the inventory's
-driver with the most favourable layers imaginable: an image unfit even then is refused at once.
+Before any byte is written, the images' configs (where the source reads them cheaply,
+``ExportSource.image_env``: Docker) are judged on the inventory's driver with the most
+favourable layers imaginable: an image unfit even then is refused at once.
 After the one pass over the layers (which shows the compat libraries and torch's CUDA), every
 image is judged for real, before the bundle is written; an unfit one is refused unless
 ``--allow-unfit`` and the half-made bundle is removed. The decision is
@@ -9,17 +10,15 @@ importer/format/cudafit.py's, the one ``bundle-import`` and the smoke suite make
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.cudaneeds import image_needs
 from bundle.sources import SourceImage
-from bundle.sources.docker_daemon import DockerDaemonSource
+from bundle.sources.protocol import ExportSource
 from importer.format import cudafit
 from importer.format.cudafit import Fit, Target
 from importer.pipeline.gpufit import fits_json, have_target, judge, refuse_unfit
-from importer.streams.commands import run
 
 #: the most favourable layers: compat libraries newer than any driver the table knows
 _BEST_CASE_LIBS = ("9999.0",)
@@ -44,25 +43,15 @@ class FitCheck:
         return [cudafit.line(name, fit) for name, fit in self.fits]
 
 
-def _docker_env(source: DockerDaemonSource, ref: str) -> List[Any]:
-    res = run(source.docker.argv("image", "inspect", "--format", "{{json .Config.Env}}", ref),
-              what=f"reading the env of {ref}", check=False, timeout=120)
-    try:
-        env = json.loads(res.stdout.decode("utf-8", "replace") or "null")
-    except ValueError:
-        return []
-    return env if isinstance(env, list) else []
-
-
-def precheck(source: Any, names: Sequence[str], have: Sequence[str], allow_unfit: bool) -> Optional[FitCheck]:
+def precheck(source: ExportSource, names: Sequence[str], have: Sequence[str], allow_unfit: bool) -> Optional[FitCheck]:
     """The target of the first ``--have`` inventory, and the images refused by their config alone."""
     found = have_target(have) if have else None
     if found is None:
         return None
     check = FitCheck(found[0], found[1], allow_unfit)
-    if isinstance(source, DockerDaemonSource) and not allow_unfit:
-        best = [(ref, cudafit.needs_from_env(_docker_env(source, ref), compat_libs=_BEST_CASE_LIBS))
-                for ref in names]
+    if not allow_unfit:
+        envs = [(ref, source.image_env(ref)) for ref in names]
+        best = [(ref, cudafit.needs_from_env(env, compat_libs=_BEST_CASE_LIBS)) for ref, env in envs if env is not None]
         refuse_unfit(judge(best, check.target), doing="exporting", where=check.where(), hint=_HINT,
                      when=" by its config alone, before any layer was read")
     return check

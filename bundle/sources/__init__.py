@@ -8,6 +8,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from importer.format.artifacts import ArtifactRecord
 from importer.format.manifest import LayerRecord
 
+#: a parsed JSON object as a source reads it (a manifest, an index, a descriptor, bundle.json's
+#: ``source``): checked field by field where it is used
+JsonDoc = Dict[str, Any]
+#: a parsed JSON document of any shape (what ``read_json`` returns before its shape is checked)
+JsonValue = Any
+
 
 @dataclass(frozen=True)
 class SourceImage:
@@ -35,11 +41,13 @@ class SourceImage:
 
 @dataclass(frozen=True)
 class SourceInfo:
+    """What a source reports of itself: bundle.json's ``source`` (``kind`` and ``details``)."""
+
     kind: str
-    details: Dict[str, Any]
+    details: JsonDoc
 
 
-def platform_of(config: Any) -> Dict[str, str]:
+def platform_of(config: object) -> Dict[str, str]:
     out: Dict[str, str] = {}
     if isinstance(config, dict):
         for key in ("os", "architecture", "variant"):

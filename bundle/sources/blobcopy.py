@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Callable, ContextManager, Dict, List, Optional
 import zstandard
 
 from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, platform_of
+from bundle.sources import JsonValue, SourceImage, platform_of
 from importer.errors import BundleError, PlatformNotFound, SourceError
 from importer.format.digest import CHUNK, Digest, hash_stream, is_digest
 from importer.format.limits import MAX_CONFIG, parse_json
@@ -62,7 +62,7 @@ class BlobProvider(Protocol):
 
     where: str
 
-    def read_json(self, digest: str, limit: int, what: str) -> Any: ...
+    def read_json(self, digest: str, limit: int, what: str) -> JsonValue: ...
 
     def open_blob(self, digest: str, what: str) -> ContextManager[BinaryIO]: ...
 

@@ -6,11 +6,12 @@ content store, blobs copied as stored), ``oci:DIR[:REF]`` (an OCI image layout),
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from bundle.sources.containerd import ContainerdSource
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.sources.oci_layout import OciLayoutSource, split_oci_ref
+from bundle.sources.protocol import ExportSource
 from bundle.sources.registry import RegistrySource
 from importer.errors import UsageError
 from importer.format.reference import parse_reference
@@ -50,8 +51,9 @@ def _names_a_folder(ref: str) -> bool:
 
 def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
                 address: Optional[str] = None, namespace: Optional[str] = None,
-                insecure: bool = False, realm_credentials: bool = False) -> Tuple[Any, List[Any]]:
-    """(source, refs as that source names them). All references must come from one source."""
+                insecure: bool = False, realm_credentials: bool = False) -> Tuple[ExportSource, List[str]]:
+    """(source, refs as that source names them: an OCI layout's "" is its one image). All
+    references must come from one source."""
     parsed = [transport_of(r) for r in refs]
     kinds = sorted({k for k, _ in parsed})
     if len(kinds) > 1:

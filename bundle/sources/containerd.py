@@ -8,44 +8,36 @@ are copied byte for byte (``ctr content get``) and only decompressed to compute 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import PlatformChoice, add_layer_sizes, copy_target, manifests_for
+from bundle.sources import JsonDoc, JsonValue, SourceImage, SourceInfo
+from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
+from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.format.manifest import LayerRecord
-from importer.format.platform import Platform, host
 from importer.format.refs import familiar, normalize
 from importer.inventory.have import HaveLayers
 from importer.sinks.ctrclient import CtrClient
 from importer.streams.commands import command_stdout
 
-ProgressFn = Any
 
+class ContainerdSource(SourceBase):
+    """containerd's content store, read with ``ctr`` (blobs as stored)."""
 
-class ContainerdSource:
     kind = "containerd"
 
     def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None) -> None:
         self.ctr = CtrClient(address, namespace)
         self.where = f"containerd at {self.ctr.address} (namespace {self.ctr.namespace})"
-        self._targets: Dict[str, Dict[str, Any]] = {}
-        #: the platform picked from an image index (bundle export --platform; default: this host's)
-        self.platform: Platform = host()
-        #: --platform was given: a single-platform image must be for it too
-        self.platform_given = False
-        #: lines for the user (platforms a default export leaves out)
-        self.notes: List[str] = []
-        #: several platforms of a multi-platform image (--all-platforms, several --platform)
-        self.choice: Optional[PlatformChoice] = None
+        self._targets: Dict[str, JsonDoc] = {}
 
     def info(self) -> SourceInfo:
         version = self.ctr.version(hint="start containerd, or pass --address SOCKET [--namespace NS]")
         return SourceInfo("containerd", {"engine": "containerd", "engineVersion": version,
                                          "namespace": self.ctr.namespace})
 
-    def _target(self, ref: str) -> Dict[str, Any]:
+    def _target(self, ref: str) -> JsonDoc:
         if ref not in self._targets:
             rows = self.ctr.rows(f"name=={normalize(ref)}")
             if not rows:
@@ -56,16 +48,17 @@ class ContainerdSource:
             self._targets[ref] = {"name": name, "mediaType": media_type, "digest": digest}
         return self._targets[ref]
 
-    def check_refs(self, refs: Sequence[str]) -> int:
+    def check_refs(self, refs: Sequence[str], selection: Selection) -> CheckedRefs:
         sizes: Dict[str, int] = {}
+        notes: List[str] = []
         for ref in refs:
-            add_layer_sizes(manifests_for(self, self._target(ref), self.platform, self.choice,
-                                          f"exporting {ref} from {self.where}", strict=self.platform_given,
-                                          notes=self.notes), sizes)
-        return sum(sizes.values())
+            add_layer_sizes(manifests_for(self, self._target(ref), selection.platform, selection.choice,
+                                          f"exporting {ref} from {self.where}", strict=selection.platform_given,
+                                          notes=notes), sizes)
+        return CheckedRefs(sum(sizes.values()), tuple(notes))
 
     # === BlobProvider
-    def read_json(self, digest: str, limit: int, what: str) -> Any:
+    def read_json(self, digest: str, limit: int, what: str) -> JsonValue:
         try:
             return self.ctr.content_json(digest, what)
         except CommandFailed as e:
@@ -83,8 +76,9 @@ class ContainerdSource:
                               hint="the image may be only partly pulled; `ctr images check` shows what is missing"
                               ) from e
 
-    def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-               on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
+               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
+               have: Optional[HaveLayers] = None) -> List[SourceImage]:
         copied: Dict[str, LayerRecord] = {}
         by_target: Dict[str, Tuple[str, ...]] = {}
         for ref in refs:  # one image per target digest, all its requested names
@@ -96,7 +90,7 @@ class ContainerdSource:
             if target["digest"] not in by_target:
                 continue
             what = f"exporting {ref} from {self.where}"
-            images.append(copy_target(self, target, by_target.pop(target["digest"]), store, platform=self.platform,
-                                      choice=self.choice, compression=compression, level=level, what=what,
-                                      on_bytes=on_bytes, have=have, copied=copied))
+            images.append(copy_target(self, target, by_target.pop(target["digest"]), store,
+                                      platform=selection.platform, choice=selection.choice, compression=compression,
+                                      level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
         return images

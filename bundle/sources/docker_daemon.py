@@ -22,15 +22,17 @@ from __future__ import annotations
 import contextlib
 import http.client
 import io
+import json
 import os
 import posixpath
 import re
 import tarfile
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
 from bundle.sources.blobcopy import (
+    ProgressFn,
     copy_image,
     copy_stored_layer,
     keep_manifest,
@@ -38,6 +40,7 @@ from bundle.sources.blobcopy import (
     sniff_compression,
 )
 from bundle.sources.oci_layout import OciLayoutSource
+from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
@@ -56,8 +59,6 @@ CONTENT_STORE_ENV = "SNEAKERNET_DOCKER_CONTENT_STORE"
 CONTENT_STORE_DIR = ("containerd", "daemon", "io.containerd.content.v1.content")
 _ID_RE = re.compile(r"(sha256:)?[0-9a-f]{12,64}")
 
-ProgressFn = Callable[[int], None]
-
 
 def _looks_like_tar(head: bytes) -> bool:
     if len(head) >= 262 and head[257:262] == b"ustar":
@@ -70,8 +71,13 @@ def _norm(name: str) -> str:
     return name[2:] if name.startswith("./") else name
 
 
-class DockerDaemonSource:
+class DockerDaemonSource(SourceBase):
+    """A Docker engine: one ``docker save`` stream, or its containerd content store."""
+
     kind = "docker-daemon"
+    knows_sizes_ahead = False  # `docker image inspect`'s Size counts file contents, not the tar read
+    writes_legacy_schemas = True  # schemas 1 and 2 are its `docker save` archive
+    picks_platform_in_engine = True  # Docker exports the platform its engine runs
 
     def __init__(self, host: Optional[str] = None) -> None:
         self.docker = DockerClient(host)
@@ -89,8 +95,8 @@ class DockerDaemonSource:
             "imageStore": engine.image_store,
         })
 
-    def check_refs(self, refs: Sequence[str]) -> int:
-        """Fail early, naming the image, if one is missing; return their total size."""
+    def check_refs(self, refs: Sequence[str], selection: Selection) -> CheckedRefs:
+        """Fail early, naming the image, if one is missing; their total size as Docker counts it."""
         total = 0
         for ref in refs:
             res = run(self.docker.argv("image", "inspect", "--format", "{{.Size}}", ref),
@@ -104,10 +110,24 @@ class DockerDaemonSource:
                 )
             with contextlib.suppress(ValueError):
                 total += int(res.stdout.decode().strip() or 0)
-        return total
+        return CheckedRefs(total)
 
-    def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-               on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+    def image_env(self, ref: str) -> Optional[List[str]]:
+        """``Config.Env`` as ``docker image inspect`` shows it ([] when it cannot say)."""
+        res = run(self.docker.argv("image", "inspect", "--format", "{{json .Config.Env}}", ref),
+                  what=f"reading the env of {ref}", check=False, timeout=120)
+        try:
+            env = json.loads(res.stdout.decode("utf-8", "replace") or "null")
+        except ValueError:
+            return []
+        return [e for e in env if isinstance(e, str)] if isinstance(env, list) else []
+
+    def legacy_save_argv(self, refs: Sequence[str]) -> List[str]:
+        return self.docker.argv("save", *refs)
+
+    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
+               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
+               have: Optional[HaveLayers] = None) -> List[SourceImage]:
         if self.docker.image_store == "containerd":
             content = self._content_store(refs)
             if content is not None:

@@ -13,58 +13,50 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
+from bundle.sources import JsonDoc, JsonValue, SourceImage, SourceInfo
 from bundle.sources.attached import collect_artifacts
 from bundle.sources.blobcopy import (
     INDEX_TYPES,
     MANIFEST_TYPES,
-    PlatformChoice,
+    ProgressFn,
     add_layer_sizes,
     copy_target,
     manifests_for,
 )
 from bundle.sources.oci_attached import LayoutArtifacts
+from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from importer.errors import ImageNotFound, SourceError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import REF_NAME_ANNOTATION
-from importer.format.platform import Platform, host
 from importer.inventory.have import HaveLayers
 
-ProgressFn = Any
 CONTAINERD_NAME = "io.containerd.image.name"
 
 
-def split_oci_ref(text: str) -> Tuple[str, Optional[str]]:
-    """``DIR[:REF]`` -> (DIR, REF or None), split at the first colon as skopeo does (a layout
-    path holds no colon; the ref may: ``oci:/srv/layout:app:1``)."""
-    directory, sep, ref = text.partition(":")
-    return directory, (ref if sep and ref else None)
+def split_oci_ref(text: str) -> Tuple[str, str]:
+    """``DIR[:REF]`` -> (DIR, REF or "": the layout's one image), split at the first colon as
+    skopeo does (a layout path holds no colon; the ref may: ``oci:/srv/layout:app:1``)."""
+    directory, _, ref = text.partition(":")
+    return directory, ref
 
 
-class OciLayoutSource:
+class OciLayoutSource(SourceBase):
+    """An OCI image layout; a reference is a ref name of its index.json, "" its one image."""
+
     kind = "oci"
+    carries_attached = True  # cosign-tagged entries, manifests whose subject is the image
 
     def __init__(self, directory: str) -> None:
         self.dir = os.path.abspath(directory)
         self.where = f"the OCI layout {self.dir}"
-        self._index: Optional[List[Dict[str, Any]]] = None
-        #: the platform picked from an image index (bundle export --platform; default: this host's)
-        self.platform: Platform = host()
-        #: --platform was given: a single-platform image must be for it too
-        self.platform_given = False
-        #: lines for the user (platforms a default export leaves out)
-        self.notes: List[str] = []
-        #: several platforms of a multi-platform image (--all-platforms, several --platform)
-        self.choice: Optional[PlatformChoice] = None
-        #: carry what the layout holds attached to each image (bundle/sources/oci_attached.py); --no-referrers
-        self.attached = True
+        self._index: Optional[List[JsonDoc]] = None
 
-    def _entries(self) -> List[Dict[str, Any]]:
+    def _entries(self) -> List[JsonDoc]:
         if self._index is None:
             path = os.path.join(self.dir, "index.json")
             if not os.path.isfile(path):
@@ -81,10 +73,10 @@ class OciLayoutSource:
         self._entries()
         return SourceInfo("oci", {"path": self.dir})
 
-    def _target(self, ref: Optional[str]) -> Dict[str, Any]:
+    def _target(self, ref: str) -> JsonDoc:
         entries = [e for e in self._entries() if e.get("mediaType") in MANIFEST_TYPES + INDEX_TYPES]
         names = [str((e.get("annotations") or {}).get(REF_NAME_ANNOTATION, "")) for e in entries]
-        if ref is None:
+        if not ref:
             if len(entries) != 1:
                 raise ImageNotFound(f"exporting from {self.where}: expected one image when no :REF is given, "
                                     f"found {len(entries)} ({', '.join(n or '<unnamed>' for n in names)})",
@@ -97,13 +89,14 @@ class OciLayoutSource:
                             f"{', '.join(n or '<unnamed>' for n in names) or 'none'}",
                             hint="the names are index.json's org.opencontainers.image.ref.name")
 
-    def check_refs(self, refs: Sequence[Optional[str]]) -> int:
+    def check_refs(self, refs: Sequence[str], selection: Selection) -> CheckedRefs:
         sizes: Dict[str, int] = {}
+        notes: List[str] = []
         for ref in refs:
-            add_layer_sizes(manifests_for(self, self._target(ref), self.platform, self.choice,
-                                          f"exporting from {self.where}", strict=self.platform_given,
-                                          notes=self.notes), sizes)
-        return sum(sizes.values())
+            add_layer_sizes(manifests_for(self, self._target(ref), selection.platform, selection.choice,
+                                          f"exporting from {self.where}", strict=selection.platform_given,
+                                          notes=notes), sizes)
+        return CheckedRefs(sum(sizes.values()), tuple(notes))
 
     # === BlobProvider
     def _path(self, digest: str, what: str) -> str:
@@ -114,7 +107,7 @@ class OciLayoutSource:
                               hint="the layout is incomplete; copy it again")
         return path
 
-    def read_json(self, digest: str, limit: int, what: str) -> Any:
+    def read_json(self, digest: str, limit: int, what: str) -> JsonValue:
         path = self._path(digest, what)
         raw = read_file_limited(path, limit, what)
         if Digest.of_bytes(raw) != Digest.parse(digest):
@@ -128,7 +121,7 @@ class OciLayoutSource:
             yield f
 
     @staticmethod
-    def image_refs(entry: Dict[str, Any]) -> Tuple[str, ...]:
+    def image_refs(entry: JsonDoc) -> Tuple[str, ...]:
         ann = entry.get("annotations") or {}
         full = ann.get(CONTAINERD_NAME)
         if isinstance(full, str) and full:
@@ -138,7 +131,7 @@ class OciLayoutSource:
             return (name,)
         return ()
 
-    def export(self, refs: Sequence[Optional[str]], store: BlobStore, *, compression: str,
+    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
                level: Optional[int], on_bytes: Optional[ProgressFn] = None,
                have: Optional[HaveLayers] = None) -> List[SourceImage]:
         copied: Dict[str, LayerRecord] = {}
@@ -146,13 +139,13 @@ class OciLayoutSource:
         for ref in refs:
             entry = self._target(ref)
             what = f"exporting {ref or 'the image'} from {self.where}"
-            image = copy_target(self, entry, self.image_refs(entry), store, platform=self.platform,
-                                choice=self.choice, compression=compression, level=level, what=what,
+            image = copy_target(self, entry, self.image_refs(entry), store, platform=selection.platform,
+                                choice=selection.choice, compression=compression, level=level, what=what,
                                 on_bytes=on_bytes, have=have, copied=copied)
-            images.append(self._with_artifacts(entry, image, store, what) if self.attached else image)
+            images.append(self._with_artifacts(entry, image, store, what) if selection.attached else image)
         return images
 
-    def _with_artifacts(self, entry: Dict[str, Any], image: SourceImage, store: BlobStore, what: str) -> SourceImage:
+    def _with_artifacts(self, entry: JsonDoc, image: SourceImage, store: BlobStore, what: str) -> SourceImage:
         subjects = [Digest.parse(entry.get("digest"), what=f"{what}: digest")]
         subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
         layout = LayoutArtifacts(self.dir, self._entries(), self.where)

@@ -25,19 +25,18 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
+from bundle.sources import JsonDoc, JsonValue, SourceImage, SourceInfo
 from bundle.sources.attached import RegistryArtifacts, collect_artifacts
-from bundle.sources.blobcopy import PlatformChoice, add_layer_sizes, copy_target, manifests_for
+from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
+from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from importer.errors import ImageNotFound, InvalidReference, LimitExceeded, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST, parse_json
 from importer.format.manifest import LayerRecord
-from importer.format.platform import Platform, host
 from importer.format.reference import split_host_path, split_reference
 from importer.inventory.have import HaveLayers
 from importer.registry.client import RegistryClient, RegistryTarget
 
-ProgressFn = Any
 DOCKER_HUB = "registry-1.docker.io"
 RESUMES = 5
 MAX_DOCUMENT = max(MAX_MANIFEST, MAX_INDEX)  # a manifest or an index read from /manifests/
@@ -98,7 +97,7 @@ class RepositoryBlobs:
         self.source, self.ref = source, ref
         self.where = source.where
 
-    def read_json(self, digest: str, limit: int, what: str) -> Any:
+    def read_json(self, digest: str, limit: int, what: str) -> JsonValue:
         with self.open_blob(digest, what) as f:
             raw = f.read(limit + 1)
         if len(raw) > limit:
@@ -202,34 +201,26 @@ def _is_size(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-class RegistrySource:
+class RegistrySource(SourceBase):
     """Images in one or more registries (one client per registry host)."""
 
     kind = "registry"
+    carries_attached = True  # cosign-tagged signatures, attestations, SBOMs and referrers
 
     def __init__(self, refs: Sequence[str] = (), *, insecure: bool = False, realm_credentials: bool = False) -> None:
         self.insecure = insecure
         self.realm_credentials = realm_credentials
         #: the registries the references name (checked before anything is read)
         self.hosts = sorted({parse_registry_ref(r).host for r in refs})
-        self.platform: Platform = host()
-        #: --platform was given: a single-platform image must be for it too
-        self.platform_given = False
-        #: lines for the user (platforms a default export leaves out)
-        self.notes: List[str] = []
-        #: several platforms of a multi-platform image (--all-platforms, several --platform)
-        self.choice: Optional[PlatformChoice] = None
         self.clients: Dict[str, RegistryClient] = {}
         self.where = "the registry"
-        self._targets: Dict[str, Tuple[RegistryRef, Dict[str, Any]]] = {}
+        self._targets: Dict[str, Tuple[RegistryRef, JsonDoc]] = {}
         self._manifests: Dict[str, bytes] = {}  # digest -> exact bytes (manifests and indexes)
         self._sizes: Dict[str, int] = {}  # blob digest -> size its descriptor gives
         self._depth: Dict[str, int] = {}  # manifest digest -> levels below the reference's (0)
         self._lock = threading.Lock()
         #: how many times a dropped blob download was resumed (layers are read in parallel)
         self.resumed = 0
-        #: carry what the registry attached to each image (signatures, SBOMs, referrers); --no-referrers
-        self.attached = True
 
     def client(self, host_name: str) -> RegistryClient:
         if host_name not in self.clients:
@@ -249,7 +240,7 @@ class RegistrySource:
                                        "schemes": {h: self.client(h).scheme for h in self.hosts}})
 
     # === references
-    def _target(self, text: str) -> Tuple[RegistryRef, Dict[str, Any]]:
+    def _target(self, text: str) -> Tuple[RegistryRef, JsonDoc]:
         """The reference's manifest (or index) descriptor, its bytes kept."""
         if text not in self._targets:
             ref = parse_registry_ref(text)
@@ -285,13 +276,15 @@ class RegistrySource:
                 self._manifests.setdefault(str(desc["digest"]), b"")  # fetched from /manifests/ when read
                 self._depth.setdefault(str(desc["digest"]), depth + 1)
 
-    def check_refs(self, refs: Sequence[str]) -> int:
+    def check_refs(self, refs: Sequence[str], selection: Selection) -> CheckedRefs:
         sizes: Dict[str, int] = {}
+        notes: List[str] = []
         for text in refs:
             ref, target = self._target(text)
-            add_layer_sizes(manifests_for(self.blobs(ref), target, self.platform, self.choice, f"exporting docker://{text}",
-                                          strict=self.platform_given, notes=self.notes), sizes)
-        return sum(sizes.values())
+            add_layer_sizes(manifests_for(self.blobs(ref), target, selection.platform, selection.choice,
+                                          f"exporting docker://{text}", strict=selection.platform_given,
+                                          notes=notes), sizes)
+        return CheckedRefs(sum(sizes.values()), tuple(notes))
 
     # === blobs of one reference's repository (no cursor: the reference is passed along)
     def blobs(self, ref: RegistryRef) -> RepositoryBlobs:
@@ -329,8 +322,9 @@ class RegistrySource:
             blob.close()
 
     # === export
-    def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-               on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
+               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
+               have: Optional[HaveLayers] = None) -> List[SourceImage]:
         copied: Dict[str, LayerRecord] = {}
         by_target: Dict[str, Tuple[str, ...]] = {}
         for text in refs:  # one image per manifest digest, all its requested names
@@ -345,14 +339,14 @@ class RegistrySource:
                     continue
                 what = f"exporting docker://{text}"
                 image = copy_target(self.blobs(ref), target, by_target.pop(target["digest"]), store,
-                                    platform=self.platform, choice=self.choice, compression=compression,
+                                    platform=selection.platform, choice=selection.choice, compression=compression,
                                     level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
-                images.append(self._with_artifacts(ref, target, image, store, what) if self.attached else image)
+                images.append(self._with_artifacts(ref, target, image, store, what) if selection.attached else image)
         finally:
             self.close()
         return images
 
-    def _with_artifacts(self, ref: RegistryRef, target: Dict[str, Any], image: SourceImage, store: BlobStore,
+    def _with_artifacts(self, ref: RegistryRef, target: JsonDoc, image: SourceImage, store: BlobStore,
                         what: str) -> SourceImage:
         """The image with what the registry attached to its manifests (and index) (bundle/sources/attached.py)."""
         subjects = [Digest.parse(target["digest"])]
