@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from importer.errors import UsageError
+from importer.format.reference import split_transport
 
 HAULER_API = re.compile(r"content\.hauler\.cattle\.io/v1(alpha1)?")
 _YAML_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*:(\s|$)")
-_TRANSPORT = re.compile(r"(docker-daemon|containerd|oci|docker|oci-archive|docker-archive|podman|dir):")
 _BAD_CHARS = re.compile(r"[\s\"'`$;|&<>]")
 MAX_LIST_BYTES = 16 * 1024 * 1024  # a plain list
 MAX_YAML_BYTES = 1024 * 1024  # a hauler manifest or zarf.yaml (thousands of images fit)
@@ -211,16 +211,16 @@ def _items(node: Any, path: str, what: str) -> Iterator[Any]:
 def _registry(ref: str, where: str, allow_local: bool) -> str:
     """hauler and zarf name registry images: a bare reference is read from the registry; one that
     names a local source (a transport other than docker://, a path) only with ``allow_local``."""
-    m = _TRANSPORT.match(ref)
-    local = (m is not None and m.group(1) != "docker") or ref.startswith(("/", ".", "~"))
+    transport = split_transport(ref)[0]
+    local = transport not in ("", "docker") or ref.startswith(("/", ".", "~"))
     if local and not allow_local:
-        what = f"the {m.group(1)}: source" if m is not None else "a path"
+        what = f"the {transport}: source" if transport else "a path"
         raise ImageListLocalSource(
             f"reading {where}: expected a registry image (a hauler or zarf list names registry images), "
             f"found {what} ({ref!r})",
             hint="a list from elsewhere may not read this host's engines or files; if you wrote or checked it, "
                  "pass --images-from-allow-local (or put the entry in a plain list of your own)")
-    return ref if m is not None or local else f"docker://{ref}"
+    return ref if transport or local else f"docker://{ref}"
 
 
 def _hauler(path: str, doc: Any, allow_local: bool) -> List[ListedImage]:

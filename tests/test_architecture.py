@@ -405,13 +405,27 @@ _REFERENCE_SPLITS = {("partition", "@"), ("rpartition", "@"), ("split", "@"), ("
                      ("rfind", ":"), ("rpartition", ":"), ("rfind", "@"), ("find", "@")}
 
 
+# A variable holding a reference (or its name) cut at ':' (a transport, a tag) or at the first '/'
+# (the registry host): what split_transport and split_host_path are for.
+_REFERENCE_VARS = {"ref", "reference", "name"}
+_CUTS = {"partition", "rpartition", "split", "rsplit"}
+
+
+def _cuts_a_reference(node: ast.Call) -> bool:
+    func, sep = node.func, node.args[0]
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in _REFERENCE_VARS
+            and func.attr in _CUTS and isinstance(sep, ast.Constant) and sep.value in (":", "/")):
+        return False
+    return func.attr.endswith("partition") or len(node.args) > 1 or bool(node.keywords)  # not a component list
+
+
 def reference_splits(path: Path) -> List[str]:
     """``line: .method("sep")`` of every hand-written reference split in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
                 and isinstance(node.args[0], ast.Constant)
-                and (node.func.attr, node.args[0].value) in _REFERENCE_SPLITS):
+                and ((node.func.attr, node.args[0].value) in _REFERENCE_SPLITS or _cuts_a_reference(node))):
             found.append(f"{node.lineno}: .{node.func.attr}({node.args[0].value!r})")
     return found
 
@@ -430,6 +444,10 @@ def test_references_are_split_only_by_the_one_parser(path: Path) -> None:
 def test_the_reference_guard_sees_a_hand_written_split(tmp_path: Path) -> None:
     rogue = tmp_path / "rogue.py"
     rogue.write_text('def tag_of(ref):\n    name, _, digest = ref.partition("@")\n'
-                     '    return name[name.rfind(":") + 1:]\n')
-    assert reference_splits(rogue) == ["2: .partition('@')", "3: .rfind(':')"]
+                     '    return name[name.rfind(":") + 1:]\n'
+                     'def transport_of(ref):\n    return ref.partition(":")\n'  # bundle/sources/choose.py's
+                     'def repository_of(name):\n    return name.partition("/")[2], name.split("/", 1)\n'
+                     'def parts(name):\n    return name.split("/")\n')  # components: not a cut
+    assert sorted(reference_splits(rogue)) == ["2: .partition('@')", "3: .rfind(':')", "5: .partition(':')",
+                                               "7: .partition('/')", "7: .split('/')"]
     assert reference_splits(REFERENCE_PARSER) != []  # the parser itself is what the guard would see

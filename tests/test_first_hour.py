@@ -153,12 +153,16 @@ D64 = "sha256:" + "d" * 64
     ("team/app", ("team/app", "", ""), ""),
 ])
 def test_every_reader_of_a_reference_takes_the_one_split(ref: str, split: tuple, host: str) -> None:
-    """refs (engines), the registry source, push's map_ref and cosign read the parser's split, so
-    they cannot disagree on where the tag, the digest or the host is (issue 27)."""
+    """refs (engines), the registry source, push's map_ref, cosign, serve's repositories, the node
+    config's upstreams and the export's transport read the parser's split, so they cannot disagree
+    on where the tag, the digest or the host is (issue 27)."""
+    from bundle.sources.choose import transport_of
     from bundle.sources.registry import parse_registry_ref
     from importer.format.reference import split_host_path, split_reference
     from importer.format.refs import split_ref
     from importer.registry.client import map_ref, parse_target
+    from importer.registry.nodeconfig import DOCKER_HUB, upstreams_of
+    from importer.registry.serve import repository_of as served_as
     from importer.verify.cosign import repository_of
 
     assert split_reference(ref) == split_ref(ref) == split
@@ -169,6 +173,46 @@ def test_every_reader_of_a_reference_takes_the_one_split(ref: str, split: tuple,
     assert parsed.repo.endswith(split_host_path(split[0])[1])
     dest = map_ref(ref, parse_target("127.0.0.1:5000/ns"))
     assert dest.tag == split[1] and dest.repository.startswith("ns/")
+    path = split_host_path(split[0])[1]
+    assert served_as(ref) == (path, split[1] or ("" if split[2] else "latest"), split[2])
+    assert upstreams_of([ref]) == {host or DOCKER_HUB: [path]}
+    assert transport_of(ref) == ("docker-daemon", ref) and transport_of(f"docker://{ref}") == ("docker", ref)
+
+
+@pytest.mark.parametrize("text, split", [
+    ("docker://reg.example/app:1", ("docker", "//reg.example/app:1")),
+    ("oci:/srv/layout:app:1", ("oci", "/srv/layout:app:1")), ("oci:", ("oci", "")),
+    ("containerd:docker.io/library/x:2", ("containerd", "docker.io/library/x:2")),
+    ("docker-daemon:team/app:1", ("docker-daemon", "team/app:1")), ("dir:/tmp/x", ("dir", "/tmp/x")),
+    ("docker:5000/team/app:1", ("", "docker:5000/team/app:1")),  # the registry host docker:5000
+    ("oci:5000/app", ("", "oci:5000/app")), ("localhost:5000/app:1", ("", "localhost:5000/app:1")),
+    ("app:1", ("", "app:1")), ("ftp://x", ("", "ftp://x")), ("DOCKER://x", ("", "DOCKER://x")),
+    (":app", ("", ":app")), ("", ("", "")), ("docker-:x", ("", "docker-:x")),
+])
+def test_a_transport_prefix_is_split_in_one_place(text: str, split: tuple) -> None:
+    """skopeo's ``TRANSPORT:REF`` as bundle export and --images-from read it: a known transport
+    only, and a registry port after the first ':' makes it a host, not a transport."""
+    from importer.format.reference import split_transport
+    assert split_transport(text) == split
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="adeiockrs-:/5.", max_size=30))
+def test_any_text_is_a_transport_and_its_rest_or_bare(text: str) -> None:
+    from importer.format.reference import TRANSPORTS, split_transport
+    transport, rest = split_transport(text)
+    assert (transport, rest) == ("", text) or (transport in TRANSPORTS and text == f"{transport}:{rest}")
+
+
+def test_a_registry_host_named_like_a_transport_is_exported_from_docker() -> None:
+    """``docker:5000/team/app:1`` names the registry ``docker:5000`` (Docker reads it so); the old
+    split at the first ':' took it for a ``docker:`` transport missing its two slashes."""
+    from bundle.sources.choose import transport_of
+    assert transport_of("docker:5000/team/app:1") == ("docker-daemon", "docker:5000/team/app:1")
+    from importer.errors import UsageError
+    with pytest.raises(UsageError, match=r"expected docker://HOST\[:PORT\]/REPO:TAG") as e:
+        transport_of("docker:127.0.0.1:5000/sn/small:1")
+    assert "two slashes" in (e.value.hint or "")
 
 
 @pytest.mark.parametrize("host, split", [("127.0.0.1:5000", ("127.0.0.1", 5000)), ("[::1]:5000", ("::1", 5000)),

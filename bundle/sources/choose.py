@@ -14,21 +14,23 @@ from bundle.sources.oci_layout import OciLayoutSource, split_oci_ref
 from bundle.sources.protocol import ExportSource
 from bundle.sources.registry import RegistrySource
 from importer.errors import UsageError
-from importer.format.reference import parse_reference
+from importer.format.reference import parse_reference, split_transport
 
+#: the transports bundle export reads (reference.TRANSPORTS also names those it refuses)
 TRANSPORTS = ("docker-daemon", "containerd", "oci", "docker")
 
 
 def transport_of(ref: str) -> Tuple[str, str]:
-    head, sep, rest = ref.partition(":")
-    if sep and head == "docker":
+    """(transport, the reference as that source names it); a bare reference is Docker's."""
+    head, rest = split_transport(ref)
+    if head == "docker":
         if not rest.startswith("//") or len(rest) <= 2:
             raise UsageError(f"exporting {ref}: expected docker://HOST[:PORT]/REPO:TAG (or @sha256:...), "
                              f"found {ref!r}", hint="a registry image is written with two slashes: docker://...")
         return head, rest[2:]
-    if sep and head in TRANSPORTS:
+    if head in TRANSPORTS:
         return head, rest
-    if sep and head in ("oci-archive", "docker-archive", "podman", "dir"):
+    if head:  # oci-archive:, docker-archive:, podman:, dir:
         raise UsageError(f"exporting {ref}: the {head}: source is not supported by bundle export",
                          hint="use docker-daemon:REF (or a bare REF), containerd:REF, oci:DIR[:REF] or "
                               "docker://HOST/REPO:TAG; for an archive, `skopeo copy` it into oci:DIR first")

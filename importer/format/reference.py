@@ -2,7 +2,8 @@
 ``[HOST[:PORT]/]PATH[:TAG][@sha256:HEX]`` as Docker's distribution/reference reads it. A bad one
 is an :class:`~importer.errors.InvalidReference` naming the part that is wrong (the host, a path
 component, the tag, the digest), not "something else". Spelling rules for engines:
-importer/format/refs.py."""
+importer/format/refs.py. ``bundle export``'s transport prefixes (skopeo's ``TRANSPORT:REFERENCE``)
+are split here too (:func:`split_transport`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9]
                    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+#: skopeo's transports, those ``bundle export`` reads and those it refuses by name
+TRANSPORTS = ("docker-daemon", "containerd", "oci", "docker", "oci-archive", "docker-archive", "podman", "dir")
+#: a transport word and its ':', unless a registry port follows (``docker:5000/app`` is a host)
+_TRANSPORT = re.compile(r"([a-z]+(?:-[a-z]+)*):(?![0-9]+/)")
 _HINT = ("write it as [HOST[:PORT]/]PATH[:TAG] or [HOST[:PORT]/]PATH@sha256:<64 hex>, "
          "e.g. registry.example:5000/team/app:1")
 
@@ -26,6 +31,23 @@ class Reference(NamedTuple):
     path: str
     tag: str
     digest: str
+
+
+def split_transport(text: str) -> Tuple[str, str]:
+    """(transport, the rest) of skopeo's ``TRANSPORT:REFERENCE`` (``docker://reg/app:1`` ->
+    ("docker", "//reg/app:1"), ``oci:DIR:REF``, ``containerd:app:1``); ("", text) for a bare
+    reference: no transport of :data:`TRANSPORTS` before the first ':', or a registry port after
+    it (``docker:5000/team/app:1`` names the registry ``docker:5000``)."""
+    m = _TRANSPORT.match(text)
+    if m is None or m.group(1) not in TRANSPORTS:
+        return "", text
+    return m.group(1), text[m.end():]
+
+
+def engine_host(first: str) -> bool:
+    """Docker's rule for a first component that names a registry (uppercase counts): the
+    ``is_host`` of :func:`split_host_path` for names an engine stores."""
+    return "." in first or ":" in first or first == "localhost" or first != first.lower()
 
 
 def has_host(first: str) -> bool:

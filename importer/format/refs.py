@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from importer.format.reference import split_host_path, split_reference
+from importer.format.reference import engine_host, split_host_path, split_reference
 
 DEFAULT_DOMAIN = "docker.io"
 LEGACY_DOMAIN = "index.docker.io"
@@ -18,17 +18,12 @@ OFFICIAL_PREFIX = "library/"
 
 def has_domain(name: str) -> bool:
     """The repository name starts with a registry (``reg.example/x``, ``localhost/x``, ``h:5000/x``)."""
-    return bool(split_host_path(name, _engine_host)[0])
-
-
-def _engine_host(first: str) -> bool:
-    """Docker's rule for a first component that names a registry (uppercase counts)."""
-    return "." in first or ":" in first or first == "localhost" or first != first.lower()
+    return bool(split_host_path(name, engine_host)[0])
 
 
 def split_domain(name: str) -> Tuple[str, str]:
     """(domain, path) of a repository name without tag or digest."""
-    domain, path = split_host_path(name, _engine_host)
+    domain, path = split_host_path(name, engine_host)
     domain = domain or DEFAULT_DOMAIN
     if domain == LEGACY_DOMAIN:
         domain = DEFAULT_DOMAIN

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from importer.format.refs import has_domain, split_ref
+from importer.format.reference import engine_host, split_host_path, split_reference
 
 DOCKER_HUB = "docker.io"
 CONTAINERD_DIR = "/etc/containerd/certs.d"
@@ -70,8 +70,9 @@ def upstreams_of(refs: Sequence[str]) -> Dict[str, List[str]]:
     """upstream registry -> the repositories of the refs it holds (Docker Hub for refs without a host)."""
     found: Dict[str, List[str]] = {}
     for ref in refs:
-        name = split_ref(ref)[0]
-        host, repo = (name.split("/", 1) if has_domain(name) else (DOCKER_HUB, name))
+        name = split_reference(ref)[0]
+        host, repo = split_host_path(name, engine_host)
+        host = host or DOCKER_HUB
         if host in ("index.docker.io", "registry-1.docker.io"):
             host = DOCKER_HUB
         found.setdefault(host, [])

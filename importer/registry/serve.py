@@ -33,7 +33,7 @@ from importer import __version__
 from importer.errors import BundleError, IntegrityError, UsageError
 from importer.format.digest import Digest, is_digest
 from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
-from importer.format.refs import has_domain, split_ref
+from importer.format.reference import engine_host, split_host_path, split_reference
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
 from importer.registry.serve_artifacts import REFERRERS_RE, ServedArtifacts
@@ -73,9 +73,8 @@ class ServedBlobDamaged(IntegrityError):
 def repository_of(ref: str) -> Tuple[str, str, str]:
     """(repository, tag, digest) a bundle ref is served as: the registry host left out, a ref
     with neither tag nor digest tagged ``latest``."""
-    name, tag, digest = split_ref(ref)
-    if has_domain(name):
-        name = name.partition("/")[2]
+    name, tag, digest = split_reference(ref)
+    name = split_host_path(name, engine_host)[1]
     if not tag and not digest:
         tag = "latest"
     return name, tag, digest
