@@ -451,3 +451,44 @@ def test_the_reference_guard_sees_a_hand_written_split(tmp_path: Path) -> None:
     assert sorted(reference_splits(rogue)) == ["2: .partition('@')", "3: .rfind(':')", "5: .partition(':')",
                                                "7: .partition('/')", "7: .split('/')"]
     assert reference_splits(REFERENCE_PARSER) != []  # the parser itself is what the guard would see
+
+
+ORCHESTRATORS = {"check_only", "import_bundle", "import_to_registry", "import_legacy_bundle"}
+THE_WALK = REPO / "importer" / "pipeline" / "walk.py"
+
+
+def orchestrator_uses(path: Path) -> List[str]:
+    """``line: name`` of every name of the four import orchestrators ``path`` imports or calls."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            found += [f"{node.lineno}: {a.name}" for a in node.names if a.name in ORCHESTRATORS]
+        elif isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name in ORCHESTRATORS:
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("path", IMPORTER_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_one_import_orchestrator(path: Path) -> None:
+    """Issue 27 point 3: verify-only, check-only, import and registry are plans
+    (importer/pipeline/plan.py) that importer/pipeline/walk.py's run_import walks; nothing else
+    (the command line least of all) picks an orchestrator by an if/elif of its own."""
+    if path == THE_WALK:
+        assert {u.split(": ")[1] for u in orchestrator_uses(path)} == ORCHESTRATORS  # each is one route
+        return
+    assert orchestrator_uses(path) == [], f"{path.relative_to(REPO)} calls an import orchestrator: call run_import"
+
+
+def test_the_command_line_walks_a_plan() -> None:
+    main = (REPO / "importer" / "cli" / "main.py").read_text()
+    calls = {n.func.id for n in ast.walk(ast.parse(main)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert {"plan_from_args", "run_import"} <= calls
+
+
+def test_the_orchestrator_guard_sees_a_direct_call(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("from importer.pipeline.checkonly import check_only\n"
+                     "def run(b, s):\n    return pipeline.importing.import_bundle(b, s)\n")
+    assert orchestrator_uses(rogue) == ["1: check_only", "3: import_bundle"]

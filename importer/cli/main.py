@@ -8,39 +8,30 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
 from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success, with_examples
 from importer.cli.smoke import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.cli.smoke import main as smoke_main
 from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
-from importer.format.legacy import load_legacy_manifest
-from importer.format.manifest import load_bundle_manifest
-from importer.format.platform import parse_platform
 from importer.format.text import printable, printable_block
 from importer.input.archive import locate
-from importer.input.opened import OpenedBundle, open_bundle
-from importer.pipeline.checkonly import CheckOnlyResult, check_only, receipt_sections
-from importer.pipeline.importing import ImportResult, import_bundle
-from importer.pipeline.legacy import import_legacy_bundle
+from importer.pipeline.checkonly import receipt_sections
+from importer.pipeline.importing import ImportResult
+from importer.pipeline.plan import CHECK_ONLY, ImportPlan, plan_from_args, wants_registry
 from importer.pipeline.postload import render_table
-from importer.pipeline.registry import import_to_registry
+from importer.pipeline.walk import result_for, run_import
 from importer.receipts.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
-from importer.registry.sink import RegistrySink, add_registry_arguments, registry_sink
+from importer.registry.sink import add_registry_arguments, registry_sink
 from importer.sinks import Sink
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
 from importer.smoke.settings import SmokeConfigError
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.bundle import VerifyReport
-from importer.verify.cosign import ImageUnsigned, check_bundle, checked_reader, load_cosign_keys
-from importer.verify.legacy import raise_if_problems, verify_legacy
-from importer.verify.opened import verify_or_raise
-from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
 
 EXIT_OK = 0
-LEGACY_MAJORS = (1, 2)
 EXIT_CODES_HELP = """exit codes (docs/errors.md):
   0 ok                      1 unexpected error (a bug)   2 usage or configuration
   3 integrity               4 invalid bundle manifest or unsupported schema
@@ -153,13 +144,13 @@ def _progress(quiet: bool) -> Optional[Callable[[str, int], Callable[[int], None
     return stderr_progress(quiet)
 
 
-def _receipt_target(args: argparse.Namespace) -> Optional[str]:
+def _receipt_target(args: argparse.Namespace, plan: ImportPlan) -> Optional[str]:
     """Where this run's receipt goes, checked before anything is done (importer/receipts/receipt.py)."""
     if args.no_receipt:
         return None
     if args.receipt:
         return check_receipt_path(args.receipt)
-    suffix = "check-receipt.json" if getattr(args, "check_only", False) else "import-receipt.json"
+    suffix = "check-receipt.json" if plan.receipt_kind == CHECK_ONLY else "import-receipt.json"
     return default_receipt_path(args.bundle, suffix, on_notice=_say)
 
 
@@ -169,57 +160,9 @@ def _report_lines(report: VerifyReport) -> str:
             + ("OK" if report.ok else f"{len(report.problems)} problem(s)"))
 
 
-def _signature_first(args: argparse.Namespace, bundle: OpenedBundle) -> SignatureCheck:
-    """The trust policy, before anything else reads the bundle (docs/security.md)."""
-    policy = TrustPolicy(load_trusted_keys(args.trust), bool(args.require_signature))
-    sig = check_signature(bundle, policy)
-    if not args.quiet:
-        _say(sig.line())
-    return sig
-
-
-def images_signed(bundle: OpenedBundle, raw_bundle_json: bytes, keys: Sequence[str], major: Optional[int], *,
-                  quiet: bool) -> List[Dict[str, Any]]:
-    """``--require-signed``: every image carries a cosign signature by one of ``keys`` (importer/verify/cosign.py)."""
-    doing = "importing with --require-signed"
-    cosign_keys = load_cosign_keys(keys)
-    if major is not None:
-        raise ImageUnsigned(f"{doing}: expected a schema 3.5 bundle carrying image signatures, found schema {major}",
-                            hint="export the images again from their registry (bundle export docker://...)")
-    manifest = load_bundle_manifest(raw_bundle_json)
-    signed = check_bundle(manifest, cosign_keys, checked_reader(bundle.read, doing), doing)
-    if not quiet:
-        for s in signed:
-            _say(f"image {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
-    return [s.to_dict() for s in signed]
-
-
-def _legacy_major(bundle: OpenedBundle) -> Optional[int]:
-    """The schema major of a schema 1/2 bundle (a folder only), else None."""
-    major = bundle.schema_major()
-    if major not in LEGACY_MAJORS:
-        return None
-    if bundle.is_archive:
-        raise UsageError(
-            f"reading {bundle.path}: expected a schema 3 bundle in a tar or parts, found schema {major}",
-            hint="unpack it (mkdir B && tar -xf FILE.tar -C B; parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
-                 "and import the folder B")
-    return major
-
-
-def cmd_verify_only(args: argparse.Namespace) -> int:
-    bundle = open_bundle(args.bundle)
-    sig = _signature_first(args, bundle)
-    major = _legacy_major(bundle)
-    if args.require_signed:
-        images_signed(bundle, sig.raw_bundle_json, args.require_signed, major, quiet=args.quiet or args.json)
-    if major is not None:
-        raw = bundle.raw_bundle_json
-        report = verify_legacy(bundle.path, load_legacy_manifest(raw, major), raw)
-        raise_if_problems(bundle.path, report)
-    else:
-        report = verify_or_raise(bundle, progress=_progress(args.quiet), deep=not args.shallow)
-    report.signature = sig.to_dict()
+def cmd_verify_only(args: argparse.Namespace, plan: ImportPlan) -> int:
+    """``--verify-only``: the plan's walk with no engine and no receipt; the report printed."""
+    report = run_import(plan, None, result_for(plan), progress=_progress(args.quiet), on_notice=_say).report
     if args.json:
         emit(success({"verification": report.to_dict()}))
     else:
@@ -229,7 +172,7 @@ def cmd_verify_only(args: argparse.Namespace) -> int:
 
 def make_sink(args: argparse.Namespace) -> Sink:
     """The engine named by --engine, implied by its options, or detected (docs/engines.md)."""
-    if args.engine == "registry" or (not args.engine and getattr(args, "registry", None)):
+    if wants_registry(args):
         args.selected_by = "--engine registry" if args.engine else "--registry given"
         return registry_sink(args)
     sink, why = choose_sink(EngineOptions.from_args(args))
@@ -263,42 +206,21 @@ def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    """Parse -> plan (importer/pipeline/plan.py) -> run_import (importer/pipeline/walk.py) -> receipt and output."""
+    plan = plan_from_args(args)
+    if not plan.needs_engine:
+        return cmd_verify_only(args, plan)
     if args.engine:
         _refuse_smoke_engine(args, args.engine)
-    receipt_path = _receipt_target(args)  # before anything changes: never a failure after the work
+    receipt_path = _receipt_target(args, plan)  # before anything changes: never a failure after the work
     if args.smoke:
         args.smoke_receipt_base = smoke_receipt_base(args)
     sink = make_sink(args)
     _refuse_smoke_engine(args, sink.kind)
-    result = (CheckOnlyResult if args.check_only else ImportResult)(
-        root=args.bundle, bundle_digest="", report=VerifyReport(root=args.bundle))
+    result = result_for(plan)
     error: Optional[BundleError] = None
     try:
-        bundle = open_bundle(args.bundle)
-        sig = _signature_first(args, bundle)
-        result.signature = sig
-        result.bundle_digest = str(bundle.digest)
-        major = _legacy_major(bundle)
-        if args.require_signed:  # the publisher's image signatures, before the engine is asked anything
-            result.image_signatures = images_signed(bundle, sig.raw_bundle_json, args.require_signed,
-                                                    major, quiet=args.quiet)
-        if args.check_only:  # prove what the engine holds, change nothing (importer/pipeline/checkonly.py)
-            check_only(bundle, sink, name_prefix=args.name_prefix, deep=bool(args.deep),
-                       progress=_progress(args.quiet), result=result, signature=sig, legacy_major=major)
-        elif major is not None:
-            raw = bundle.raw_bundle_json
-            import_legacy_bundle(bundle.path, sink, force=args.force, result=result, raw_bundle_json=raw,
-                                 major=major, lock_wait=args.wait_lock, signature_line=sig.line(),
-                                 deep=bool(getattr(args, "deep", False)),
-                                 on_notice=_say)
-        elif isinstance(sink, RegistrySink):  # push, read back (importer/pipeline/registry.py)
-            import_to_registry(bundle, sink, force=args.force, progress=_progress(args.quiet), result=result)
-        else:
-            import_bundle(bundle, sink, force=args.force,
-                          progress=_progress(args.quiet), result=result,
-                          signature=sig, lock_wait=args.wait_lock, deep=bool(getattr(args, "deep", False)),
-                          on_notice=_say, platform=parse_platform(args.platform) if args.platform else None,
-                          require_fit=bool(getattr(args, "require_fit", False)))
+        run_import(plan, sink, result, progress=_progress(args.quiet), on_notice=_say)
     except BundleError as e:
         error = e
     except OSError as e:  # typed here too, so that the receipt records it
@@ -425,8 +347,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error("--check-only changes nothing: not with --verify-only, --inventory or --force")
         if args.name_prefix and not args.check_only:
             parser.error("--name-prefix goes with --check-only")
-        handler: Callable[[argparse.Namespace], int] = (
-            cmd_inventory if args.inventory else cmd_verify_only if args.verify_only else cmd_import)
+        handler: Callable[[argparse.Namespace], int] = cmd_inventory if args.inventory else cmd_import
         if args.bundle and not args.inventory:
             locate(args.bundle)  # a BUNDLE that names nothing (a typo): a usage error before anything else
         with stop_on_signals():

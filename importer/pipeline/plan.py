@@ -1,0 +1,127 @@
+"""The plan of one ``bundle-import`` run, as data: which steps run, in which order, with which
+options. ``--verify-only``, ``--check-only``, an import into an engine and an import into a
+registry are four plans, not four branches of the command line; :func:`plan_from_args` makes the
+one the arguments ask for and importer/pipeline/walk.py ``run_import`` walks it.
+
+Every plan starts with the same front steps, run by the walk itself: ``open`` (the bundle, once),
+``signature`` (the trust policy, before anything else reads it), ``schema`` (a schema 1/2 bundle
+turns an engine or registry import into ``legacy-import``) and, with ``--require-signed``,
+``image-signatures``. The steps after them are those of the plan's route, each route one
+orchestrator of this floor (:data:`ROUTE_STEPS`); ``receipt`` is written by the caller from the
+result the walk filled in (a failed run gets one too)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+VERIFY_ONLY = "verify-only"  # verify every byte and stop; no engine
+CHECK_ONLY = "check-only"  # prove the engine already holds each image; changes nothing
+IMPORT = "import"  # a schema 3 bundle into an engine (importer/pipeline/importing.py)
+LEGACY_IMPORT = "legacy-import"  # a schema 1/2 bundle into an engine (importer/pipeline/legacy.py)
+REGISTRY = "registry"  # push into a registry and read back (importer/pipeline/registry.py)
+MODES = (VERIFY_ONLY, CHECK_ONLY, IMPORT, LEGACY_IMPORT, REGISTRY)
+
+FRONT_STEPS = ("open", "signature", "schema")
+IMAGE_SIGNATURES = "image-signatures"  # --require-signed: before the engine is asked anything
+DEEP = "deep"  # --deep: every image exported back out of the engine, every layer hashed again
+RECEIPT = "receipt"
+# the steps of each route, in order (DEEP only with --deep; RECEIPT: the plan's receipt_kind)
+ROUTE_STEPS: Dict[str, Tuple[str, ...]] = {
+    VERIFY_ONLY: ("verify",),
+    CHECK_ONLY: ("probe", "verify", "read-back", DEEP, RECEIPT),
+    IMPORT: ("probe", "lock", "preflight", "verify", "staging-load", "read-back", DEEP, "tag",
+             "drop-stale-staging", RECEIPT),
+    LEGACY_IMPORT: ("probe", "lock", "preflight", "verify", "staging-load", "read-back", DEEP, "tag",
+                    "drop-stale-staging", RECEIPT),
+    REGISTRY: ("verify", "probe", "push", "read-back", RECEIPT),
+}
+RECEIPT_KINDS = {CHECK_ONLY: "check-only", IMPORT: "import", LEGACY_IMPORT: "import", REGISTRY: "import"}
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """One run of ``bundle-import BUNDLE``: its mode (:data:`MODES`) and the options its steps use."""
+
+    mode: str
+    bundle: str
+    trust: Tuple[str, ...] = ()  # --trust: Ed25519 keys (implies a required signature)
+    require_signature: bool = False
+    require_signed: Tuple[str, ...] = ()  # --require-signed: cosign keys, one of them signed each image
+    deep: bool = False  # --deep (import, check-only)
+    shallow: bool = False  # --shallow (verify-only of a folder: no layer decompressed)
+    force: bool = False
+    lock_wait: float = 0.0
+    name_prefix: Optional[str] = None  # --check-only --name-prefix
+    platform: Optional[str] = None  # --platform, parsed by the import step (its error after the signature's)
+    require_fit: bool = False
+    quiet: bool = False  # no progress and no notice lines
+    quiet_image_signatures: bool = False  # no line per verified image signature (also with --json --verify-only)
+    legacy_major: Optional[int] = None  # set by the schema step: a schema 1/2 bundle
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown import mode {self.mode!r}")  # pragma: no cover (a bug, not input)
+
+    @property
+    def steps(self) -> Tuple[str, ...]:
+        """Every step of the run, in order."""
+        front = FRONT_STEPS + ((IMAGE_SIGNATURES,) if self.require_signed else ())
+        route = tuple(s for s in ROUTE_STEPS[self.mode] if s != DEEP or self.deep)
+        return front + route
+
+    @property
+    def receipt_kind(self) -> Optional[str]:
+        """The receipt's kind ("import", "check-only"); None: the run writes none (--verify-only)."""
+        return RECEIPT_KINDS.get(self.mode)
+
+    @property
+    def needs_engine(self) -> bool:
+        return self.mode != VERIFY_ONLY
+
+    def for_schema(self, major: Optional[int]) -> ImportPlan:
+        """The plan once the schema step read the bundle: a schema 1/2 bundle (``major``) is loaded
+        as one docker-archive (an engine or registry import becomes ``legacy-import``; the legacy
+        importer refuses a registry); verify-only and check-only keep their mode and learn it."""
+        if major is None:
+            return self
+        mode = LEGACY_IMPORT if self.mode in (IMPORT, REGISTRY) else self.mode
+        return dataclasses.replace(self, mode=mode, legacy_major=major)
+
+
+def wants_registry(args: argparse.Namespace) -> bool:
+    """``--engine registry``, or ``--registry`` without ``--engine``: the registry sink."""
+    return args.engine == "registry" or (not args.engine and bool(getattr(args, "registry", None)))
+
+
+def mode_from_args(args: argparse.Namespace) -> str:
+    """The mode the arguments ask for (before the bundle is opened: a schema 3 bundle assumed)."""
+    if getattr(args, "verify_only", False):
+        return VERIFY_ONLY
+    if getattr(args, "check_only", False):
+        return CHECK_ONLY
+    return REGISTRY if wants_registry(args) else IMPORT
+
+
+def plan_from_args(args: argparse.Namespace) -> ImportPlan:
+    """The plan of ``bundle-import``'s parsed arguments (importer/cli/main.py)."""
+    mode = mode_from_args(args)
+    quiet = bool(getattr(args, "quiet", False))
+    return ImportPlan(
+        mode=mode,
+        bundle=args.bundle,
+        trust=tuple(getattr(args, "trust", None) or ()),
+        require_signature=bool(getattr(args, "require_signature", False)),
+        require_signed=tuple(getattr(args, "require_signed", None) or ()),
+        deep=bool(getattr(args, "deep", False)),
+        shallow=bool(getattr(args, "shallow", False)),
+        force=bool(getattr(args, "force", False)),
+        lock_wait=float(getattr(args, "wait_lock", 0.0) or 0.0),
+        name_prefix=getattr(args, "name_prefix", None),
+        platform=getattr(args, "platform", None),
+        require_fit=bool(getattr(args, "require_fit", False)),
+        quiet=quiet,
+        quiet_image_signatures=quiet or (mode == VERIFY_ONLY and bool(getattr(args, "json", False))),
+    )

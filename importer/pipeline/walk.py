@@ -1,0 +1,186 @@
+"""``run_import``: the one import orchestrator. It walks an :class:`~importer.pipeline.plan.ImportPlan`:
+the front steps every plan shares (open the bundle once, the signature and trust policy, the
+schema, ``--require-signed``), then the plan's route, one step function per mode (:data:`ROUTES`):
+``verify-only`` (verify/opened.py, verify/legacy.py), ``check-only`` (pipeline/checkonly.py),
+``import`` (pipeline/importing.py), ``legacy-import`` (pipeline/legacy.py) and ``registry``
+(pipeline/registry.py). The result passed in is filled in as the steps proceed, so the caller
+writes a receipt when a step raises (importer/cli/main.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from importer.errors import UsageError
+from importer.format.legacy import load_legacy_manifest
+from importer.format.manifest import load_bundle_manifest
+from importer.format.platform import parse_platform
+from importer.input.opened import OpenedBundle, open_bundle
+from importer.pipeline.checkonly import CheckOnlyResult, check_only
+from importer.pipeline.importing import ImportResult, import_bundle
+from importer.pipeline.legacy import import_legacy_bundle
+from importer.pipeline.plan import CHECK_ONLY, IMPORT, LEGACY_IMPORT, REGISTRY, VERIFY_ONLY, ImportPlan
+from importer.pipeline.registry import import_to_registry
+from importer.registry.sink import RegistrySink
+from importer.sinks import Sink
+from importer.verify.bundle import VerifyReport
+from importer.verify.cosign import ImageUnsigned, check_bundle, checked_reader, load_cosign_keys
+from importer.verify.legacy import raise_if_problems, verify_legacy
+from importer.verify.opened import verify_or_raise
+from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
+
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+Notice = Callable[[str], None]
+LEGACY_MAJORS = (1, 2)
+
+
+@dataclass
+class Walk:
+    """What the steps of one run share: the plan (the schema step may refine it), what the front
+    steps found, and where the route reports."""
+
+    plan: ImportPlan
+    sink: Optional[Sink]
+    result: ImportResult
+    progress: Optional[ProgressFactory]
+    on_notice: Notice
+    bundle: Optional[OpenedBundle] = None
+    signature: Optional[SignatureCheck] = None
+
+    def opened(self) -> OpenedBundle:
+        assert self.bundle is not None, "the open step runs first"
+        return self.bundle
+
+    def sig(self) -> SignatureCheck:
+        assert self.signature is not None, "the signature step runs before the route"
+        return self.signature
+
+    def engine(self) -> Sink:
+        assert self.sink is not None, f"a {self.plan.mode} plan needs a sink"
+        return self.sink
+
+
+def result_for(plan: ImportPlan) -> ImportResult:
+    """The empty result a run of ``plan`` fills in (a check-only run's carries its receipt section)."""
+    kind = CheckOnlyResult if plan.mode == CHECK_ONLY else ImportResult
+    return kind(root=plan.bundle, bundle_digest="", report=VerifyReport(root=plan.bundle))
+
+
+def run_import(plan: ImportPlan, sink: Optional[Sink], result: ImportResult, *,
+               progress: Optional[ProgressFactory] = None, on_notice: Optional[Notice] = None) -> ImportResult:
+    """Walk ``plan``: its front steps, then its route (the plan as the schema step refined it).
+    ``sink``: None for a plan that needs no engine (``verify-only``)."""
+    walk = Walk(plan, sink, result, progress, on_notice or (lambda line: None))
+    for step in walk.plan.steps:
+        front = FRONT.get(step)
+        if front is not None:
+            front(walk)
+    ROUTES[walk.plan.mode](walk)
+    return result
+
+
+def open_step(walk: Walk) -> None:
+    walk.bundle = open_bundle(walk.plan.bundle)
+
+
+def signature_step(walk: Walk) -> None:
+    """The trust policy, before anything else reads the bundle (docs/security.md)."""
+    plan, bundle = walk.plan, walk.opened()
+    policy = TrustPolicy(load_trusted_keys(plan.trust), plan.require_signature)
+    sig = check_signature(bundle, policy)
+    if not plan.quiet:
+        walk.on_notice(sig.line())
+    walk.signature = walk.result.signature = sig
+    walk.result.bundle_digest = str(bundle.digest)
+
+
+def schema_step(walk: Walk) -> None:
+    """A schema 1/2 bundle (a folder only) refines the plan (:meth:`ImportPlan.for_schema`)."""
+    walk.plan = walk.plan.for_schema(legacy_major(walk.opened()))
+
+
+def image_signatures_step(walk: Walk) -> None:
+    """``--require-signed``: the publisher's image signatures, before the engine is asked anything."""
+    plan = walk.plan
+    walk.result.image_signatures = images_signed(walk.opened(), walk.sig().raw_bundle_json, plan.require_signed,
+                                                 plan.legacy_major, quiet=plan.quiet_image_signatures,
+                                                 on_notice=walk.on_notice)
+
+
+def legacy_major(bundle: OpenedBundle) -> Optional[int]:
+    """The schema major of a schema 1/2 bundle (a folder only), else None."""
+    major = bundle.schema_major()
+    if major not in LEGACY_MAJORS:
+        return None
+    if bundle.is_archive:
+        raise UsageError(
+            f"reading {bundle.path}: expected a schema 3 bundle in a tar or parts, found schema {major}",
+            hint="unpack it (mkdir B && tar -xf FILE.tar -C B; parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
+                 "and import the folder B")
+    return major
+
+
+def images_signed(bundle: OpenedBundle, raw_bundle_json: bytes, keys: Sequence[str], major: Optional[int], *,
+                  quiet: bool, on_notice: Notice) -> List[Dict[str, Any]]:
+    """``--require-signed``: every image carries a cosign signature by one of ``keys`` (importer/verify/cosign.py)."""
+    doing = "importing with --require-signed"
+    cosign_keys = load_cosign_keys(keys)
+    if major is not None:
+        raise ImageUnsigned(f"{doing}: expected a schema 3.5 bundle carrying image signatures, found schema {major}",
+                            hint="export the images again from their registry (bundle export docker://...)")
+    manifest = load_bundle_manifest(raw_bundle_json)
+    signed = check_bundle(manifest, cosign_keys, checked_reader(bundle.read, doing), doing)
+    if not quiet:
+        for s in signed:
+            on_notice(f"image {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
+    return [s.to_dict() for s in signed]
+
+
+def verify_only(walk: Walk) -> None:
+    """Verify every byte and stop (a schema 1/2 bundle: its archive against bundle.json)."""
+    plan, bundle = walk.plan, walk.opened()
+    if plan.legacy_major is not None:
+        raw = bundle.raw_bundle_json
+        report = verify_legacy(bundle.path, load_legacy_manifest(raw, plan.legacy_major), raw)
+        raise_if_problems(bundle.path, report)
+    else:
+        report = verify_or_raise(bundle, progress=walk.progress, deep=not plan.shallow)
+    report.signature = walk.sig().to_dict()
+    walk.result.report = report
+
+
+def check(walk: Walk) -> None:
+    plan = walk.plan
+    check_only(walk.opened(), walk.engine(), name_prefix=plan.name_prefix, deep=plan.deep, progress=walk.progress,
+               result=walk.result, signature=walk.sig(), legacy_major=plan.legacy_major)
+
+
+def legacy_import(walk: Walk) -> None:
+    plan, bundle = walk.plan, walk.opened()
+    assert plan.legacy_major is not None
+    import_legacy_bundle(bundle.path, walk.engine(), force=plan.force, result=walk.result,
+                         raw_bundle_json=bundle.raw_bundle_json, major=plan.legacy_major, lock_wait=plan.lock_wait,
+                         signature_line=walk.sig().line(), deep=plan.deep, on_notice=walk.on_notice)
+
+
+def registry_import(walk: Walk) -> None:
+    """Push, read back (a registry sink only: the plan's mode came from the same arguments as the sink)."""
+    sink = walk.engine()
+    assert isinstance(sink, RegistrySink), "a registry plan gets the registry sink"
+    import_to_registry(walk.opened(), sink, force=walk.plan.force, progress=walk.progress, result=walk.result)
+
+
+def engine_import(walk: Walk) -> None:
+    plan = walk.plan
+    import_bundle(walk.opened(), walk.engine(), force=plan.force, progress=walk.progress, result=walk.result,
+                  signature=walk.sig(), lock_wait=plan.lock_wait, deep=plan.deep, on_notice=walk.on_notice,
+                  platform=parse_platform(plan.platform) if plan.platform else None, require_fit=plan.require_fit)
+
+
+FRONT: Dict[str, Callable[[Walk], None]] = {
+    "open": open_step, "signature": signature_step, "schema": schema_step, "image-signatures": image_signatures_step,
+}
+ROUTES: Dict[str, Callable[[Walk], None]] = {
+    VERIFY_ONLY: verify_only, CHECK_ONLY: check, IMPORT: engine_import, LEGACY_IMPORT: legacy_import,
+    REGISTRY: registry_import,
+}

@@ -1,0 +1,160 @@
+"""One import path (issue 27 point 3): ``bundle-import``'s arguments become an ImportPlan (its mode
+and steps as data, importer/pipeline/plan.py) and one orchestrator walks it
+(importer/pipeline/walk.py ``run_import``). The walks here are real: a bundle from the kit, an
+OCI image layout as the engine (no daemon needed), the real signature keys."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from importer.cli.main import build_parser
+from importer.errors import PolicyRejected, UsageError, VerificationFailed
+from importer.pipeline.checkonly import CheckOnlyResult
+from importer.pipeline.plan import (
+    CHECK_ONLY,
+    IMPORT,
+    LEGACY_IMPORT,
+    REGISTRY,
+    VERIFY_ONLY,
+    ImportPlan,
+    plan_from_args,
+)
+from importer.pipeline.walk import result_for, run_import
+from importer.sinks.oci_layout import OciLayoutSink
+from tests.kit.trustkit import keypair, sign
+
+REPO = Path(__file__).resolve().parents[1]
+FRONT = ["open", "signature", "schema"]
+CHECK = ["probe", "verify", "read-back", "receipt"]
+PUSH = ["verify", "probe", "push", "read-back", "receipt"]
+LOAD = ["probe", "lock", "preflight", "verify", "staging-load", "read-back", "tag", "drop-stale-staging", "receipt"]
+
+
+def plan_of(*argv: str) -> ImportPlan:
+    return plan_from_args(build_parser().parse_args(["B", *argv]))
+
+
+@pytest.mark.parametrize("argv, mode, steps", [
+    ([], IMPORT, FRONT + LOAD),
+    (["--verify", "--engine", "docker"], IMPORT, FRONT + LOAD),
+    (["--deep"], IMPORT, FRONT + LOAD[:6] + ["deep"] + LOAD[6:]),
+    (["--verify-only"], VERIFY_ONLY, [*FRONT, "verify"]),
+    (["--verify-only", "--shallow", "--engine", "registry"], VERIFY_ONLY, [*FRONT, "verify"]),
+    (["--verify-only", "--require-signed", "k.pub"], VERIFY_ONLY, [*FRONT, "image-signatures", "verify"]),
+    (["--check-only"], CHECK_ONLY, FRONT + CHECK),
+    (["--check-only", "--deep"], CHECK_ONLY, FRONT + CHECK[:3] + ["deep", "receipt"]),
+    (["--check-only", "--engine", "registry"], CHECK_ONLY, FRONT + CHECK),
+    (["--engine", "registry"], REGISTRY, FRONT + PUSH),
+    (["--registry", "127.0.0.1:5000/ns", "--deep"], REGISTRY, FRONT + PUSH),  # a registry is not re-exported
+    (["--registry", "127.0.0.1:5000/ns", "--engine", "oci"], IMPORT, FRONT + LOAD),  # --engine wins, as make_sink
+])
+def test_each_mode_is_a_plan_of_steps(argv: List[str], mode: str, steps: List[str]) -> None:
+    plan = plan_of(*argv)
+    assert plan.mode == mode
+    assert list(plan.steps) == steps
+    assert plan.needs_engine is (mode != VERIFY_ONLY)
+
+
+def test_the_plan_carries_the_options_its_steps_use() -> None:
+    plan = plan_of("--force", "--wait-lock", "2.5", "--platform", "linux/arm64", "--require-fit", "--trust",
+                   "a.pub", "--trust", "b.pub", "--require-signed", "c.pub", "-q")
+    assert (plan.force, plan.lock_wait, plan.platform, plan.require_fit) == (True, 2.5, "linux/arm64", True)
+    assert (plan.trust, plan.require_signed, plan.quiet, plan.quiet_image_signatures) == (
+        ("a.pub", "b.pub"), ("c.pub",), True, True)
+    assert plan_of("--check-only", "--name-prefix", "h:5000/ns").name_prefix == "h:5000/ns"
+    # --json quiets the per-image signature lines of --verify-only (its stdout is the document), not an import's
+    assert plan_of("--verify-only", "--json").quiet_image_signatures is True
+    assert plan_of("--json").quiet_image_signatures is False
+
+
+def test_receipt_kind_per_mode() -> None:
+    assert plan_of().receipt_kind == "import"
+    assert plan_of("--engine", "registry").receipt_kind == "import"
+    assert plan_of("--check-only").receipt_kind == "check-only"
+    assert plan_of("--verify-only").receipt_kind is None
+
+
+def test_a_schema_1_or_2_bundle_turns_an_import_into_a_legacy_import() -> None:
+    for argv in ([], ["--engine", "registry"]):  # the legacy importer then refuses a registry
+        legacy = plan_of(*argv).for_schema(2)
+        assert (legacy.mode, legacy.legacy_major) == (LEGACY_IMPORT, 2)
+        assert legacy.receipt_kind == "import" and list(legacy.steps) == FRONT + LOAD
+    for argv, mode in ((["--verify-only"], VERIFY_ONLY), (["--check-only"], CHECK_ONLY)):
+        kept = plan_of(*argv).for_schema(1)
+        assert (kept.mode, kept.legacy_major) == (mode, 1)
+    assert plan_of().for_schema(None) == plan_of()
+
+
+def test_the_architecture_doc_walks_the_plan_the_code_makes() -> None:
+    """docs/architecture.md's walk of `bundle-import B --verify` names the steps plan_from_args gives it."""
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    walk = doc[doc.index("## The walk of one import through the rooms"):doc.index("## Modules")]
+    m = re.search(r"mode `import`,\s+steps `([^`]+)`", walk)
+    assert m is not None
+    assert re.split(r",\s+", m.group(1)) == list(plan_of("--verify").steps)
+    m = re.search(r"`--verify-only` is `([^`]+)`", walk)
+    assert m is not None and re.split(r",\s+", m.group(1)) == list(plan_of("--verify-only").steps)
+
+
+# ------------------------------------------------------------------ the walk, for real
+
+
+def test_one_walk_imports_checks_and_verifies(bundle: Path, tmp_path: Path) -> None:
+    """The same run_import does an import, a check-only and a verify-only: each plan's route ran
+    (images loaded, then found checked, then the report alone)."""
+    layout = OciLayoutSink(str(tmp_path / "layout"))
+    imported = ImportPlan(mode=IMPORT, bundle=str(bundle), quiet=True)
+    res = run_import(imported, layout, result_for(imported))
+    assert res.ok and [c.status for c in res.checks] == ["loaded", "loaded"]
+    assert res.staging_refs and res.lock_file and res.signature is not None and res.bundle_digest
+
+    checked = plan_from_args(build_parser().parse_args([str(bundle), "--check-only", "-q"]))
+    res = run_import(checked, layout, result_for(checked))
+    assert isinstance(res, CheckOnlyResult) and res.ok
+    assert [c.status for c in res.checks] == ["checked", "checked"] and not res.staging_refs
+
+    verified = plan_from_args(build_parser().parse_args([str(bundle), "--verify-only", "--shallow"]))
+    notices: List[str] = []
+    res = run_import(verified, None, result_for(verified), on_notice=notices.append)
+    assert res.report.ok and res.report.layers_checked == 0 and res.engine is None  # shallow: no layer decompressed
+    assert res.report.signature is not None and res.report.signature["status"] == "unsigned"
+    assert notices and "signature" in notices[0]
+
+
+def test_the_walk_runs_the_signature_step_before_the_route(bundle: Path, tmp_path: Path) -> None:
+    """A bundle signed by another key: refused by the front step, the engine never asked (the
+    layout is not even made), and the result says which bundle it judged."""
+    key, _ = keypair(tmp_path, "publisher")
+    _, other = keypair(tmp_path, "other")
+    sign(bundle, key)
+    plan = ImportPlan(mode=IMPORT, bundle=str(bundle), trust=(str(other),), quiet=True)
+    result = result_for(plan)
+    with pytest.raises(PolicyRejected):
+        run_import(plan, OciLayoutSink(str(tmp_path / "layout")), result)
+    assert not (tmp_path / "layout").exists() and result.engine is None and result.signature is None
+
+
+def test_a_bad_platform_is_refused_by_the_import_step(bundle: Path, tmp_path: Path) -> None:
+    """--platform is parsed where the import uses it: after the signature step (which the result records)."""
+    plan = ImportPlan(mode=IMPORT, bundle=str(bundle), platform="linux", quiet=True)
+    result = result_for(plan)
+    with pytest.raises(UsageError, match="--platform"):
+        run_import(plan, OciLayoutSink(str(tmp_path / "layout")), result)
+    assert result.signature is not None and result.engine is None
+
+
+def test_a_damaged_bundle_stops_every_plan_at_verify(bundle: Path, tmp_path: Path) -> None:
+    blob = max((bundle / "blobs" / "sha256").iterdir(), key=lambda p: p.stat().st_size)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 1
+    blob.write_bytes(bytes(data))
+    for mode in (VERIFY_ONLY, CHECK_ONLY, IMPORT):
+        plan = ImportPlan(mode=mode, bundle=str(bundle), quiet=True)
+        result = result_for(plan)
+        with pytest.raises(VerificationFailed):
+            run_import(plan, OciLayoutSink(str(tmp_path / "layout")) if plan.needs_engine else None, result)
+        assert not result.checks and not result.staging_refs
