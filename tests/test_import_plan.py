@@ -49,7 +49,6 @@ def plan_of(*argv: str) -> ImportPlan:
     (["--check-only", "--deep"], CHECK_ONLY, FRONT + CHECK[:3] + ["deep", "receipt"]),
     (["--check-only", "--engine", "registry"], CHECK_ONLY, FRONT + CHECK),
     (["--engine", "registry"], REGISTRY, FRONT + PUSH),
-    (["--registry", "127.0.0.1:5000/ns", "--deep"], REGISTRY, FRONT + PUSH),  # a registry is not re-exported
     (["--registry", "127.0.0.1:5000/ns", "--engine", "oci"], IMPORT, FRONT + LOAD),  # --engine wins, as make_sink
 ])
 def test_each_mode_is_a_plan_of_steps(argv: List[str], mode: str, steps: List[str]) -> None:
@@ -57,6 +56,15 @@ def test_each_mode_is_a_plan_of_steps(argv: List[str], mode: str, steps: List[st
     assert plan.mode == mode
     assert list(plan.steps) == steps
     assert plan.needs_engine is (mode != VERIFY_ONLY)
+
+
+@pytest.mark.parametrize("argv", [["--registry", "127.0.0.1:5000/ns", "--deep"], ["--engine", "registry", "--deep"],
+                                  ["--check-only", "--engine", "registry", "--deep"]])
+def test_deep_with_a_registry_is_refused_before_anything(argv: List[str]) -> None:
+    """A registry cannot export an image again: --deep used to be dropped silently on an import."""
+    with pytest.raises(UsageError, match=r"--deep with the registry engine.*found --engine registry"):
+        plan_of(*argv)
+    assert plan_of("--verify-only", "--engine", "registry", "--deep").mode == VERIFY_ONLY
 
 
 def test_the_plan_carries_the_options_its_steps_use() -> None:

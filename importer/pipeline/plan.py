@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from importer.errors import UsageError
+
 VERIFY_ONLY = "verify-only"  # verify every byte and stop; no engine
 CHECK_ONLY = "check-only"  # prove the engine already holds each image; changes nothing
 IMPORT = "import"  # a schema 3 bundle into an engine (importer/pipeline/importing.py)
@@ -109,6 +111,12 @@ def plan_from_args(args: argparse.Namespace) -> ImportPlan:
     """The plan of ``bundle-import``'s parsed arguments (importer/cli/main.py)."""
     mode = mode_from_args(args)
     quiet = bool(getattr(args, "quiet", False))
+    if mode != VERIFY_ONLY and wants_registry(args) and getattr(args, "deep", False):
+        raise UsageError(
+            "reading --deep with the registry engine: expected an engine that can export an image again "
+            "(docker, containerd, podman, oci), found --engine registry, which cannot",
+            hint="drop --deep: the registry's read-back already compares every manifest, config and diff_id "
+            "with the bundle; nothing was done")
     return ImportPlan(
         mode=mode,
         bundle=args.bundle,
