@@ -28,22 +28,57 @@ def _library_files() -> list[Path]:
     return files
 
 
-def write_context(ctx: Path, total_bytes: int, busybox: str, *, small_files: int | None = None) -> Path:
-    """Write a docker build context for the benchmark image; return it."""
+RECIPES = ("mixed", "incompressible")
+
+
+def write_context(ctx: Path, total_bytes: int, busybox: str, *, small_files: int | None = None,
+                  recipe: str = "mixed") -> Path:
+    """Write a docker build context for the benchmark image; return it.
+
+    ``mixed``: the default above. ``incompressible``: the field case of issue 30 (a CUDA/PyTorch
+    image is mostly already-compressed or random-looking weights and kernels): ~7/8 random bytes
+    in two layers plus ~1/8 real shared libraries, no small-file layer."""
+    if recipe not in RECIPES:
+        raise ValueError(f"bench recipe: expected one of {', '.join(RECIPES)}, found {recipe!r}")
     ctx.mkdir(parents=True, exist_ok=True)
+    if recipe == "incompressible":
+        return _incompressible(ctx, total_bytes, busybox)
     shutil.copy(busybox, ctx / "busybox")
     random_bytes = total_bytes // 3
     lib_bytes = total_bytes // 2
+    _write_random(ctx / "random.bin", random_bytes)
+    _write_libraries(ctx / "lib", lib_bytes)
     n_small = small_files if small_files is not None else max(100, int(50000 * total_bytes / (3 << 30)))
-    # layer 1: random (incompressible)
-    with open(ctx / "random.bin", "wb") as f:
-        left = random_bytes
+    # layer 3: many small files
+    small = ctx / "small"
+    small.mkdir(exist_ok=True)
+    rng = random.Random(0)
+    for k in range(n_small):
+        d = small / f"{k % 256:02x}"
+        d.mkdir(exist_ok=True)
+        (d / f"f{k}.txt").write_bytes(rng.randbytes(rng.randint(16, 2048)))
+    (ctx / "Dockerfile").write_text(
+        "FROM scratch\n"
+        "COPY busybox /bin/busybox\n"
+        "COPY random.bin /data/random.bin\n"
+        "COPY lib /data/lib\n"
+        "COPY small /data/small\n"
+    )
+    return ctx
+
+
+def _write_random(path: Path, size: int) -> None:
+    """Random (incompressible) bytes, written in 16 MiB pieces."""
+    with open(path, "wb") as f:
+        left = size
         while left:
             n = min(left, 16 << 20)
             f.write(os.urandom(n))
             left -= n
-    # layer 2: library-like: real binaries and data from this machine, repeated to size
-    lib = ctx / "lib"
+
+
+def _write_libraries(lib: Path, lib_bytes: int) -> None:
+    """Library-like bytes: real binaries and data from this machine, repeated to size."""
     lib.mkdir(exist_ok=True)
     written = 0
     files = _library_files()
@@ -59,19 +94,18 @@ def write_context(ctx: Path, total_bytes: int, busybox: str, *, small_files: int
         i += 1
         if i > 50 * len(files):
             break
-    # layer 3: many small files
-    small = ctx / "small"
-    small.mkdir(exist_ok=True)
-    rng = random.Random(0)
-    for k in range(n_small):
-        d = small / f"{k % 256:02x}"
-        d.mkdir(exist_ok=True)
-        (d / f"f{k}.txt").write_bytes(rng.randbytes(rng.randint(16, 2048)))
+
+
+def _incompressible(ctx: Path, total_bytes: int, busybox: str) -> Path:
+    shutil.copy(busybox, ctx / "busybox")
+    _write_random(ctx / "weights.bin", total_bytes // 2)
+    _write_random(ctx / "kernels.bin", total_bytes * 3 // 8)
+    _write_libraries(ctx / "lib", total_bytes // 8)
     (ctx / "Dockerfile").write_text(
         "FROM scratch\n"
         "COPY busybox /bin/busybox\n"
-        "COPY random.bin /data/random.bin\n"
-        "COPY lib /data/lib\n"
-        "COPY small /data/small\n"
+        "COPY lib /usr/lib/sn\n"
+        "COPY kernels.bin /opt/kernels.bin\n"
+        "COPY weights.bin /opt/weights.bin\n"
     )
     return ctx

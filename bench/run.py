@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.pullprobe import push_uncompressed  # noqa: E402
-from bench.recipe import write_context  # noqa: E402
+from bench.recipe import RECIPES, write_context  # noqa: E402
 
 REF = "bench/img:1"
 CTR_EXPORT = "export (containerd store)"
@@ -193,7 +193,7 @@ def machine() -> dict[str, object]:
 def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
     lines = [f"# sneakernet benchmark {meta['date']}", "",
              f"Image: {meta['image_bytes'] / (1 << 30):.2f} GiB ({meta['layers']} layers), "  # type: ignore[operator]
-             f"runs per case: {meta['runs']}.",
+             f"runs per case: {meta['runs']}, recipe: {meta.get('recipe', 'mixed')}.",
              "Machine: " + ", ".join(f"{k}: {v}" for k, v in dict(meta["machine"]).items()), "",  # type: ignore[call-overload]
              "| group | case | wall median (min-max) s | CPU s | peak RSS MiB | dockerd+containerd CPU s "
              "| IO stall s | output MiB | ours/peer |",
@@ -235,6 +235,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--level", type=int, default=None, help="zstd level for bundle export")
+    ap.add_argument("--recipe", default="mixed", choices=RECIPES,
+                    help="image recipe: mixed (random, library-like and small files; default) or "
+                    "incompressible (mostly random bytes plus real shared libraries: issue 30's field case)")
     ap.add_argument("--stores", default="classic,containerd",
                     help="Docker image stores to measure (classic: every group; containerd: export and import)")
     args = ap.parse_args()
@@ -272,7 +275,7 @@ def main() -> int:
             cenv, crun_dir = start_dockerd("bench-ctrstore", "--containerd-store")
         print(f"bench: building a {args.size} image in {work}", file=sys.stderr)
         ctx = write_context(work / "ctx", size, "/bin/busybox",
-                            small_files=200 if args.small else None)
+                            small_files=200 if args.small else None, recipe=args.recipe)
         for e in ([env] if "classic" in stores else []) + ([cenv] if "containerd" in stores else []):
             subprocess.run(["docker", "build", "-q", "--network", "none", "-t", REF, str(ctx)], env=e,
                            check=True, capture_output=True)
@@ -435,7 +438,7 @@ def main() -> int:
         meta: dict[str, object] = {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "image_bytes": int(image["Size"]),
-            "layers": len(image["RootFS"]["Layers"]), "runs": args.runs, "machine": machine(),
+            "layers": len(image["RootFS"]["Layers"]), "runs": args.runs, "recipe": args.recipe, "machine": machine(),
             "stores": sorted(stores),
         }
         if "containerd" in stores:  # the same build there: its layers as that store keeps them (gzip)
@@ -444,7 +447,8 @@ def main() -> int:
         table = render(rows, meta)
         print(table)
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        stem = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M") + f"-{args.size}"
+        stem = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M") + f"-{args.size}" + (
+            "" if args.recipe == "mixed" else f"-{args.recipe}")
         (Path(args.out) / f"{stem}.md").write_text(table)
         (Path(args.out) / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
         print(f"bench: results in {Path(args.out) / stem}.md", file=sys.stderr)
