@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List
+from typing import Any, List, Tuple
 
 import pytest
 
@@ -166,3 +166,80 @@ def test_a_damaged_bundle_stops_every_plan_at_verify(bundle: Path, tmp_path: Pat
         with pytest.raises(VerificationFailed):
             run_import(plan, OciLayoutSink(str(tmp_path / "layout")) if plan.needs_engine else None, result)
         assert not result.checks and not result.staging_refs
+
+
+# ------------------------------------------------------------------ bundle.json, parsed once
+
+
+class Parses:
+    """Counts, during a real run, the JSON parses of bundle.json's exact bytes (any caller of
+    json.loads) and the typed objects built from them (schema 3 and schema 1/2 models)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import json
+
+        import importer.format.legacy as legacy
+        import importer.format.manifest as manifest
+
+        self.text = ""
+        self.json = self.typed = 0
+        real_loads, real_3, real_legacy = json.loads, manifest.check_structure, legacy.check_legacy
+
+        def loads(s: Any, *a: Any, **kw: Any) -> Any:
+            self.json += (s.decode("utf-8", "replace") if isinstance(s, bytes) else s) == self.text
+            return real_loads(s, *a, **kw)
+
+        def typed(real: Any) -> Any:
+            def build(*a: Any) -> Any:
+                self.typed += 1
+                return real(*a)
+            return build
+
+        monkeypatch.setattr(json, "loads", loads)
+        monkeypatch.setattr(manifest, "check_structure", typed(real_3))
+        monkeypatch.setattr(legacy, "check_legacy", typed(real_legacy))
+
+    def of(self, plan: ImportPlan, sink: Any, bundle_json: Path) -> Tuple[int, int]:
+        """(JSON parses, typed objects built) of one run_import of ``plan``."""
+        self.text, self.json, self.typed = bundle_json.read_text(encoding="utf-8"), 0, 0
+        assert run_import(plan, sink, result_for(plan)).report.ok
+        return self.json, self.typed
+
+
+def test_bundle_json_is_parsed_once_into_one_typed_object_per_run(bundle: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27 point 3: every step of a run (signature, schema, --require-signed, preflight,
+    verification, the load, the read-back) reads the one object the opened bundle parsed; the
+    issue counted 4 parses per import. A folder, a tar, a schema 2 bundle; each plan."""
+    from bundle.archive import pack_bundle
+
+    parses = Parses(monkeypatch)
+    layout = OciLayoutSink(str(tmp_path / "layout"))
+    bj = bundle / "bundle.json"
+    assert parses.of(ImportPlan(mode=IMPORT, bundle=str(bundle), quiet=True, deep=True), layout, bj) == (1, 1)
+    assert parses.of(ImportPlan(mode=CHECK_ONLY, bundle=str(bundle), quiet=True), layout, bj) == (1, 1)
+    assert parses.of(ImportPlan(mode=VERIFY_ONLY, bundle=str(bundle), quiet=True), None, bj) == (1, 1)
+    pack_bundle(str(bundle), str(tmp_path / "b.tar"))
+    tar = str(tmp_path / "b.tar")
+    assert parses.of(ImportPlan(mode=VERIFY_ONLY, bundle=tar, quiet=True), None, bj) == (1, 1)
+    assert parses.of(ImportPlan(mode=CHECK_ONLY, bundle=tar, quiet=True), layout, bj) == (1, 1)
+    legacy = REPO / "tests" / "golden" / "bundles" / "v2"
+    assert parses.of(ImportPlan(mode=VERIFY_ONLY, bundle=str(legacy), quiet=True), None,
+                     legacy / "bundle.json") == (1, 1)
+
+
+def test_the_parse_counter_sees_a_second_parse(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counter above is not blind: a step that parsed bundle.json again would be counted."""
+    from importer.format.manifest import load_bundle_manifest
+    from importer.verify import opened
+
+    parses = Parses(monkeypatch)
+    real = opened.verify_opened
+
+    def parses_again(b: Any, **kw: Any) -> Any:
+        load_bundle_manifest(b.raw_bundle_json)
+        return real(b, **kw)
+
+    monkeypatch.setattr(opened, "verify_opened", parses_again)
+    assert parses.of(ImportPlan(mode=VERIFY_ONLY, bundle=str(bundle), quiet=True), None,
+                     bundle / "bundle.json") == (2, 2)

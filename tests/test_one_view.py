@@ -169,37 +169,3 @@ def test_trust_on_a_tar_or_parts_loads_exactly_the_signed_images(signed_and_evil
             assert facts[1] == [x["diffId"] for x in image["layers"]]
     finally:
         docker(docker_host, "image", "rm", *REFS, check=False)
-
-
-
-def test_bundle_json_is_parsed_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One typed object for the whole run: the schema step, verification and the progress total
-    share one parse of bundle.json, for a folder (an import) and a tar (verify, then use) (issue 27)."""
-    import sys
-
-    import importer.format.manifest as manifest_mod
-    from importer.pipeline.importing import import_bundle
-    from importer.sinks.oci_layout import OciLayoutSink
-    from importer.verify.opened import verify_or_raise
-
-    calls: list[int] = []
-    real = manifest_mod.load_bundle_manifest
-
-    def counting(raw: bytes, **kw: object) -> object:
-        calls.append(len(raw))
-        return real(raw, **kw)  # type: ignore[arg-type]
-
-    for mod in [m for name, m in list(sys.modules.items()) if name.startswith("importer.")]:
-        if getattr(mod, "load_bundle_manifest", None) is real:
-            monkeypatch.setattr(mod, "load_bundle_manifest", counting)
-    folder = random_bundle(tmp_path / "b.bundle", mb=(1, 1))
-    import_bundle(open_bundle(str(folder)), OciLayoutSink(str(tmp_path / "out")),
-                  progress=lambda label, total: (lambda n: None))
-    assert len(calls) == 1, calls
-    calls.clear()
-    pack_bundle(str(folder), str(tmp_path / "b.tar"))
-    calls.clear()
-    opened = open_bundle(str(tmp_path / "b.tar"))
-    report = verify_or_raise(opened, progress=lambda label, total: (lambda n: None))
-    assert opened.manifest() is report.manifest
-    assert len(calls) == 1, calls

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from importer.errors import UsageError
-from importer.format.manifest import load_bundle_manifest
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
 from importer.registry.htpasswd import Htpasswd
@@ -126,7 +125,7 @@ def start_lines(info: Dict[str, Any]) -> List[str]:
 
 
 def print_node_config(bundle: OpenedBundle, args: argparse.Namespace, sec: Security) -> int:
-    manifest = load_bundle_manifest(bundle.raw_bundle_json)
+    manifest = bundle.manifest()
     refs = [ref for image in manifest.images for ref in image.refs]
     if args.node_registry:
         scheme, sep, mirror = str(args.node_registry).partition("://")

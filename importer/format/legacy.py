@@ -109,7 +109,13 @@ def check_legacy(doc: Any, major: int) -> Tuple[Optional[LegacyManifest], List[s
 
 
 def load_legacy_manifest(raw: bytes, major: int) -> LegacyManifest:
-    model, issues = check_legacy(parse_json(raw, BUNDLE_JSON), major)
+    return legacy_manifest_of(parse_json(raw, BUNDLE_JSON), major)
+
+
+def legacy_manifest_of(doc: Any, major: int) -> LegacyManifest:
+    """A schema 1/2 bundle.json's parsed JSON document into its model (importer/input/opened.py
+    ``OpenedBundle.legacy_manifest`` parses the bytes once per run)."""
+    model, issues = check_legacy(doc, major)
     if model is None:
         raise ManifestError(
             f"reading {BUNDLE_JSON}: expected a valid schema-{major} bundle manifest, found {len(issues)} problem(s)",

@@ -461,8 +461,14 @@ _KNOWN_KEYS = {"schemaVersion", "mediaType", "created", "tool", "source", "impor
 
 
 def load_bundle_manifest(raw: bytes, *, where: str = BUNDLE_JSON) -> BundleManifest:
-    """Parse bundle.json bytes (already read with a bound) into the latest model."""
-    doc = parse_json(raw, where)
+    """Parse bundle.json bytes (already read with a bound) into the latest model. A run of
+    ``bundle-import`` reads them through importer/input/opened.py ``OpenedBundle.manifest``, which
+    parses them once (:func:`bundle_manifest_of`)."""
+    return bundle_manifest_of(parse_json(raw, where), where=where)
+
+
+def bundle_manifest_of(doc: Any, *, where: str = BUNDLE_JSON) -> BundleManifest:
+    """bundle.json's parsed JSON document into the latest model (its schema 3 rules checked)."""
     major, minor = parse_schema_version(doc)
     if major > SCHEMA_MAJOR:
         raise UnsupportedSchemaVersion(

@@ -4,27 +4,33 @@ reads the bundle through the one :class:`OpenedBundle` this returns.
 
 bundle.json (and ``bundle.json.sig``) are read exactly once, when the bundle is opened: the
 signature is checked over :attr:`OpenedBundle.raw_bundle_json`, the schema and verification use
-those same bytes, and :attr:`OpenedBundle.digest` is carried to the receipt. A tar or parts are
+those same bytes, and :attr:`OpenedBundle.digest` is carried to the receipt. Those bytes are parsed
+once, here, into one typed object (:meth:`OpenedBundle.manifest` for schema 3,
+:meth:`OpenedBundle.legacy_manifest` for schema 1/2) that every step of the run reads; no step of
+an import parses bundle.json again (tests/test_import_plan.py counts the parses of a real run). A tar or parts are
 indexed with the one tar reader for untrusted archives (``importer/input/safetar.py``); the folder's
 files are opened without following links (docs/security.md)."""
 
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Optional, Type, Union
+from typing import Any, BinaryIO, Optional, Type, Union
 
 from importer.errors import BadSignature, BundleError, ManifestError, MissingBlob, NotRegularFile
 from importer.format.digest import Digest
+from importer.format.legacy import LegacyManifest, legacy_manifest_of
 from importer.format.limits import MAX_BUNDLE_JSON, MAX_SIGNATURE, parse_json, read_limited
 from importer.format.manifest import (
     BUNDLE_JSON,
     SIGNATURE_FILE,
     BundleManifest,
-    load_bundle_manifest,
+    bundle_manifest_of,
     parse_schema_version,
 )
 from importer.input.archive import ArchiveReader, locate
 from importer.streams.fsutil import open_regular
+
+_UNPARSED = object()  # OpenedBundle.document() not parsed yet (JSON null is a document too)
 
 #: What the readers of blobs take: a folder path, or the opened tar / parts.
 BundleRoot = Union[str, ArchiveReader]
@@ -43,14 +49,30 @@ class OpenedBundle:
         self.raw_bundle_json = raw_bundle_json
         self.raw_signature = raw_signature
         self.digest = Digest.of_bytes(raw_bundle_json)
-        self.parsed: Optional[BundleManifest] = None  # bundle.json as one typed object, once parsed
+        self._document: Any = _UNPARSED  # raw_bundle_json's JSON, parsed on first use and only then
+        self.parsed: Optional[BundleManifest] = None  # bundle.json (schema 3) as one typed object, once built
+        self.parsed_legacy: Optional[LegacyManifest] = None  # the same for a schema 1/2 bundle
+
+    def document(self) -> Any:
+        """bundle.json's JSON, parsed once from :attr:`raw_bundle_json` (the bytes the signature step
+        judged). Raises ManifestError for bytes that are not JSON; the typed views below read this."""
+        if self._document is _UNPARSED:
+            self._document = parse_json(self.raw_bundle_json, BUNDLE_JSON)
+        return self._document
 
     def manifest(self) -> BundleManifest:
-        """bundle.json (schema 3) parsed once into one typed object; every step of the run shares it.
+        """bundle.json (schema 3) as one typed object, built once; every step of the run shares it.
         Raises ManifestError and subclasses for a bundle.json that cannot be used."""
         if self.parsed is None:
-            self.parsed = load_bundle_manifest(self.raw_bundle_json)
+            self.parsed = bundle_manifest_of(self.document())
         return self.parsed
+
+    def legacy_manifest(self, major: int) -> LegacyManifest:
+        """bundle.json of a schema 1/2 bundle (``major``, from :meth:`schema_major`) as one typed
+        object, built once. Raises ManifestError for one that breaks its schema's rules."""
+        if self.parsed_legacy is None:
+            self.parsed_legacy = legacy_manifest_of(self.document(), major)
+        return self.parsed_legacy
 
     def __str__(self) -> str:
         return self.path
@@ -65,7 +87,7 @@ class OpenedBundle:
         return self.archive if self.archive is not None else self.path
 
     def schema_major(self) -> int:
-        major, _ = parse_schema_version(parse_json(self.raw_bundle_json, BUNDLE_JSON))
+        major, _ = parse_schema_version(self.document())
         return major
 
     def open(self, rel: str) -> BinaryIO:

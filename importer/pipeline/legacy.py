@@ -28,9 +28,10 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
 from importer.errors import UsageError
 from importer.format.identity import CLASSIC, CONTAINERD, DOCKER_ARCHIVE
-from importer.format.legacy import LegacyManifest, load_legacy_manifest
+from importer.format.legacy import LegacyManifest
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
+from importer.input.opened import OpenedBundle
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import run_preflight
 from importer.pipeline.staging import new_run_id, staging_ref
@@ -43,15 +44,17 @@ from importer.verify.legacy import raise_if_problems, verify_legacy
 from importer.verify.legacyarchive import archive_pass, open_archive
 
 
-def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw_bundle_json: bytes, major: int,
+def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, *, force: bool, result: Any, major: int,
                          lock_wait: float = 0.0, on_notice: Optional[Callable[[str], None]] = None,
                          signature_line: str = "signature: none (schema 1 and 2 bundles carry none)",
                          deep: bool = False) -> Any:
     """Probe, lock, preflight, verify, load, check, tag (see the module doc). ``result`` (an
     importing.ImportResult) is filled in as work proceeds, so a receipt can still be written
-    when this raises."""
+    when this raises. ``bundle``: a folder, opened once; its bundle.json parsed once
+    (``OpenedBundle.legacy_manifest``)."""
     started = time.monotonic()
-    manifest = load_legacy_manifest(raw_bundle_json, major)
+    root = bundle.path
+    manifest = bundle.legacy_manifest(major)
     kind = sink.kind
     if not sink.loads_docker_archive:
         raise UsageError(
@@ -80,7 +83,7 @@ def import_legacy_bundle(root: str, sink: Sink, *, force: bool, result: Any, raw
         preflight.raise_if_short()
 
         testhooks.reached("verify")
-        report = verify_legacy(root, manifest, raw_bundle_json)
+        report = verify_legacy(root, manifest, bundle.raw_bundle_json)
         result.report = report
         raise_if_problems(root, report)
         result.timings["verifySeconds"] = time.monotonic() - started

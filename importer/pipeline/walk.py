@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer.errors import UsageError
-from importer.format.legacy import load_legacy_manifest
-from importer.format.manifest import load_bundle_manifest
 from importer.format.platform import parse_platform
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only
@@ -102,9 +100,8 @@ def schema_step(walk: Walk) -> None:
 def image_signatures_step(walk: Walk) -> None:
     """``--require-signed``: the publisher's image signatures, before the engine is asked anything."""
     plan = walk.plan
-    walk.result.image_signatures = images_signed(walk.opened(), walk.sig().raw_bundle_json, plan.require_signed,
-                                                 plan.legacy_major, quiet=plan.quiet_image_signatures,
-                                                 on_notice=walk.on_notice)
+    walk.result.image_signatures = images_signed(walk.opened(), plan.require_signed, plan.legacy_major,
+                                                 quiet=plan.quiet_image_signatures, on_notice=walk.on_notice)
 
 
 def legacy_major(bundle: OpenedBundle) -> Optional[int]:
@@ -120,7 +117,7 @@ def legacy_major(bundle: OpenedBundle) -> Optional[int]:
     return major
 
 
-def images_signed(bundle: OpenedBundle, raw_bundle_json: bytes, keys: Sequence[str], major: Optional[int], *,
+def images_signed(bundle: OpenedBundle, keys: Sequence[str], major: Optional[int], *,
                   quiet: bool, on_notice: Notice) -> List[Dict[str, Any]]:
     """``--require-signed``: every image carries a cosign signature by one of ``keys`` (importer/verify/cosign.py)."""
     doing = "importing with --require-signed"
@@ -128,8 +125,7 @@ def images_signed(bundle: OpenedBundle, raw_bundle_json: bytes, keys: Sequence[s
     if major is not None:
         raise ImageUnsigned(f"{doing}: expected a schema 3.5 bundle carrying image signatures, found schema {major}",
                             hint="export the images again from their registry (bundle export docker://...)")
-    manifest = load_bundle_manifest(raw_bundle_json)
-    signed = check_bundle(manifest, cosign_keys, checked_reader(bundle.read, doing), doing)
+    signed = check_bundle(bundle.manifest(), cosign_keys, checked_reader(bundle.read, doing), doing)
     if not quiet:
         for s in signed:
             on_notice(f"image {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
@@ -140,8 +136,7 @@ def verify_only(walk: Walk) -> None:
     """Verify every byte and stop (a schema 1/2 bundle: its archive against bundle.json)."""
     plan, bundle = walk.plan, walk.opened()
     if plan.legacy_major is not None:
-        raw = bundle.raw_bundle_json
-        report = verify_legacy(bundle.path, load_legacy_manifest(raw, plan.legacy_major), raw)
+        report = verify_legacy(bundle.path, bundle.legacy_manifest(plan.legacy_major), bundle.raw_bundle_json)
         raise_if_problems(bundle.path, report)
     else:
         report = verify_or_raise(bundle, progress=walk.progress, deep=not plan.shallow)
@@ -158,8 +153,8 @@ def check(walk: Walk) -> None:
 def legacy_import(walk: Walk) -> None:
     plan, bundle = walk.plan, walk.opened()
     assert plan.legacy_major is not None
-    import_legacy_bundle(bundle.path, walk.engine(), force=plan.force, result=walk.result,
-                         raw_bundle_json=bundle.raw_bundle_json, major=plan.legacy_major, lock_wait=plan.lock_wait,
+    import_legacy_bundle(bundle, walk.engine(), force=plan.force, result=walk.result,
+                         major=plan.legacy_major, lock_wait=plan.lock_wait,
                          signature_line=walk.sig().line(), deep=plan.deep, on_notice=walk.on_notice)
 
 

@@ -8,8 +8,8 @@ from typing import Any, Dict, List
 
 from importer.errors import NotRegularFile
 from importer.format.digest import Digest
-from importer.format.legacy import load_legacy_manifest
-from importer.format.manifest import SUMS_FILE, load_bundle_manifest
+from importer.format.legacy import LegacyManifest
+from importer.format.manifest import SUMS_FILE
 from importer.input.opened import open_bundle
 
 
@@ -33,8 +33,8 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
     signed = bundle.raw_signature is not None
     major = bundle.schema_major()
     if major in (1, 2):
-        return _inspect_legacy(root, raw, major)
-    manifest = load_bundle_manifest(raw)
+        return _inspect_legacy(root, bundle.legacy_manifest(major), raw)
+    manifest = bundle.manifest()
     if not bundle.is_archive:
         _refuse_odd_files(bundle.path, [f.path for f in manifest.files] + [SUMS_FILE])
     users: Dict[Digest, List[str]] = {}
@@ -94,8 +94,7 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
     }
 
 
-def _inspect_legacy(root: str, raw: bytes, major: int) -> Dict[str, Any]:
-    m = load_legacy_manifest(raw, major)
+def _inspect_legacy(root: str, m: LegacyManifest, raw: bytes) -> Dict[str, Any]:
     return {
         "bundle": os.path.abspath(root),
         "bundleDigest": str(Digest.of_bytes(raw)),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from importer.errors import BundleError, VerificationFailed
+from importer.errors import BundleError, ManifestError, VerificationFailed
+from importer.format.manifest import BundleManifest
 from importer.input.opened import OpenedBundle
 from importer.streams.progress import close_progress
 from importer.verify.archive import verify_archive
@@ -22,20 +23,28 @@ ProgressFactory = Callable[[str, int], ProgressFn]
 def verify_opened(bundle: OpenedBundle, *, deep: bool = True,
                   on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
     """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer), a tar or
-    parts (one sequential read, always deep), against the bundle.json read when it was opened."""
+    parts (one sequential read, always deep), against the bundle.json read when it was opened and
+    the one typed object it was parsed into (``OpenedBundle.manifest``): not parsed again here."""
+    parsed = _parsed(bundle)
     if bundle.archive is None:
         report = verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
-                               manifest=bundle.parsed)
-        bundle.parsed = bundle.parsed or report.manifest  # parsed from the opened bytes
+                               manifest=parsed)
         return report
     report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
-                            manifest=bundle.parsed)
-    if bundle.parsed is None and report.ok:  # the first member held exactly the opened bytes
-        bundle.parsed = report.manifest
+                            manifest=parsed)
     # the importer a user runs sits beside the archive, outside it: it must be the pinned member
     if report.manifest is not None:
         report.problems.extend(importer_copy_problems(bundle, pinned_importer(report.manifest.files)))
     return report
+
+
+def _parsed(bundle: OpenedBundle) -> Optional[BundleManifest]:
+    """The opened bundle's typed bundle.json; None when it cannot be used (the verifier then reports
+    that its own way, listing what else it found: a failed run, so the second parse costs nothing)."""
+    try:
+        return bundle.manifest()
+    except ManifestError:
+        return None
 
 
 def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory] = None,
