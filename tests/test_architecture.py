@@ -492,3 +492,40 @@ def test_the_orchestrator_guard_sees_a_direct_call(tmp_path: Path) -> None:
     rogue.write_text("from importer.pipeline.checkonly import check_only\n"
                      "def run(b, s):\n    return pipeline.importing.import_bundle(b, s)\n")
     assert orchestrator_uses(rogue) == ["1: check_only", "3: import_bundle"]
+
+
+#: what verifies bytes (hashes, diff_ids, signatures, the verifiers' own passes): importer/verify/'s
+#: business; the pipeline calls the verify room's entry points (verify_or_raise, verify_legacy_or_raise,
+#: verify_unstreamed_layers, images_signed, check_signature, run_deep), never these
+VERIFYING = {"hashlib", "check_layer", "LayerReader", "HashingReader", "of_bytes", "verify_bundle", "verify_archive",
+             "verify_opened", "verify_legacy", "raise_if_problems", "check_bundle", "checked_reader",
+             "load_cosign_keys", "check_signature_bytes", "importer_copy_problems"}
+PIPELINE = REPO / "importer" / "pipeline"
+
+
+def verifying_uses(path: Path) -> List[str]:
+    """``line: name`` of every verifying name (:data:`VERIFYING`) ``path`` imports, calls or reads."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found += [f"{node.lineno}: {a.name}" for a in node.names if a.name in VERIFYING]
+        elif isinstance(node, ast.Attribute) and node.attr in VERIFYING:
+            found.append(f"{node.lineno}: {node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(PIPELINE.glob("*.py")), ids=lambda p: p.name)
+def test_verification_lives_in_the_verify_room(path: Path) -> None:
+    """Issue 27 point 3: the pipeline says when to verify; importer/verify/ does it (bundle, archive,
+    schema 1/2, the layers a load does not stream, image signatures). lock.py hashes an engine's
+    address into its lock file's name, which verifies nothing."""
+    allowed = ["hashlib"] if path.name == "lock.py" else []
+    assert [use.split(": ")[1] for use in verifying_uses(path)] == allowed, \
+        f"{path.relative_to(REPO)} verifies bytes itself: call importer/verify/"
+
+
+def test_the_verification_guard_sees_a_hash_in_the_pipeline(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("import hashlib\nfrom importer.input.layers import check_layer\n"
+                     "def f(d, b):\n    return d == Digest.of_bytes(b)\n")
+    assert verifying_uses(rogue) == ["1: hashlib", "2: check_layer", "4: of_bytes"]

@@ -17,7 +17,6 @@ from importer.errors import (
 from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import Platform
-from importer.input.layers import check_layer
 from importer.input.opened import BundleRoot, OpenedBundle, open_bundle
 from importer.pipeline.gpufit import host_fit
 from importer.pipeline.postload import ImageCheck, check_image
@@ -29,7 +28,7 @@ from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.streams.progress import close_progress
 from importer.verify.bundle import VerifyReport
-from importer.verify.opened import verify_or_raise
+from importer.verify.opened import verify_or_raise, verify_unstreamed_layers
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -166,7 +165,7 @@ def _load_verified(
     if streams and bundle.archive is None:
         # layers that will not pass through the load stream (their images are already present)
         # still get their diff_id checked, before anything is loaded
-        _check_unstreamed_layers(bundle.path, manifest, to_load)
+        verify_unstreamed_layers(bundle, manifest, to_load)
 
     external = _delta_base(sink, manifest, to_load)
 
@@ -261,16 +260,6 @@ def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load
         checks.append(check_image(image, sink.lookup(name), engine.image_store))
     res.timings["postLoadSeconds"] = time.monotonic() - t_check
     return staged, checks
-
-
-def _check_unstreamed_layers(root: str, manifest: BundleManifest, to_load: List[ImageRecord]) -> None:
-    streamed = {x.digest for image in to_load for x in image.layers}
-    for image in manifest.images:
-        for i, layer in enumerate(image.layers):
-            if layer.external or layer.digest in streamed:
-                continue
-            check_layer(root, layer, f"layer {i + 1}/{len(image.layers)} of {image.name}")
-            streamed.add(layer.digest)
 
 
 def _with_refs(image: ImageRecord, refs: Tuple[str, ...]) -> ImageRecord:

@@ -40,8 +40,8 @@ from importer.pipeline.tagrule import refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.streams.commands import feed
-from importer.verify.legacy import raise_if_problems, verify_legacy
 from importer.verify.legacyarchive import archive_pass, open_archive
+from importer.verify.opened import verify_legacy_or_raise
 
 
 def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, *, force: bool, result: Any, major: int,
@@ -83,9 +83,7 @@ def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, *, force: bool, resul
         preflight.raise_if_short()
 
         testhooks.reached("verify")
-        report = verify_legacy(root, manifest, bundle.raw_bundle_json)
-        result.report = report
-        raise_if_problems(root, report)
+        report = result.report = verify_legacy_or_raise(bundle, major)
         result.timings["verifySeconds"] = time.monotonic() - started
         if report.archive_images:  # the archive's sizes: the containerd store's ID is predictable
             manifest = dataclasses.replace(manifest, images=report.archive_images)

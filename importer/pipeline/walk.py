@@ -9,7 +9,7 @@ writes a receipt when a step raises (importer/cli/main.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Optional
 
 from importer.errors import UsageError
 from importer.format.platform import parse_platform
@@ -22,9 +22,8 @@ from importer.pipeline.registry import import_to_registry
 from importer.registry.sink import RegistrySink
 from importer.sinks import Sink
 from importer.verify.bundle import VerifyReport
-from importer.verify.cosign import ImageUnsigned, check_bundle, checked_reader, load_cosign_keys
-from importer.verify.legacy import raise_if_problems, verify_legacy
-from importer.verify.opened import verify_or_raise
+from importer.verify.cosign import images_signed
+from importer.verify.opened import verify_legacy_or_raise, verify_or_raise
 from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature, load_trusted_keys
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -117,27 +116,11 @@ def legacy_major(bundle: OpenedBundle) -> Optional[int]:
     return major
 
 
-def images_signed(bundle: OpenedBundle, keys: Sequence[str], major: Optional[int], *,
-                  quiet: bool, on_notice: Notice) -> List[Dict[str, Any]]:
-    """``--require-signed``: every image carries a cosign signature by one of ``keys`` (importer/verify/cosign.py)."""
-    doing = "importing with --require-signed"
-    cosign_keys = load_cosign_keys(keys)
-    if major is not None:
-        raise ImageUnsigned(f"{doing}: expected a schema 3.5 bundle carrying image signatures, found schema {major}",
-                            hint="export the images again from their registry (bundle export docker://...)")
-    signed = check_bundle(bundle.manifest(), cosign_keys, checked_reader(bundle.read, doing), doing)
-    if not quiet:
-        for s in signed:
-            on_notice(f"image {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
-    return [s.to_dict() for s in signed]
-
-
 def verify_only(walk: Walk) -> None:
     """Verify every byte and stop (a schema 1/2 bundle: its archive against bundle.json)."""
     plan, bundle = walk.plan, walk.opened()
     if plan.legacy_major is not None:
-        report = verify_legacy(bundle.path, bundle.legacy_manifest(plan.legacy_major), bundle.raw_bundle_json)
-        raise_if_problems(bundle.path, report)
+        report = verify_legacy_or_raise(bundle, plan.legacy_major)
     else:
         report = verify_or_raise(bundle, progress=walk.progress, deep=not plan.shallow)
     report.signature = walk.sig().to_dict()

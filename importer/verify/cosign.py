@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from importer.errors import DigestMismatch, PolicyRejected
 from importer.format.artifacts import ArtifactRecord
@@ -35,6 +35,7 @@ from importer.format.digest import Digest, is_digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.reference import split_reference
+from importer.input.opened import OpenedBundle
 from importer.streams.commands import run
 from importer.verify.signature import BACKEND_ENV, InvalidKey, SignatureVerifierUnavailable, _openssl, public_key_der
 
@@ -298,3 +299,21 @@ def check_bundle(manifest: BundleManifest, keys: Sequence[CosignKey], read: Blob
                  doing: str) -> List[SignedImage]:
     """Every image of the bundle signed by one of ``keys`` (the first that is not: raised)."""
     return [check_image(image, keys, read, doing) for image in manifest.images]
+
+
+def images_signed(bundle: OpenedBundle, keys: Sequence[str], major: Optional[int], *,
+                  quiet: bool, on_notice: Callable[[str], None]) -> List[Dict[str, Any]]:
+    """``--require-signed`` (the walk's ``image-signatures`` step, before the engine is asked
+    anything): every image of the opened bundle carries a cosign signature by one of ``keys``, its
+    blobs hashed as they are read; the receipt's ``imageSignatures``. A schema 1/2 bundle
+    (``major``) carries none."""
+    doing = "importing with --require-signed"
+    cosign_keys = load_cosign_keys(keys)
+    if major is not None:
+        raise ImageUnsigned(f"{doing}: expected a schema 3.5 bundle carrying image signatures, found schema {major}",
+                            hint="export the images again from their registry (bundle export docker://...)")
+    signed = check_bundle(bundle.manifest(), cosign_keys, checked_reader(bundle.read, doing), doing)
+    if not quiet:
+        for s in signed:
+            on_notice(f"image {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
+    return [s.to_dict() for s in signed]

@@ -6,15 +6,17 @@ signature step judged those bytes); a tar's or parts' importer copies are checke
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from importer.errors import BundleError, ManifestError, VerificationFailed
-from importer.format.manifest import BundleManifest
+from importer.format.manifest import BundleManifest, ImageRecord
+from importer.input.layers import check_layer
 from importer.input.opened import OpenedBundle
 from importer.streams.progress import close_progress
 from importer.verify.archive import verify_archive
 from importer.verify.bundle import VerifyReport, verify_bundle
 from importer.verify.importercopies import importer_copy_problems, pinned_importer
+from importer.verify.legacy import raise_if_problems, verify_legacy
 
 ProgressFn = Callable[[int], None]
 ProgressFactory = Callable[[str, int], ProgressFn]
@@ -74,3 +76,26 @@ def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
     except BundleError:
         return 0  # verification raises the same error, with its message
     return sum(f.size for f in manifest.files)
+
+
+def verify_legacy_or_raise(bundle: OpenedBundle, major: int) -> VerifyReport:
+    """A schema 1/2 bundle (a folder, ``major``): its docker-archive and files against the
+    bundle.json it was opened with (``OpenedBundle.legacy_manifest``); raise VerificationFailed
+    listing every problem."""
+    report = verify_legacy(bundle.path, bundle.legacy_manifest(major), bundle.raw_bundle_json)
+    raise_if_problems(bundle.path, report)
+    return report
+
+
+def verify_unstreamed_layers(bundle: OpenedBundle, manifest: BundleManifest, to_load: Sequence[ImageRecord]) -> None:
+    """The rest of a verification split with the load (``verify_or_raise(deep=False)`` for a sink
+    whose load stream checks each layer's diff_id): the layers that will not pass through that
+    stream (their images are already held) get their diff_id checked here, before anything is
+    loaded. A folder only (a tar or parts is always verified whole)."""
+    streamed = {x.digest for image in to_load for x in image.layers}
+    for image in manifest.images:
+        for i, layer in enumerate(image.layers):
+            if layer.external or layer.digest in streamed:
+                continue
+            check_layer(bundle.path, layer, f"layer {i + 1}/{len(image.layers)} of {image.name}")
+            streamed.add(layer.digest)
