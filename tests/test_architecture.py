@@ -529,3 +529,14 @@ def test_the_verification_guard_sees_a_hash_in_the_pipeline(tmp_path: Path) -> N
     rogue.write_text("import hashlib\nfrom importer.input.layers import check_layer\n"
                      "def f(d, b):\n    return d == Digest.of_bytes(b)\n")
     assert verifying_uses(rogue) == ["1: hashlib", "2: check_layer", "4: of_bytes"]
+
+
+@pytest.mark.parametrize("path", sorted(PIPELINE.glob("*.py")), ids=lambda p: p.name)
+def test_the_routes_read_the_plan_not_the_arguments(path: Path) -> None:
+    """Issue 27 point 3: what runs is the plan's (importer/pipeline/plan.py turns the arguments into
+    it); no other pipeline module sees the command line's arguments."""
+    tree = ast.parse(path.read_text(), str(path))
+    imports = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    reads_arguments = "argparse" in imports or "args" in names
+    assert reads_arguments is (path.name == "plan.py"), f"{path.name} reads arguments: read the plan"

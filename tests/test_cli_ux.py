@@ -259,7 +259,8 @@ def test_progress_lines_without_a_terminal_and_quiet_silences_them(bundle: Path,
 def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) -> None:
     from bundle.archive import pack_bundle
     from importer.input.opened import open_bundle
-    from importer.pipeline.importing import import_bundle
+    from importer.pipeline.plan import IMPORT, ImportPlan
+    from importer.pipeline.walk import result_for, run_import
     from importer.sinks.oci_layout import OciLayoutSink
     from importer.streams.progress import PLAIN_INTERVAL, StderrProgress
     from importer.transfer.copy import copy_bundle
@@ -278,8 +279,8 @@ def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) 
     verify_or_raise(open_bundle(str(bundle)), progress=factory)
     pack_bundle(str(bundle), str(tmp_path / "p.tar"), split=64 * 1024, progress=factory)
     copy_bundle(str(tmp_path / "p.tar.parts.json"), str(tmp_path / "c"), progress=factory)
-    opened = open_bundle(str(bundle))
-    import_bundle(opened, OciLayoutSink(str(tmp_path / "layout")), progress=factory)
+    plan = ImportPlan(mode=IMPORT, bundle=str(bundle), quiet=True)
+    run_import(plan, OciLayoutSink(str(tmp_path / "layout")), result_for(plan), progress=factory)
     labels = [e[0] for e in seen]
     assert labels == ["pack", "copy", "verify", "load"] or set(labels) >= {"verify", "pack", "copy", "load"}
     for label, total, done in seen:

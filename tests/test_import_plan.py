@@ -5,6 +5,7 @@ OCI image layout as the engine (no daemon needed), the real signature keys."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, List, Tuple
@@ -12,7 +13,7 @@ from typing import Any, List, Tuple
 import pytest
 
 from importer.cli.main import build_parser
-from importer.errors import PolicyRejected, UsageError, VerificationFailed
+from importer.errors import CheckOnlyMissing, PolicyRejected, UsageError, VerificationFailed
 from importer.pipeline.checkonly import CheckOnlyResult
 from importer.pipeline.plan import (
     CHECK_ONLY,
@@ -243,3 +244,47 @@ def test_the_parse_counter_sees_a_second_parse(bundle: Path, monkeypatch: pytest
     monkeypatch.setattr(opened, "verify_opened", parses_again)
     assert parses.of(ImportPlan(mode=VERIFY_ONLY, bundle=str(bundle), quiet=True), None,
                      bundle / "bundle.json") == (2, 2)
+
+
+# ------------------------------------------------------------------ the plan, the one source of what runs
+
+
+def test_an_optional_step_runs_when_the_plan_lists_it() -> None:
+    """The routes ask the plan (ImportPlan.runs), not the flags: --deep is a step only where the
+    route has one (a registry cannot export an image again)."""
+    assert plan_of("--deep").runs("deep") and plan_of("--check-only", "--deep").runs("deep")
+    assert not plan_of().runs("deep") and not plan_of("--verify-only", "--deep").runs("deep")
+    assert not ImportPlan(mode=REGISTRY, bundle="B", deep=True).runs("deep")
+    assert plan_of("--require-signed", "k.pub").runs("image-signatures") and not plan_of().runs("image-signatures")
+
+
+def test_the_routes_read_their_options_from_the_plan(bundle: Path, tmp_path: Path) -> None:
+    """--deep in the plan: the import and the check-only route each export every image back out of
+    the layout and hash it (its timing and result recorded); without it neither does."""
+    layout = OciLayoutSink(str(tmp_path / "layout"))
+    for mode in (IMPORT, CHECK_ONLY):
+        plan = ImportPlan(mode=mode, bundle=str(bundle), quiet=True, deep=True)
+        res = run_import(plan, layout, result_for(plan))
+        assert res.ok and "deepSeconds" in res.timings
+        assert [c.deep is not None and c.deep.ok for c in res.checks] == [True, True]
+        shallow = ImportPlan(mode=mode, bundle=str(bundle), quiet=True)
+        res = run_import(shallow, layout, result_for(shallow))
+        assert res.ok and "deepSeconds" not in res.timings and all(c.deep is None for c in res.checks)
+    checked = result_for(ImportPlan(mode=CHECK_ONLY, bundle=str(bundle), name_prefix="h:5000/ns", deep=True))
+    assert isinstance(checked, CheckOnlyResult)
+    with pytest.raises(CheckOnlyMissing, match="with prefix h:5000/ns"):  # not under those names in the layout
+        run_import(ImportPlan(mode=CHECK_ONLY, bundle=str(bundle), quiet=True, name_prefix="h:5000/ns", deep=True),
+                   layout, checked)
+    assert checked.section() == {"namePrefix": "h:5000/ns", "deep": True, "names": 2}
+
+
+def test_the_receipt_kind_is_the_plans(bundle: Path, tmp_path: Path) -> None:
+    """importer/cli/main.py writes the receipt of the plan's kind (it used to read --check-only)."""
+    from importer.cli.main import main
+
+    for argv, kind in ((["--engine", "oci"], "import"), (["--check-only", "--engine", "oci"], "check-only")):
+        receipt = tmp_path / f"{kind}.json"
+        assert main([str(bundle), *argv, "--oci-dir", str(tmp_path / "layout"), "-q", "--receipt",
+                     str(receipt)]) == 0
+        doc = json.loads(receipt.read_text())
+        assert doc["kind"] == kind and ("checkOnly" in doc) is (kind == "check-only")

@@ -633,18 +633,19 @@ class FakeSink(SinkBase):
 
 def _cli_receipt(bundle: Path, error: Optional[Exception], result: Any) -> Dict[str, Any]:
     from importer.cli.main import _receipt
+    from importer.pipeline.plan import IMPORT, ImportPlan
 
-    args = argparse.Namespace(bundle=str(bundle), check_only=False)
-    return _receipt(args, result, error)  # type: ignore[arg-type]
+    return _receipt(argparse.Namespace(), ImportPlan(mode=IMPORT, bundle=str(bundle)), result, error)  # type: ignore[arg-type]
 
 
 def _run_import(bundle: Path) -> Tuple[Any, Optional[Exception]]:
-    from importer.pipeline.importing import ImportResult, import_bundle
-    from importer.verify.bundle import VerifyReport
+    from importer.pipeline.plan import IMPORT, ImportPlan
+    from importer.pipeline.walk import result_for, run_import
 
-    result = ImportResult(root=str(bundle), bundle_digest="", report=VerifyReport(root=str(bundle)))
+    plan = ImportPlan(mode=IMPORT, bundle=str(bundle), quiet=True)
+    result = result_for(plan)
     try:
-        import_bundle(str(bundle), FakeSink(str(bundle.parent)), result=result)  # type: ignore[arg-type]
+        run_import(plan, FakeSink(str(bundle.parent)), result)  # type: ignore[arg-type]
     except ManifestError as e:
         return result, e
     except VerificationFailed as e:

@@ -19,7 +19,7 @@ from importer.format.text import printable, printable_block
 from importer.input.archive import locate
 from importer.pipeline.checkonly import receipt_sections
 from importer.pipeline.importing import ImportResult
-from importer.pipeline.plan import CHECK_ONLY, ImportPlan, plan_from_args, wants_registry
+from importer.pipeline.plan import CHECK_ONLY_RECEIPT, ImportPlan, plan_from_args, wants_registry
 from importer.pipeline.postload import render_table
 from importer.pipeline.walk import result_for, run_import
 from importer.receipts.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
@@ -150,8 +150,8 @@ def _receipt_target(args: argparse.Namespace, plan: ImportPlan) -> Optional[str]
         return None
     if args.receipt:
         return check_receipt_path(args.receipt)
-    suffix = "check-receipt.json" if plan.receipt_kind == CHECK_ONLY else "import-receipt.json"
-    return default_receipt_path(args.bundle, suffix, on_notice=_say)
+    suffix = "check-receipt.json" if plan.receipt_kind == CHECK_ONLY_RECEIPT else "import-receipt.json"
+    return default_receipt_path(plan.bundle, suffix, on_notice=_say)
 
 
 def _report_lines(report: VerifyReport) -> str:
@@ -162,7 +162,7 @@ def _report_lines(report: VerifyReport) -> str:
 
 def cmd_verify_only(args: argparse.Namespace, plan: ImportPlan) -> int:
     """``--verify-only``: the plan's walk with no engine and no receipt; the report printed."""
-    report = run_import(plan, None, result_for(plan), progress=_progress(args.quiet), on_notice=_say).report
+    report = run_import(plan, None, result_for(plan), progress=_progress(plan.quiet), on_notice=_say).report
     if args.json:
         emit(success({"verification": report.to_dict()}))
     else:
@@ -220,20 +220,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     result = result_for(plan)
     error: Optional[BundleError] = None
     try:
-        run_import(plan, sink, result, progress=_progress(args.quiet), on_notice=_say)
+        run_import(plan, sink, result, progress=_progress(plan.quiet), on_notice=_say)
     except BundleError as e:
         error = e
     except OSError as e:  # typed here too, so that the receipt records it
         if args.debug:
             raise
-        error = os_error(e, args.bundle)
+        error = os_error(e, plan.bundle)
     except KeyboardInterrupt as e:
         error = stop_error(e, "importing")
         error.message += ("; NOT everything this run loaded could be removed (listed below)" if result.leftovers
                           else "; what this run loaded was removed, nothing was tagged that was not verified")
         error.hint = ("run the same command again: it verifies everything again and removes staging tags "
                       "an interrupted run left (sneakernet-staging/*)")
-    receipt = _receipt(args, result, error)
+    receipt = _receipt(args, plan, result, error)
     if isinstance(error, UsageError):  # a run that did nothing (bad arguments): no receipt
         receipt_path = None
     if receipt_path is not None:
@@ -264,13 +264,15 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[BundleError]) -> Dict[str, Any]:
+def _receipt(args: argparse.Namespace, plan: ImportPlan, res: ImportResult,
+             error: Optional[BundleError]) -> Dict[str, Any]:
+    """The receipt of the run of ``plan`` (its kind the plan's ``receipt_kind``), also of a failed one."""
     manifest = res.report.manifest
     verification = res.report.to_dict() if manifest is not None else None
     if isinstance(error, VerificationFailed):
         verification = {"ok": False, "problems": [problem_dict(p) for p in error.problems]}
     return build_import_receipt(
-        bundle_path=os.path.abspath(args.bundle),
+        bundle_path=os.path.abspath(plan.bundle),
         bundle_digest=res.bundle_digest or None,
         schema_version=manifest.schema_version if manifest else None,
         engine=_engine_dict(args, res),
@@ -282,7 +284,7 @@ def _receipt(args: argparse.Namespace, res: ImportResult, error: Optional[Bundle
         extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
                **({"push": res.registry_push} if res.registry_push else {}),
                **({"imageSignatures": res.image_signatures} if res.image_signatures is not None else {}),
-               **(receipt_sections(res) if getattr(args, "check_only", False) else {})},
+               **(receipt_sections(res) if plan.receipt_kind == CHECK_ONLY_RECEIPT else {})},
     )
 
 

@@ -2,8 +2,10 @@
 exactly, without loading, tagging or removing anything.
 
 The nodes of a cluster get their images from a registry (``bundle push``, ``bundle-import serve``),
-not from an import; this is the proof afterwards. Steps: the signature and trust policy, the
-schema, the engine answers, every byte of the bundle verified (as ``--verify-only``), then for
+not from an import; this is the proof afterwards. The ``check-only`` route of a plan
+(importer/pipeline/plan.py), walked by importer/pipeline/walk.py ``run_import`` after its front
+steps (the bundle opened, the signature and trust policy, the schema): the engine answers, every
+byte of the bundle verified (as ``--verify-only``), then for
 every image every name it should have in the engine is looked up (the sinks' ``lookup``) and
 compared with what bundle.json pins, with the same identity rules as the check after an import
 (importer/pipeline/postload.py: image ID, config digest, diff_ids); ``deep``: the images are
@@ -38,17 +40,16 @@ from importer.format.identity import lookup_name
 from importer.format.manifest import ImageRecord
 from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult
+from importer.pipeline.plan import CHECK_ONLY_RECEIPT, DEEP, ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import select_platform
 from importer.registry.client import map_ref, parse_target
 from importer.sinks import Sink
-from importer.verify.bundle import VerifyReport
 from importer.verify.deep import run_deep
 from importer.verify.opened import verify_or_raise
-from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
-KIND = "check-only"
+KIND = CHECK_ONLY_RECEIPT  # the receipt's kind
 STATUS = "checked"  # ImageCheck.status of every image of a check-only receipt
 
 
@@ -94,6 +95,20 @@ def receipt_sections(res: ImportResult) -> Dict[str, Any]:
     return {"kind": KIND, "checkOnly": section}
 
 
+def refuse_unchecked(plan: ImportPlan, sink: Sink) -> None:
+    """A schema 1/2 bundle or a registry cannot be checked; a bad ``--name-prefix`` HOST[:PORT]/NS
+    is a usage error before anything is read."""
+    if plan.legacy_major is not None or sink.kind == "registry":
+        found = f"a schema {plan.legacy_major} bundle" if plan.legacy_major is not None else "--engine registry"
+        raise UsageError(
+            f"checking what the engine holds (--check-only): expected a schema 3 bundle and an engine "
+            f"(docker, containerd, podman, oci), found {found}",
+            hint="for a registry, `bundle-import --inventory --registry HOST:PORT/NS` lists what it holds; "
+            "nothing was changed")
+    if plan.name_prefix:
+        parse_target(plan.name_prefix)
+
+
 def mirror_name(ref: str, prefix: str, image: ImageRecord) -> str:
     """The name ``bundle push BUNDLE PREFIX`` gives ``ref`` (see the module's docstring)."""
     target = parse_target(prefix)
@@ -109,39 +124,19 @@ def names_for(image: ImageRecord, image_store: str, prefix: Optional[str]) -> Li
     return [(mirror_name(ref, prefix, image) if prefix else ref, ref) for ref in image.refs]
 
 
-def check_only(
-    bundle: OpenedBundle,
-    sink: Sink,
-    *,
-    name_prefix: Optional[str] = None,
-    deep: bool = False,
-    progress: Optional[ProgressFactory] = None,
-    result: Optional[ImportResult] = None,
-    signature: Optional[SignatureCheck] = None,
-    legacy_major: Optional[int] = None,
-) -> ImportResult:
-    """Signature, schema, engine, verify every byte, look up and compare every name (``deep``:
-    re-export and re-hash). ``result`` is filled in as work proceeds (the caller writes the
-    receipt when this raises). Changes nothing in the engine."""
+def check_only(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: ImportResult, *,
+               progress: Optional[ProgressFactory] = None) -> ImportResult:
+    """Engine, verify every byte, look up and compare every name (``--deep``: re-export and
+    re-hash); ``--name-prefix`` and ``--deep`` are the plan's. ``result`` is filled in as work
+    proceeds (the caller writes the receipt when this raises). Changes nothing in the engine."""
     started = time.monotonic()
     root = bundle.path
-    res = result if result is not None else CheckOnlyResult(root=root, bundle_digest="", report=VerifyReport(root=root))
+    res = result
+    name_prefix, deep = plan.name_prefix, plan.runs(DEEP)
     if isinstance(res, CheckOnlyResult):
         res.name_prefix, res.deep_requested = name_prefix, deep
-    kind = sink.kind
-    if legacy_major is not None or kind == "registry":
-        found = f"a schema {legacy_major} bundle" if legacy_major is not None else "--engine registry"
-        raise UsageError(
-            f"checking what the engine holds (--check-only): expected a schema 3 bundle and an engine "
-            f"(docker, containerd, podman, oci), found {found}",
-            hint="for a registry, `bundle-import --inventory --registry HOST:PORT/NS` lists what it holds; "
-            "nothing was changed")
-    if name_prefix:
-        parse_target(name_prefix)  # a bad HOST[:PORT]/NS: a usage error before anything is read
-    sig = signature or check_signature(bundle, TrustPolicy())
-    res.signature = sig
-    res.bundle_digest = sig.bundle_digest
-    bundle.manifest()  # the schema, from the bytes the signature step judged (parsed once for the run)
+    refuse_unchecked(plan, sink)
+    bundle.manifest()  # the schema 3 model, the one object the opened bundle parsed (raises for a bad one)
     engine = sink.probe()
     res.engine = engine
     res.report = verify_or_raise(bundle, progress=progress, deep=True)

@@ -1,4 +1,11 @@
-"""import_bundle(): verify every byte, then load, then prove what the engine holds, then tag.
+"""The ``import`` route of a plan (importer/pipeline/plan.py ``ROUTE_STEPS``): a schema 3 bundle
+into an engine. :func:`import_bundle` runs the route's steps in order once the walk
+(importer/pipeline/walk.py ``run_import``, the one caller) has opened the bundle, judged its
+signature and read its schema: the engine answers (``probe``), one import per engine at a time
+(``lock``), free space (``preflight``), every byte verified (``verify``, importer/verify/), the
+load under staging tags (``staging-load``), the read-back (``read-back``), with ``--deep`` every
+image exported again and hashed (``deep``), the bundle's tags (``tag``) and the staging tags runs
+killed earlier left (``drop-stale-staging``). What runs, and with which options, is the plan's.
 
 Images are loaded under a staging tag that only this run uses; the user's tags are applied
 only after post-load verification passed. On any failure what this run loaded is removed."""
@@ -9,16 +16,17 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from importer.errors import (
     UsageError,
 )
 from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord
-from importer.format.platform import Platform
-from importer.input.opened import BundleRoot, OpenedBundle, open_bundle
+from importer.format.platform import Platform, parse_platform
+from importer.input.opened import BundleRoot, OpenedBundle
 from importer.pipeline.gpufit import host_fit
+from importer.pipeline.plan import DEEP, ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight, select_platform
 from importer.pipeline.staging import new_run_id, staging_ref
@@ -29,7 +37,7 @@ from importer.streams import testhooks
 from importer.streams.progress import close_progress
 from importer.verify.bundle import VerifyReport
 from importer.verify.opened import verify_or_raise, verify_unstreamed_layers
-from importer.verify.signature import SignatureCheck, TrustPolicy, check_signature
+from importer.verify.signature import SignatureCheck
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
@@ -66,79 +74,50 @@ def _load_total(sink: Any, manifest: Any, images: Any, external: Any) -> int:
     return sum(x.uncompressed_size for x in manifest.unique_layers())
 
 
-def import_bundle(
-    bundle: Union[str, OpenedBundle],
-    sink: Sink,
-    *,
-    force: bool = False,
-    progress: Optional[ProgressFactory] = None,
-    result: Optional[ImportResult] = None,
-    trust: Optional[TrustPolicy] = None,
-    lock_wait: float = 0.0,
-    on_notice: Optional[Callable[[str], None]] = None,
-    signature: Optional[SignatureCheck] = None,
-    deep: bool = False,
-    platform: Optional[Platform] = None,
-    require_fit: bool = False,
-) -> ImportResult:
-    """Signature and trust policy first, then the schema, the engine, its lock and the preflight
-    (free space); then verify, load, check and tag (:func:`_load_verified`); then drop staging
-    tags that runs killed earlier left. ``result`` (if given) is filled in as work proceeds, so
-    a caller can still write a receipt when this raises. ``signature``: the result of
-    :func:`check_signature` when the caller already ran it first. ``bundle``: opened once
-    (importer/input/opened.py); every step reads it through that one view. Order: docs/security.md."""
+def import_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: ImportResult, *,
+                  signature: SignatureCheck, progress: Optional[ProgressFactory] = None,
+                  on_notice: Optional[Callable[[str], None]] = None) -> ImportResult:
+    """The ``import`` route of ``plan`` (see the module doc) over the bundle the walk opened and
+    whose ``signature`` it judged; its options (``--platform``, ``--require-fit``, ``--wait-lock``,
+    ``--force``, ``--deep``) are the plan's. ``result`` is filled in as work proceeds, so the caller
+    still writes a receipt when this raises. Order: docs/security.md."""
     started = time.monotonic()
-    if isinstance(bundle, str):
-        bundle = open_bundle(bundle)
+    platform = parse_platform(plan.platform) if plan.platform else None  # its error after the signature's
     root = bundle.path
-    res = result or ImportResult(root=root, bundle_digest="", report=VerifyReport(root=root))
+    res = result
     progress = testhooks.wrap_progress(progress)
-    # === 1. signature/trust policy, before anything else reads the bundle
-    sig = signature or check_signature(bundle, trust or TrustPolicy())
-    res.signature = sig
-    res.bundle_digest = sig.bundle_digest
-    # === 2. the schema, from exactly the bytes the signature step judged
-    manifest = bundle.manifest()  # the bytes sig judged (bundle.raw_bundle_json), parsed once for the run
+    manifest = bundle.manifest()  # the one typed object the opened bundle parsed (the bytes sig judged)
     load_root(bundle, sink)  # a tar or parts into an engine that loads from folders only: refused now
-    # === 3. the engine answers; 4. one import per engine at a time
+    # === probe: the engine answers
     engine = sink.probe()
     res.engine = engine
     manifest = select_platform(manifest, engine, platform)  # a multi-platform image: the one the engine runs
     check_platforms(manifest, engine, platform)  # an engine runs one platform: refuse others now
     # will the images run on this host's driver and GPUs (a warning; --require-fit: an error)
-    res.gpu_fit = host_fit(manifest.images, engine.kind, require=require_fit, on_notice=on_notice)
-    # === 4. one import per engine at a time; 7. then staging tags runs killed earlier left (steps.engine_run)
-    with engine_run(sink, engine, root, res, lock_wait=lock_wait, on_notice=on_notice):
-        # === 5. preflight: free space for what the engine does not hold yet (nothing written so far)
+    res.gpu_fit = host_fit(manifest.images, engine.kind, require=plan.require_fit, on_notice=on_notice)
+    # === lock: one import per engine at a time; drop-stale-staging: when it ends (steps.engine_run)
+    with engine_run(sink, engine, root, res, lock_wait=plan.lock_wait, on_notice=on_notice):
+        # === preflight: free space for what the engine does not hold yet (nothing written so far)
         preflight = run_preflight(manifest, engine, images_to_load(sink, manifest, engine),
-                                  signature_line=sig.line())
+                                  signature_line=signature.line())
         res.preflight = preflight.to_dict()
         res.timings["preflightSeconds"] = time.monotonic() - started
         preflight.raise_if_short()
-        # === 6. verify every byte, load under staging tags, check, tag
+        # === verify, staging-load, read-back, (deep), tag
         try:
-            _load_verified(bundle, sink, force=force, progress=progress, result=res, deep=deep, platform=platform)
+            _load_verified(bundle, sink, res, force=plan.force, progress=progress, deep=plan.runs(DEEP),
+                           platform=platform)
         finally:
             if res.report.manifest is not None:
-                res.report.signature = sig.to_dict()
+                res.report.signature = signature.to_dict()
     return res
 
 
-def _load_verified(
-    bundle: OpenedBundle,
-    sink: Sink,
-    *,
-    force: bool = False,
-    progress: Optional[ProgressFactory] = None,
-    result: Optional[ImportResult] = None,
-    deep: bool = False,
-    platform: Optional[Platform] = None,
-) -> ImportResult:
+def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force: bool,
+                   progress: Optional[ProgressFactory], deep: bool, platform: Optional[Platform]) -> None:
     """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
     started = time.monotonic()
     root = load_root(bundle, sink)  # the folder, or the opened tar/parts for a sink that reads them in place
-    res = result or ImportResult(root=bundle.path, bundle_digest="", report=VerifyReport(root=bundle.path))
-    res.bundle_digest = str(bundle.digest)
 
     # === verify every byte before touching the engine. A sink whose load stream decompresses each
     # layer once and checks its diff_id and size on the way (aborting the load before the engine
@@ -149,9 +128,9 @@ def _load_verified(
     manifest = res.report.manifest
     assert manifest is not None
 
-    # === what does the engine already hold? (probed once, by import_bundle, when it ran first)
-    engine = res.engine if res.engine is not None else sink.probe()
-    res.engine = engine
+    # === what does the engine already hold? (probed once, by import_bundle)
+    engine = res.engine
+    assert engine is not None, "the probe step runs first"
     manifest = select_platform(manifest, engine, platform)  # every platform verified; the engine's loaded
     to_load: List[ImageRecord] = []
     present: List[ImageCheck] = []
@@ -190,7 +169,6 @@ def _load_verified(
     apply_tags(sink, res.checks)
     res.leftovers = cleanup(sink, list(staged.values()), [])
     res.timings["totalSeconds"] = time.monotonic() - started
-    return res
 
 
 def load_root(bundle: OpenedBundle, sink: Sink) -> BundleRoot:

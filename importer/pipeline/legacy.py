@@ -1,4 +1,6 @@
-"""Importing a schema 1 or 2 bundle (one docker-archive, importer/verify/legacy.py) into an engine.
+"""Importing a schema 1 or 2 bundle (one docker-archive, importer/verify/legacy.py) into an engine:
+the ``legacy-import`` route of a plan (importer/pipeline/plan.py), walked by
+importer/pipeline/walk.py ``run_import`` once its schema step found schema 1 or 2.
 
 The same order as a schema-3 import (importer/pipeline/importing.py): the engine answers, one import per
 engine at a time (its lock), free space (preflight), every byte verified, tag conflicts refused,
@@ -32,6 +34,7 @@ from importer.format.legacy import LegacyManifest
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
 from importer.input.opened import OpenedBundle
+from importer.pipeline.plan import DEEP, ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import run_preflight
 from importer.pipeline.staging import new_run_id, staging_ref
@@ -44,16 +47,18 @@ from importer.verify.legacyarchive import archive_pass, open_archive
 from importer.verify.opened import verify_legacy_or_raise
 
 
-def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, *, force: bool, result: Any, major: int,
-                         lock_wait: float = 0.0, on_notice: Optional[Callable[[str], None]] = None,
-                         signature_line: str = "signature: none (schema 1 and 2 bundles carry none)",
-                         deep: bool = False) -> Any:
-    """Probe, lock, preflight, verify, load, check, tag (see the module doc). ``result`` (an
-    importing.ImportResult) is filled in as work proceeds, so a receipt can still be written
-    when this raises. ``bundle``: a folder, opened once; its bundle.json parsed once
-    (``OpenedBundle.legacy_manifest``)."""
+def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Any, *,
+                         signature_line: str, on_notice: Optional[Callable[[str], None]] = None) -> Any:
+    """The ``legacy-import`` route of ``plan`` (the schema step set its ``legacy_major``): probe,
+    lock, preflight, verify, load, check, (``--deep``) and tag (see the module doc); ``--force``,
+    ``--wait-lock`` and ``--deep`` are the plan's. ``result`` (an importing.ImportResult) is filled
+    in as work proceeds, so a receipt can still be written when this raises. ``bundle``: a folder,
+    opened once; its bundle.json parsed once (``OpenedBundle.legacy_manifest``)."""
     started = time.monotonic()
     root = bundle.path
+    major = plan.legacy_major
+    assert major is not None, "the schema step found a schema 1/2 bundle"
+    force, deep = plan.force, plan.runs(DEEP)
     manifest = bundle.legacy_manifest(major)
     kind = sink.kind
     if not sink.loads_docker_archive:
@@ -72,7 +77,7 @@ def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, *, force: bool, resul
     engine = sink.probe()
     result.engine = engine
     store = _identity_store(engine)
-    with engine_run(sink, engine, root, result, lock_wait=lock_wait, on_notice=on_notice):
+    with engine_run(sink, engine, root, result, lock_wait=plan.lock_wait, on_notice=on_notice):
         present = {image.config.digest: find_held(sink, image, engine, store) is not None
                    for image in manifest.images}
         to_load = [image for image in manifest.images if not present[image.config.digest]]

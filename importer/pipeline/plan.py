@@ -7,8 +7,10 @@ Every plan starts with the same front steps, run by the walk itself: ``open`` (t
 ``signature`` (the trust policy, before anything else reads it), ``schema`` (a schema 1/2 bundle
 turns an engine or registry import into ``legacy-import``) and, with ``--require-signed``,
 ``image-signatures``. The steps after them are those of the plan's route, each route one
-orchestrator of this floor (:data:`ROUTE_STEPS`); ``receipt`` is written by the caller from the
-result the walk filled in (a failed run gets one too)."""
+orchestrator of this floor (:data:`ROUTE_STEPS`) that takes the plan and reads its options and
+optional steps (:meth:`ImportPlan.runs`) from it, never from the command line's arguments;
+``receipt`` is written by the caller (importer/cli/main.py) from the result the walk filled in,
+of the plan's :attr:`~ImportPlan.receipt_kind` (a failed run gets one too)."""
 
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ ROUTE_STEPS: Dict[str, Tuple[str, ...]] = {
                     "drop-stale-staging", RECEIPT),
     REGISTRY: ("verify", "probe", "push", "read-back", RECEIPT),
 }
-RECEIPT_KINDS = {CHECK_ONLY: "check-only", IMPORT: "import", LEGACY_IMPORT: "import", REGISTRY: "import"}
+IMPORT_RECEIPT, CHECK_ONLY_RECEIPT = "import", "check-only"  # the receipt's "kind" (schemas/receipt/)
+RECEIPT_KINDS = {CHECK_ONLY: CHECK_ONLY_RECEIPT, IMPORT: IMPORT_RECEIPT, LEGACY_IMPORT: IMPORT_RECEIPT,
+                 REGISTRY: IMPORT_RECEIPT}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,10 @@ class ImportPlan:
         front = FRONT_STEPS + ((IMAGE_SIGNATURES,) if self.require_signed else ())
         route = tuple(s for s in ROUTE_STEPS[self.mode] if s != DEEP or self.deep)
         return front + route
+
+    def runs(self, step: str) -> bool:
+        """Whether ``step`` is one of this run's steps: the routes ask this (``DEEP``), not the flags."""
+        return step in self.steps
 
     @property
     def receipt_kind(self) -> Optional[str]:

@@ -7,7 +7,8 @@ bundle's own manifests, so the image ID is the bundle's manifest digest (identit
 ``manifest-digest``) and the config and diff_ids must be the bundle's. Tags already naming
 another manifest are refused without ``--force``. A delta bundle completes from the registry:
 its left-out layers must be there or be mounted from another repository
-(importer/registry/delta.py), else exit 9 with nothing pushed."""
+(importer/registry/delta.py), else exit 9 with nothing pushed. The ``registry`` route of a plan
+(importer/pipeline/plan.py), walked by importer/pipeline/walk.py ``run_import``."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from importer.errors import PostLoadMismatch
 from importer.format.identity import OCI
 from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult
+from importer.pipeline.plan import ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.registry.push import PushedRef, PushReport, push_bundle
 from importer.registry.push_artifacts import push_artifacts
 from importer.registry.sink import RegistrySink
 from importer.registry.transcode import has_zstd, zstd_warning
 from importer.sinks import EngineImage
-from importer.verify.bundle import VerifyReport
 from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -53,20 +54,15 @@ def checks_from_push(report: PushReport) -> List[ImageCheck]:
     return checks
 
 
-def import_to_registry(
-    bundle: OpenedBundle,
-    sink: RegistrySink,
-    *,
-    force: bool = False,
-    progress: Optional[ProgressFactory] = None,
-    result: Optional[ImportResult] = None,
-) -> ImportResult:
-    """Verify every byte of the opened bundle (against the bundle.json the signature step
-    judged), push, read back and compare; ``result`` is filled in as work proceeds."""
+def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPlan, result: ImportResult, *,
+                       progress: Optional[ProgressFactory] = None) -> ImportResult:
+    """The ``registry`` route of ``plan``: verify every byte of the opened bundle (against the
+    bundle.json the signature step judged), probe, push (``--force``: the plan's), read back and
+    compare; ``result`` is filled in as work proceeds."""
     started = time.monotonic()
-    res = result or ImportResult(root=bundle.path, bundle_digest="", report=VerifyReport(root=bundle.path))
+    res = result
     root = bundle.root
-    res.bundle_digest = str(bundle.digest)
+    force = plan.force
     res.report = verify_or_raise(bundle, progress=progress)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
 from importer.errors import UsageError
-from importer.format.platform import parse_platform
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only
 from importer.pipeline.importing import ImportResult, import_bundle
@@ -128,31 +127,24 @@ def verify_only(walk: Walk) -> None:
 
 
 def check(walk: Walk) -> None:
-    plan = walk.plan
-    check_only(walk.opened(), walk.engine(), name_prefix=plan.name_prefix, deep=plan.deep, progress=walk.progress,
-               result=walk.result, signature=walk.sig(), legacy_major=plan.legacy_major)
+    check_only(walk.opened(), walk.engine(), walk.plan, walk.result, progress=walk.progress)
 
 
 def legacy_import(walk: Walk) -> None:
-    plan, bundle = walk.plan, walk.opened()
-    assert plan.legacy_major is not None
-    import_legacy_bundle(bundle, walk.engine(), force=plan.force, result=walk.result,
-                         major=plan.legacy_major, lock_wait=plan.lock_wait,
-                         signature_line=walk.sig().line(), deep=plan.deep, on_notice=walk.on_notice)
+    import_legacy_bundle(walk.opened(), walk.engine(), walk.plan, walk.result, signature_line=walk.sig().line(),
+                         on_notice=walk.on_notice)
 
 
 def registry_import(walk: Walk) -> None:
     """Push, read back (a registry sink only: the plan's mode came from the same arguments as the sink)."""
     sink = walk.engine()
     assert isinstance(sink, RegistrySink), "a registry plan gets the registry sink"
-    import_to_registry(walk.opened(), sink, force=walk.plan.force, progress=walk.progress, result=walk.result)
+    import_to_registry(walk.opened(), sink, walk.plan, walk.result, progress=walk.progress)
 
 
 def engine_import(walk: Walk) -> None:
-    plan = walk.plan
-    import_bundle(walk.opened(), walk.engine(), force=plan.force, progress=walk.progress, result=walk.result,
-                  signature=walk.sig(), lock_wait=plan.lock_wait, deep=plan.deep, on_notice=walk.on_notice,
-                  platform=parse_platform(plan.platform) if plan.platform else None, require_fit=plan.require_fit)
+    import_bundle(walk.opened(), walk.engine(), walk.plan, walk.result, signature=walk.sig(), progress=walk.progress,
+                  on_notice=walk.on_notice)
 
 
 FRONT: Dict[str, Callable[[Walk], None]] = {
