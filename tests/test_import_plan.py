@@ -288,3 +288,61 @@ def test_the_receipt_kind_is_the_plans(bundle: Path, tmp_path: Path) -> None:
                      str(receipt)]) == 0
         doc = json.loads(receipt.read_text())
         assert doc["kind"] == kind and ("checkOnly" in doc) is (kind == "check-only")
+
+
+class StepLog:
+    """The steps a real run reached, in order (each recorded once, when first reached): the
+    functions that do them are wrapped, and still run."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from importer.pipeline import checkonly, importing, steps, walk
+
+        self.seen: List[str] = []
+        self.monkeypatch = monkeypatch
+        for module, name, step in ((walk, "open_bundle", "open"), (walk, "check_signature", "signature"),
+                                   (walk, "legacy_major", "schema"), (walk, "verify_or_raise", "verify"),
+                                   (importing, "run_preflight", "preflight"), (steps, "engine_lock", "lock"),
+                                   (importing, "verify_or_raise", "verify"), (importing, "check_image", "read-back"),
+                                   (importing, "deep_or_raise", "deep"), (importing, "apply_tags", "tag"),
+                                   (steps, "find_stale", "drop-stale-staging"),
+                                   (checkonly, "verify_or_raise", "verify"), (checkonly, "check_image", "read-back"),
+                                   (checkonly, "run_deep", "deep"), (walk, "verify_legacy_or_raise", "verify")):
+            self.spy(module, name, step)
+
+    def spy(self, owner: Any, name: str, step: str) -> None:
+        real = getattr(owner, name)
+
+        def reached(*a: Any, **kw: Any) -> Any:
+            self.reached(step)
+            return real(*a, **kw)
+        self.monkeypatch.setattr(owner, name, reached)
+
+    def reached(self, step: str) -> None:
+        if step not in self.seen:
+            self.seen.append(step)
+
+    def sink(self, directory: Path) -> OciLayoutSink:
+        sink = OciLayoutSink(str(directory))
+        self.spy(sink, "probe", "probe")
+        self.spy(sink, "load", "staging-load")
+        return sink
+
+
+@pytest.mark.parametrize("mode", [IMPORT, CHECK_ONLY, VERIFY_ONLY])
+def test_the_route_runs_the_steps_the_plan_lists_in_its_order(mode: str, bundle: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan.steps is what a run does, in that order (the receipt step is the caller's): the plan is
+    the one account of a run, not a comment beside the code (with --deep, into an OCI layout)."""
+    if mode == CHECK_ONLY:  # the images to check: imported first, unobserved
+        done = ImportPlan(mode=IMPORT, bundle=str(bundle), quiet=True)
+        run_import(done, OciLayoutSink(str(tmp_path / "layout")), result_for(done))
+    log = StepLog(monkeypatch)
+    plan = ImportPlan(mode=mode, bundle=str(bundle), quiet=True, deep=mode != VERIFY_ONLY)
+    sink = log.sink(tmp_path / "layout") if plan.needs_engine else None
+    assert run_import(plan, sink, result_for(plan)).report.ok
+    assert log.seen == [s for s in plan.steps if s != "receipt"]
+    if mode == VERIFY_ONLY:  # a schema 2 bundle: the same steps, its own verifier
+        log.seen.clear()
+        legacy = ImportPlan(mode=mode, bundle=str(REPO / "tests" / "golden" / "bundles" / "v2"), quiet=True)
+        assert run_import(legacy, None, result_for(legacy)).report.ok
+        assert log.seen == ["open", "signature", "schema", "verify"] == list(legacy.steps)

@@ -32,7 +32,8 @@ FRONT_STEPS = ("open", "signature", "schema")
 IMAGE_SIGNATURES = "image-signatures"  # --require-signed: before the engine is asked anything
 DEEP = "deep"  # --deep: every image exported back out of the engine, every layer hashed again
 RECEIPT = "receipt"
-# the steps of each route, in order (DEEP only with --deep; RECEIPT: the plan's receipt_kind)
+# the steps of each route, in the order the route runs them (DEEP only with --deep; RECEIPT: the plan's
+# receipt_kind); tests/test_import_plan.py records the steps real runs reach and compares
 ROUTE_STEPS: Dict[str, Tuple[str, ...]] = {
     VERIFY_ONLY: ("verify",),
     CHECK_ONLY: ("probe", "verify", "read-back", DEEP, RECEIPT),
