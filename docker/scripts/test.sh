@@ -10,7 +10,7 @@ failed=()
 
 echo "== pytest"
 rc=0
-python3 -m pytest -q "$@" || rc=$?
+python3 -m pytest -q --durations=25 "$@" || rc=$?
 case $rc in
 0) ;;
 5) echo "test.sh: pytest collected no tests (exit 5); treating as failure" >&2
