@@ -82,8 +82,6 @@ class DockerDaemonSource(SourceBase):
     def __init__(self, host: Optional[str] = None) -> None:
         self.docker = DockerClient(host)
         self.data_root: Optional[str] = None
-        #: how the last export read the layers: "docker-save" or "content-store"
-        self.read_from = ""
 
     def info(self) -> SourceInfo:
         engine = self.docker.probe()
@@ -131,10 +129,8 @@ class DockerDaemonSource(SourceBase):
         if self.docker.image_store == "containerd":
             content = self._content_store(refs)
             if content is not None:
-                self.read_from = "content-store"
                 return _export_content_store(content, refs, store, compression=compression, level=level,
                                              on_bytes=on_bytes, have=have)
-        self.read_from = "docker-save"
         what = f"streaming `docker save` of {', '.join(refs)}"
         path = socket_path(self.docker.host)  # the API over the socket: no docker CLI copying every byte
         opener = api_save(path, refs, what=what) if path else command_stdout(self.docker.argv("save", *refs),

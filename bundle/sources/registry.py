@@ -20,7 +20,6 @@ import dataclasses
 import http.client
 import io
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -218,9 +217,6 @@ class RegistrySource(SourceBase):
         self._manifests: Dict[str, bytes] = {}  # digest -> exact bytes (manifests and indexes)
         self._sizes: Dict[str, int] = {}  # blob digest -> size its descriptor gives
         self._depth: Dict[str, int] = {}  # manifest digest -> levels below the reference's (0)
-        self._lock = threading.Lock()
-        #: how many times a dropped blob download was resumed (layers are read in parallel)
-        self.resumed = 0
 
     def client(self, host_name: str) -> RegistryClient:
         if host_name not in self.clients:
@@ -231,8 +227,10 @@ class RegistrySource(SourceBase):
         return self.clients[host_name]
 
     def close(self) -> None:
+        """Every registry connection closed (bundle/export.py calls it however the export ends)."""
         for client in self.clients.values():
             client.close()
+        self.clients.clear()
 
     def info(self) -> SourceInfo:
         """The registries, each asked ``GET /v2/`` (plain HTTP or HTTPS, the login it wants)."""
@@ -317,8 +315,6 @@ class RegistrySource(SourceBase):
         try:
             yield blob  # type: ignore[misc]
         finally:
-            with self._lock:
-                self.resumed += blob.resumes
             blob.close()
 
     # === export
@@ -332,18 +328,15 @@ class RegistrySource(SourceBase):
             names = (ref.name,) if ref.tag else ()
             by_target[target["digest"]] = (*by_target.get(target["digest"], ()), *names)
         images = []
-        try:
-            for text in refs:
-                ref, target = self._target(text)
-                if target["digest"] not in by_target:
-                    continue
-                what = f"exporting docker://{text}"
-                image = copy_target(self.blobs(ref), target, by_target.pop(target["digest"]), store,
-                                    platform=selection.platform, choice=selection.choice, compression=compression,
-                                    level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
-                images.append(self._with_artifacts(ref, target, image, store, what) if selection.attached else image)
-        finally:
-            self.close()
+        for text in refs:
+            ref, target = self._target(text)
+            if target["digest"] not in by_target:
+                continue
+            what = f"exporting docker://{text}"
+            image = copy_target(self.blobs(ref), target, by_target.pop(target["digest"]), store,
+                                platform=selection.platform, choice=selection.choice, compression=compression,
+                                level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
+            images.append(self._with_artifacts(ref, target, image, store, what) if selection.attached else image)
         return images
 
     def _with_artifacts(self, ref: RegistryRef, target: JsonDoc, image: SourceImage, store: BlobStore,
