@@ -492,3 +492,31 @@ def test_the_orchestrator_guard_sees_a_direct_call(tmp_path: Path) -> None:
     rogue.write_text("from importer.pipeline.checkonly import check_only\n"
                      "def run(b, s):\n    return pipeline.importing.import_bundle(b, s)\n")
     assert orchestrator_uses(rogue) == ["1: check_only", "3: import_bundle"]
+
+
+# Issue 27 point 1: the exporter's sources read JSON into typed records (bundle/sources/records.py);
+# ``Any`` (a value nothing checks) is not written anywhere in them, code, comments or docstrings.
+EXPORT_SOURCES = sorted((REPO / "bundle" / "sources").glob("*.py"))
+_ANY = re.compile(r"\bAny\b")
+
+
+def any_uses(path: Path) -> List[str]:
+    """``line: text`` of every line of ``path`` that names ``Any``."""
+    return [f"{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1) if _ANY.search(line)]
+
+
+@pytest.mark.parametrize("path", EXPORT_SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_any_in_the_exporter_sources(path: Path) -> None:
+    assert any_uses(path) == [], f"{path.relative_to(REPO)} uses Any: read JSON into bundle/sources/records.py's " \
+                                 "records (Descriptor, ImageManifest, ImageIndex) or narrow a JsonObject"
+
+
+def test_the_any_guard_sees_it(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("from typing import Any, Dict\n"
+                     "JsonDoc = Dict[str, Any]\n"
+                     "def anything(doc: 'typing.Any', n: int) -> None:  # Anything, AnyStr: other names\n"
+                     "    pass\n")
+    assert any_uses(rogue) == ["1: from typing import Any, Dict", "2: JsonDoc = Dict[str, Any]",
+                               "3: def anything(doc: 'typing.Any', n: int) -> None:  # Anything, AnyStr: other names"]
+    assert len(EXPORT_SOURCES) >= 10 and REPO / "bundle" / "sources" / "records.py" in EXPORT_SOURCES
