@@ -405,15 +405,24 @@ _REFERENCE_SPLITS = {("partition", "@"), ("rpartition", "@"), ("split", "@"), ("
                      ("rfind", ":"), ("rpartition", ":"), ("rfind", "@"), ("find", "@")}
 
 
-# A variable holding a reference (or its name) cut at ':' (a transport, a tag) or at the first '/'
-# (the registry host): what split_transport and split_host_path are for.
-_REFERENCE_VARS = {"ref", "reference", "name"}
+# A variable or attribute holding a reference (or its name, or a registry named on its own: a
+# mirror, a --registry target) cut at ':' (a transport, a tag) or at the first '/' (the registry
+# host), also after .strip()/.lower(): what split_transport, split_host_path and split_registry are for.
+_REFERENCE_VARS = {"ref", "reference", "name", "mirror", "registry", "target"}
 _CUTS = {"partition", "rpartition", "split", "rsplit"}
+
+
+def _receiver(node: ast.expr) -> str:
+    """The name a method is called on: ``ref``, ``cfg.mirror`` -> ``mirror``, ``name.strip()`` -> ``name``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in ("strip", "lstrip", "rstrip", "lower"):
+        node = node.func.value
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
 
 
 def _cuts_a_reference(node: ast.Call) -> bool:
     func, sep = node.func, node.args[0]
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in _REFERENCE_VARS
+    if not (isinstance(func, ast.Attribute) and _receiver(func.value) in _REFERENCE_VARS
             and func.attr in _CUTS and isinstance(sep, ast.Constant) and sep.value in (":", "/")):
         return False
     return func.attr.endswith("partition") or len(node.args) > 1 or bool(node.keywords)  # not a component list
@@ -433,7 +442,7 @@ def reference_splits(path: Path) -> List[str]:
 @pytest.mark.parametrize("path", IMPORTER_FILES + BUNDLE_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_references_are_split_only_by_the_one_parser(path: Path) -> None:
     """Image references (name, tag, digest, host, port) are split in importer/format/reference.py
-    alone (split_reference, split_host_path, split_host_port, parse_reference); a second
+    alone (split_reference, split_host_path, split_registry, split_host_port, parse_reference); a second
     hand-written parser drifts from it (a tag read where a port is, a digest left unchecked)."""
     if path == REFERENCE_PARSER:
         return
@@ -447,9 +456,12 @@ def test_the_reference_guard_sees_a_hand_written_split(tmp_path: Path) -> None:
                      '    return name[name.rfind(":") + 1:]\n'
                      'def transport_of(ref):\n    return ref.partition(":")\n'  # bundle/sources/choose.py's
                      'def repository_of(name):\n    return name.partition("/")[2], name.split("/", 1)\n'
-                     'def parts(name):\n    return name.split("/")\n')  # components: not a cut
-    assert sorted(reference_splits(rogue)) == ["2: .partition('@')", "3: .rfind(':')", "5: .partition(':')",
-                                               "7: .partition('/')", "7: .split('/')"]
+                     'def parts(name):\n    return name.split("/")\n'  # components: not a cut
+                     'def mirror_host(cfg, target):\n'  # importer/registry/nodeconfig.py's cfg.mirror
+                     '    return cfg.mirror.partition("/")[0], target.strip().partition("/")\n')
+    assert sorted(reference_splits(rogue)) == ["11: .partition('/')", "11: .partition('/')", "2: .partition('@')",
+                                               "3: .rfind(':')", "5: .partition(':')", "7: .partition('/')",
+                                               "7: .split('/')"]
     assert reference_splits(REFERENCE_PARSER) != []  # the parser itself is what the guard would see
 
 
