@@ -201,6 +201,8 @@ def test_a_manifest_or_index_of_the_wrong_shape_is_a_source_error() -> None:
                                   ({"config": ok, "layers": [ok, 7]}, "", "m: layer 2: expected a JSON object"),
                                   ({"manifests": "x"}, OCI_INDEX, "`manifests` to be a list"),
                                   ({"manifests": [ok, {"digest": 7}]}, "", "m: manifest 1: expected 'sha256:'"),
+                                  ({"mediaType": 5, "config": ok, "layers": []}, "", "m: expected a string"),
+                                  ({"mediaType": [], "manifests": []}, "", "m: expected a string"),
                                   ([ok], "", "expected a JSON object, found a list")]:
         with pytest.raises(SourceError, match=re.escape(said)):
             parse_image(json.dumps(doc).encode(), media_type, "m")

@@ -74,6 +74,14 @@ def text(doc: JsonObject, key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def media_type_of(doc: JsonObject, what: str) -> str:
+    """A document's own ``mediaType`` ("" when it names none), else a SourceError."""
+    value = doc.get("mediaType")
+    if value is not None and not isinstance(value, str):
+        raise SourceError(f"{what}: expected a string as `mediaType`, found {repr(value)[:100]}", hint=DAMAGED)
+    return value or ""
+
+
 def size_of(value: object) -> Optional[int]:
     """A byte count (a non-negative integer, not a boolean), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
@@ -160,7 +168,7 @@ class ImageManifest:
             raise SourceError(f"{what}: expected an image manifest with a config and layers, found something else",
                               hint=DAMAGED)
         version = doc.get("schemaVersion")
-        return cls(raw, text(doc, "mediaType"), Descriptor.parse(config, f"{what}: config"),
+        return cls(raw, media_type_of(doc, what), Descriptor.parse(config, f"{what}: config"),
                    tuple(Descriptor.parse(d, f"{what}: layer {n + 1}") for n, d in enumerate(layers)),
                    version if isinstance(version, int) and not isinstance(version, bool) else None)
 
@@ -189,5 +197,5 @@ def parse_image(raw: bytes, media_type: str, what: str) -> Union[ImageManifest, 
     if media_type not in INDEX_TYPES and not isinstance(doc.get("manifests"), list):
         return ImageManifest.of_doc(raw, doc, what)
     entries = list_of(doc, "manifests", what)
-    return ImageIndex(raw, text(doc, "mediaType"),
+    return ImageIndex(raw, media_type_of(doc, what),
                       tuple(Descriptor.parse(e, f"{what}: manifest {n}") for n, e in enumerate(entries)))
