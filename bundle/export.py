@@ -97,44 +97,45 @@ def export_images(
     parent = _check_output(out_dir, force)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
                                 insecure=insecure, realm_credentials=realm_credentials)
-    selection = _selection(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
-    have_layers = merge_have(have) if have else None
-    source_info = source.info()
-    checked = source.check_refs(names, selection)
-    fit = gpufit.precheck(source, names, have, allow_unfit) if schema == 3 else None
-    signed_by, signed_images, store = None, None, None
-    staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
-    try:
-        # a size the source cannot know ahead (Docker's counts file contents): unknown (0), never a wrong total
-        exact = checked.size if source.knows_sizes_ahead else 0
-        on_bytes = progress("export", exact) if progress else None
-        source_doc = {"kind": source_info.kind, **source_info.details}
-        if schema < 3:
-            write_legacy_bundle(staging, source.legacy_save_argv(names), names, schema, source_doc,
-                                level=level, on_bytes=on_bytes)
-            manifest = None
-        else:
-            store = BlobStore(staging)
-            store.recompress_to = compression if asked else None
-            images = source.export(names, store, selection, compression=compression, level=level, on_bytes=on_bytes,
-                                   have=have_layers)
-            gpufit.postcheck(fit, store, images)
-            manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
-            signed_images, signed_by = _sign_and_check(staging, manifest, cosign_keys, sign_key)
-        close_progress(on_bytes)
-        os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
-        if os.path.lexists(out_dir):
-            _check_replaceable(out_dir)  # again: it may have changed while the images were read
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
-    except BundleError as e:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
-        raise user_paths(e, staging, out_dir) from e.__cause__
-    except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
-        raise
+    with contextlib.closing(source):  # its connections closed however the export ends
+        selection = _selection(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
+        have_layers = merge_have(have) if have else None
+        source_info = source.info()
+        checked = source.check_refs(names, selection)
+        fit = gpufit.precheck(source, names, have, allow_unfit) if schema == 3 else None
+        signed_by, signed_images, store = None, None, None
+        staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
+        try:
+            # a size the source cannot know ahead (Docker's counts file contents): unknown, never a wrong total
+            exact = checked.size if source.knows_sizes_ahead else 0
+            on_bytes = progress("export", exact) if progress else None
+            source_doc = {"kind": source_info.kind, **source_info.details}
+            if schema < 3:
+                write_legacy_bundle(staging, source.legacy_save_argv(names), names, schema, source_doc,
+                                    level=level, on_bytes=on_bytes)
+                manifest = None
+            else:
+                store = BlobStore(staging)
+                store.recompress_to = compression if asked else None
+                images = source.export(names, store, selection, compression=compression, level=level,
+                                       on_bytes=on_bytes, have=have_layers)
+                gpufit.postcheck(fit, store, images)
+                manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
+                signed_images, signed_by = _sign_and_check(staging, manifest, cosign_keys, sign_key)
+            close_progress(on_bytes)
+            os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
+            if os.path.lexists(out_dir):
+                _check_replaceable(out_dir)  # again: it may have changed while the images were read
+                shutil.rmtree(out_dir)
+            os.replace(staging, out_dir)
+        except BundleError as e:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(staging)
+            raise user_paths(e, staging, out_dir) from e.__cause__
+        except BaseException:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(staging)
+            raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
                         len(store.recompressed) if store is not None else 0, checked.notes, fit,
                         signed_images)

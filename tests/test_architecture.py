@@ -405,15 +405,24 @@ _REFERENCE_SPLITS = {("partition", "@"), ("rpartition", "@"), ("split", "@"), ("
                      ("rfind", ":"), ("rpartition", ":"), ("rfind", "@"), ("find", "@")}
 
 
-# A variable holding a reference (or its name) cut at ':' (a transport, a tag) or at the first '/'
-# (the registry host): what split_transport and split_host_path are for.
-_REFERENCE_VARS = {"ref", "reference", "name"}
+# A variable or attribute holding a reference (or its name, or a registry named on its own: a
+# mirror, a --registry target) cut at ':' (a transport, a tag) or at the first '/' (the registry
+# host), also after .strip()/.lower(): what split_transport, split_host_path and split_registry are for.
+_REFERENCE_VARS = {"ref", "reference", "name", "mirror", "registry", "target"}
 _CUTS = {"partition", "rpartition", "split", "rsplit"}
+
+
+def _receiver(node: ast.expr) -> str:
+    """The name a method is called on: ``ref``, ``cfg.mirror`` -> ``mirror``, ``name.strip()`` -> ``name``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in ("strip", "lstrip", "rstrip", "lower"):
+        node = node.func.value
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
 
 
 def _cuts_a_reference(node: ast.Call) -> bool:
     func, sep = node.func, node.args[0]
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in _REFERENCE_VARS
+    if not (isinstance(func, ast.Attribute) and _receiver(func.value) in _REFERENCE_VARS
             and func.attr in _CUTS and isinstance(sep, ast.Constant) and sep.value in (":", "/")):
         return False
     return func.attr.endswith("partition") or len(node.args) > 1 or bool(node.keywords)  # not a component list
@@ -433,7 +442,7 @@ def reference_splits(path: Path) -> List[str]:
 @pytest.mark.parametrize("path", IMPORTER_FILES + BUNDLE_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_references_are_split_only_by_the_one_parser(path: Path) -> None:
     """Image references (name, tag, digest, host, port) are split in importer/format/reference.py
-    alone (split_reference, split_host_path, split_host_port, parse_reference); a second
+    alone (split_reference, split_host_path, split_registry, split_host_port, parse_reference); a second
     hand-written parser drifts from it (a tag read where a port is, a digest left unchecked)."""
     if path == REFERENCE_PARSER:
         return
@@ -447,9 +456,12 @@ def test_the_reference_guard_sees_a_hand_written_split(tmp_path: Path) -> None:
                      '    return name[name.rfind(":") + 1:]\n'
                      'def transport_of(ref):\n    return ref.partition(":")\n'  # bundle/sources/choose.py's
                      'def repository_of(name):\n    return name.partition("/")[2], name.split("/", 1)\n'
-                     'def parts(name):\n    return name.split("/")\n')  # components: not a cut
-    assert sorted(reference_splits(rogue)) == ["2: .partition('@')", "3: .rfind(':')", "5: .partition(':')",
-                                               "7: .partition('/')", "7: .split('/')"]
+                     'def parts(name):\n    return name.split("/")\n'  # components: not a cut
+                     'def mirror_host(cfg, target):\n'  # importer/registry/nodeconfig.py's cfg.mirror
+                     '    return cfg.mirror.partition("/")[0], target.strip().partition("/")\n')
+    assert sorted(reference_splits(rogue)) == ["11: .partition('/')", "11: .partition('/')", "2: .partition('@')",
+                                               "3: .rfind(':')", "5: .partition(':')", "7: .partition('/')",
+                                               "7: .split('/')"]
     assert reference_splits(REFERENCE_PARSER) != []  # the parser itself is what the guard would see
 
 
@@ -540,3 +552,29 @@ def test_the_routes_read_the_plan_not_the_arguments(path: Path) -> None:
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     reads_arguments = "argparse" in imports or "args" in names
     assert reads_arguments is (path.name == "plan.py"), f"{path.name} reads arguments: read the plan"
+# Issue 27 point 1: the exporter's sources read JSON into typed records (bundle/sources/records.py);
+# ``Any`` (a value nothing checks) is not written anywhere in them, code, comments or docstrings.
+EXPORT_SOURCES = sorted((REPO / "bundle" / "sources").glob("*.py"))
+_ANY = re.compile(r"\bAny\b")
+
+
+def any_uses(path: Path) -> List[str]:
+    """``line: text`` of every line of ``path`` that names ``Any``."""
+    return [f"{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1) if _ANY.search(line)]
+
+
+@pytest.mark.parametrize("path", EXPORT_SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_any_in_the_exporter_sources(path: Path) -> None:
+    assert any_uses(path) == [], f"{path.relative_to(REPO)} uses Any: read JSON into bundle/sources/records.py's " \
+                                 "records (Descriptor, ImageManifest, ImageIndex) or narrow a JsonObject"
+
+
+def test_the_any_guard_sees_it(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("from typing import Any, Dict\n"
+                     "JsonDoc = Dict[str, Any]\n"
+                     "def anything(doc: 'typing.Any', n: int) -> None:  # Anything, AnyStr: other names\n"
+                     "    pass\n")
+    assert any_uses(rogue) == ["1: from typing import Any, Dict", "2: JsonDoc = Dict[str, Any]",
+                               "3: def anything(doc: 'typing.Any', n: int) -> None:  # Anything, AnyStr: other names"]
+    assert len(EXPORT_SOURCES) >= 10 and REPO / "bundle" / "sources" / "records.py" in EXPORT_SOURCES

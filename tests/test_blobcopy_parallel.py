@@ -19,6 +19,7 @@ import pytest
 from bundle.blobstore import BlobStore
 from bundle.sources import blobcopy
 from bundle.sources.blobcopy import copy_image, read_layers
+from bundle.sources.records import ImageManifest
 from importer.errors import SourceError
 
 GZ = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -54,9 +55,6 @@ class FakeProvider:
         self.read_bytes: Dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def read_json(self, digest: str, limit: int, what: str) -> Any:
-        return json.loads(self.blobs[digest])
-
     @contextlib.contextmanager
     def open_blob(self, digest: str, what: str) -> Iterator[BinaryIO]:
         with self.lock:
@@ -89,6 +87,10 @@ def _image(layers: List[bytes], corrupt: int = -1) -> tuple:
     return blobs, manifest
 
 
+def _typed(manifest: Dict[str, Any]) -> ImageManifest:
+    return ImageManifest.parse(json.dumps(manifest).encode(), "the test's manifest")
+
+
 def test_layers_are_read_in_parallel_and_kept_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     payloads = [os.urandom(300_000) + b"layer %d" % i for i in range(5)]
@@ -96,8 +98,8 @@ def test_layers_are_read_in_parallel_and_kept_in_order(tmp_path: Path, monkeypat
     provider = FakeProvider(blobs)
     store = BlobStore(str(tmp_path / "b"), fsync=False)
     raw = json.dumps(manifest).encode()
-    image = copy_image(provider, manifest, ("x:1",), store, compression="zstd", level=None, what="exporting x:1",
-                       raw_manifest=raw)
+    image = copy_image(provider, ImageManifest.parse(raw, "x:1"), ("x:1",), store, compression="zstd", level=None,
+                       what="exporting x:1")
     assert [str(layer.digest) for layer in image.layers] == [d["digest"] for d in manifest["layers"]]
     assert [str(layer.diff_id) for layer in image.layers] == [_digest(p) for p in payloads]
     assert image.raw_manifest == raw  # the manifest is kept: every blob carried as described
@@ -111,7 +113,7 @@ def test_one_core_reads_one_layer_at_a_time(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     blobs, manifest = _image([os.urandom(50_000) for _ in range(3)])
     provider = FakeProvider(blobs, delay=0)
-    copy_image(provider, manifest, ("x:1",), BlobStore(str(tmp_path / "b"), fsync=False), compression="zstd",
+    copy_image(provider, _typed(manifest), ("x:1",), BlobStore(str(tmp_path / "b"), fsync=False), compression="zstd",
                level=None, what="exporting x:1")
     assert provider.open_max == 1
 
@@ -123,7 +125,7 @@ def test_a_damaged_layer_is_named_and_stops_the_others(tmp_path: Path, monkeypat
     provider = FakeProvider(blobs, delay=0.005)
     store_dir = tmp_path / "b"
     with pytest.raises(SourceError) as err:
-        copy_image(provider, manifest, ("x:1",), BlobStore(str(store_dir), fsync=False), compression="zstd",
+        copy_image(provider, _typed(manifest), ("x:1",), BlobStore(str(store_dir), fsync=False), compression="zstd",
                    level=None, what="exporting x:1")
     msg = str(err.value)
     assert "layer 2/3" in msg and "gzip stream" in msg, msg

@@ -209,17 +209,51 @@ def test_a_delta_and_a_signature_from_a_registry(registry: Registry, tmp_path: P
 def test_each_image_is_read_through_its_own_repository_not_a_cursor(registry: Registry) -> None:
     """The registry source keeps no "current reference" (issue 27): two images' blobs read in
     interleaved order each come from their own repository, and each config hashes to its digest."""
+    from bundle.sources.blobcopy import read_blob_bytes
+    from bundle.sources.records import ImageManifest
     from bundle.sources.registry import RegistrySource
     texts = [f"{registry.addr}/sn/small:1", f"{registry.addr}/sn/big:1"]
     source = RegistrySource(texts)
     try:
         resolved = [source._target(t) for t in texts]  # both resolved before either is read
         providers = [source.blobs(ref) for ref, _ in resolved]
-        manifests = [p.read_json(target["digest"], 1 << 20, "test") for p, (_, target) in zip(providers, resolved)]
+        manifests = [ImageManifest.parse(read_blob_bytes(p, target.digest, 1 << 20, "test"), "test")
+                     for p, (_, target) in zip(providers, resolved)]
         for provider, manifest in reversed(list(zip(providers, manifests))):
-            config = manifest["config"]
-            with provider.open_blob(config["digest"], "test") as f:
-                assert "sha256:" + hashlib.sha256(f.read()).hexdigest() == config["digest"]
-        assert manifests[0]["config"]["digest"] != manifests[1]["config"]["digest"]
+            with provider.open_blob(str(manifest.config.digest), "test") as f:
+                assert hashlib.sha256(f.read()).hexdigest() == manifest.config.digest.hex
+        assert manifests[0].config.digest != manifests[1].config.digest
     finally:
         source.close()
+
+
+def _sockets() -> int:
+    """This process's open sockets (its fds that are sockets)."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.exists(fd) and os.readlink(fd).startswith("socket:"))
+
+
+def test_a_failing_export_closes_the_source(registry: Registry, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter closes its source however the export ends (bundle/export.py): an image missing
+    from the registry fails after the source connected (GET /v2/, the manifest), and no connection
+    to the registry is left open, nor a staging folder."""
+    import bundle.export as export_module
+    from bundle.export import export_images
+    from importer.errors import ImageNotFound
+    opened: list[Any] = []
+    real = export_module.open_source
+
+    def keep(*args: Any, **kwargs: Any) -> Any:  # the real source, kept alive so an unclosed socket shows
+        got = real(*args, **kwargs)
+        opened.append(got[0])
+        return got
+
+    monkeypatch.setattr(export_module, "open_source", keep)
+    before = _sockets()
+    with pytest.raises(ImageNotFound, match="nosuchtag"):
+        export_images([f"docker://{registry.addr}/sn/small:nosuchtag"], str(tmp_path / "b"))
+    monkeypatch.undo()
+    assert len(opened) == 1 and opened[0].hosts == [registry.addr]
+    assert _sockets() == before, "the failed export left a connection to the registry open"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("b")]

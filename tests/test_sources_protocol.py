@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
+import re
 from pathlib import Path
 from typing import Any, List
 
@@ -20,8 +22,11 @@ from bundle.sources.containerd import ContainerdSource
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.sources.oci_layout import OciLayoutSource
 from bundle.sources.protocol import CheckedRefs, ExportSource, Selection, SourceBase
+from bundle.sources.records import Descriptor, ImageIndex, ImageManifest, parse_image
 from bundle.sources.registry import RegistrySource
-from importer.errors import UsageError
+from importer.errors import SourceError, UsageError
+from importer.format.digest import Digest
+from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.format.platform import Platform, host
 from tests.kit.helpers import REPO
 from tests.test_multiplatform import REF, write_layout
@@ -76,14 +81,14 @@ def test_a_source_without_legacy_schemas_refuses_them_by_name() -> None:
 
 
 def test_the_public_source_methods_name_their_types() -> None:
-    """No ``Any`` in what a source takes or returns (JSON documents are ``JsonDoc``/``JsonValue``)."""
+    """No ``Any`` in what a source takes or returns (JSON is read into bundle/sources/records.py's records)."""
     loose = []
     for cls in [ExportSource, SourceBase, *(type(make()) for make in SOURCES.values())]:
         for name, fn in inspect.getmembers(cls, inspect.isfunction):
             if name.startswith("_"):
                 continue
             for arg, note in fn.__annotations__.items():
-                if "Any" in str(note).replace("JsonValue", ""):
+                if re.search(r"\bAny\b", str(note)):
                     loose.append(f"{cls.__name__}.{name}: {arg}: {note}")
     assert loose == []
 
@@ -156,3 +161,58 @@ def test_one_source_reads_two_selections_without_a_cursor(tmp_path: Path) -> Non
     got = [source.export([REF], store, s, compression="zstd", level=None)[0] for s in (arm, amd, arm)]
     assert [im.platform["architecture"] for im in got] == ["arm64", "amd64", "arm64"]
     assert [str(im.layers[0].digest) for im in got] == [facts["arch"][a]["layer"] for a in ("arm64", "amd64", "arm64")]
+
+
+# --- typed records (bundle/sources/records.py): JSON read once, a wrong shape named
+
+
+def test_a_descriptor_is_read_once_with_its_fields_typed() -> None:
+    digest = "sha256:" + "ab" * 32
+    desc = Descriptor.parse({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
+                             "size": 12, "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"},
+                             "annotations": {REF_NAME_ANNOTATION: "app:1", "n": 5}, "urls": ["https://x", 3],
+                             "artifactType": "application/x"}, "reading x")
+    assert desc == Descriptor("application/vnd.oci.image.manifest.v1+json", Digest.parse(digest), 12,
+                              Platform("linux", "arm64", "v8"), {REF_NAME_ANNOTATION: "app:1"}, "application/x",
+                              ("https://x",))
+    assert desc.ref_name == "app:1" and Descriptor.parse({"digest": digest}, "x").size is None
+
+
+ZERO = "sha256:" + "0" * 64
+
+
+@pytest.mark.parametrize("value, field", [
+    ({"digest": 7, "size": 1}, "`digest`"), ({"digest": "sha256:abc"}, "`digest`"),
+    ({"digest": ZERO, "size": "12"}, "`size`"), ({"digest": ZERO, "size": True}, "`size`"),
+    ({"digest": ZERO, "size": -1}, "`size`"), ({"digest": ZERO, "mediaType": 5}, "`mediaType`"),
+    ([1], "a JSON object, found a list"), ("x", "a JSON object, found a string"),
+])
+def test_a_descriptor_of_the_wrong_shape_names_the_field(value: object, field: str) -> None:
+    with pytest.raises(SourceError, match=r"^reading x: expected .*" + re.escape(field)):
+        Descriptor.parse(value, "reading x")
+    assert Descriptor.of(value) is None
+
+
+def test_a_manifest_or_index_of_the_wrong_shape_is_a_source_error() -> None:
+    ok = {"digest": "sha256:" + "0" * 64, "size": 1}
+    assert isinstance(parse_image(b'{"manifests": []}', "", "m"), ImageIndex)
+    assert isinstance(parse_image(json.dumps({"config": ok, "layers": [ok]}).encode(), "", "m"), ImageManifest)
+    for doc, media_type, said in [({"config": ok, "layers": 5}, "", "a config and layers"),
+                                  ({"config": ok, "layers": [ok, 7]}, "", "m: layer 2: expected a JSON object"),
+                                  ({"manifests": "x"}, OCI_INDEX, "`manifests` to be a list"),
+                                  ({"manifests": [ok, {"digest": 7}]}, "", "m: manifest 1: expected 'sha256:'"),
+                                  ({"mediaType": 5, "config": ok, "layers": []}, "", "m: expected a string"),
+                                  ({"mediaType": [], "manifests": []}, "", "m: expected a string"),
+                                  ([ok], "", "expected a JSON object, found a list")]:
+        with pytest.raises(SourceError, match=re.escape(said)):
+            parse_image(json.dumps(doc).encode(), media_type, "m")
+
+
+def test_a_damaged_entry_of_a_layouts_index_is_named(tmp_path: Path) -> None:
+    """index.json's entries are read as descriptors once: a damaged one is named, not skipped."""
+    write_layout(tmp_path / "layout")
+    index = json.loads((tmp_path / "layout" / "index.json").read_text())
+    index["manifests"].append({"mediaType": OCI_INDEX, "digest": "sha256:" + "0" * 64, "size": "12"})
+    (tmp_path / "layout" / "index.json").write_text(json.dumps(index))
+    with pytest.raises(SourceError, match=r"index\.json: manifest 1: expected a byte count .* as `size`, found '12'"):
+        OciLayoutSource(str(tmp_path / "layout")).check_refs([REF], Selection())

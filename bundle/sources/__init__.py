@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from importer.format.artifacts import ArtifactRecord
 from importer.format.manifest import LayerRecord
-
-#: a parsed JSON object as a source reads it (a manifest, an index, a descriptor, bundle.json's
-#: ``source``): checked field by field where it is used
-JsonDoc = Dict[str, Any]
-#: a parsed JSON document of any shape (what ``read_json`` returns before its shape is checked)
-JsonValue = Any
 
 
 @dataclass(frozen=True)
@@ -44,15 +38,17 @@ class SourceInfo:
     """What a source reports of itself: bundle.json's ``source`` (``kind`` and ``details``)."""
 
     kind: str
-    details: JsonDoc
+    details: Dict[str, object]
 
 
 def platform_of(config: object) -> Dict[str, str]:
+    """``os``, ``architecture`` and ``variant`` of an image config (those that are non-empty strings)."""
     out: Dict[str, str] = {}
     if isinstance(config, dict):
         for key in ("os", "architecture", "variant"):
-            if isinstance(config.get(key), str) and config[key]:
-                out[key] = config[key]
+            value = config.get(key)
+            if isinstance(value, str) and value:
+                out[key] = value
     return out
 
 

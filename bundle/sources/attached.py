@@ -9,13 +9,14 @@ export (SourceError) before the bundle exists."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
+from bundle.sources.records import ClosingReader, Descriptor, JsonObject, as_object, list_of, load_json, text
 from importer.errors import SourceError
 from importer.format.artifacts import MAX_ARTIFACTS, TAG_SUFFIXES, ArtifactRecord
 from importer.format.digest import CHUNK, BlobRef, Digest, is_digest
-from importer.format.limits import MAX_CONFIG, parse_json
+from importer.format.limits import MAX_CONFIG
 from importer.registry.client import RegistryClient
 from importer.registry.referrers import FALLBACK_TAG, fallback_tag, fetch_referrers
 
@@ -32,7 +33,7 @@ class ArtifactSource(Protocol):
     def manifest(self, reference: str) -> Optional[bytes]:
         """The exact bytes of the manifest a tag or digest names, None when there is none."""
 
-    def open_blob(self, digest: Digest, what: str) -> Tuple[Any, int]:
+    def open_blob(self, digest: Digest, what: str) -> Tuple[ClosingReader, int]:
         """(a readable the caller closes, the offset of its first byte)."""
 
     def referrers(self, subject: Digest) -> Optional[Tuple[bytes, str]]:
@@ -49,7 +50,7 @@ class RegistryArtifacts:
         got = self.client.get_manifest(self.repo, reference, MAX_CONFIG)
         return got[0] if got is not None else None
 
-    def open_blob(self, digest: Digest, what: str) -> Tuple[Any, int]:
+    def open_blob(self, digest: Digest, what: str) -> Tuple[ClosingReader, int]:
         return self.client.open_blob(self.repo, digest, what=what)
 
     def referrers(self, subject: Digest) -> Optional[Tuple[bytes, str]]:
@@ -72,18 +73,16 @@ class _Collector:
         self.seen[str(record.manifest.digest)] = None
         self.records.append(record)
 
-    def blob(self, desc: Any, what: str) -> BlobRef:
+    def blob(self, value: object, what: str) -> BlobRef:
         """One blob a manifest names, streamed into the store, digest and size checked."""
-        if not isinstance(desc, dict) or not is_digest(desc.get("digest")) or isinstance(desc.get("size"), bool) \
-                or not isinstance(desc.get("size"), int) or not 0 <= desc["size"] <= MAX_ARTIFACT_BLOB:
+        desc = Descriptor.of(value)
+        if desc is None or desc.size is None or desc.size > MAX_ARTIFACT_BLOB:
             raise SourceError(f"{what}: expected a descriptor with a sha256 digest and a size of at most "
-                              f"{MAX_ARTIFACT_BLOB} bytes, found {str(desc)[:200]!r}",
+                              f"{MAX_ARTIFACT_BLOB} bytes, found {str(value)[:200]!r}",
                               hint="the registry holds a damaged artifact; export with --no-referrers")
-        digest, size = Digest.parse(desc["digest"]), int(desc["size"])
-        media_type = str(desc.get("mediaType") or "")
-        if digest.blob_path not in self.store.written:
-            self._copy(digest, size, f"{what}, blob {digest.short}")
-        return BlobRef(media_type, digest, size)
+        if desc.digest.blob_path not in self.store.written:
+            self._copy(desc.digest, desc.size, f"{what}, blob {desc.digest.short}")
+        return BlobRef(desc.media_type, desc.digest, desc.size)
 
     def _copy(self, digest: Digest, size: int, what: str) -> None:
         f, start = self.src.open_blob(digest, what)
@@ -109,41 +108,44 @@ class _Collector:
             f.close()
         self.store.commit(tmp, digest, size)
 
-    def manifest(self, reference: str, what: str) -> Optional[Tuple[bytes, Any]]:
+    def manifest(self, reference: str, what: str) -> Optional[Tuple[bytes, JsonObject]]:
         raw = self.src.manifest(reference)
         if raw is None:
             return None
         if is_digest(reference) and str(Digest.of_bytes(raw)) != reference:
             raise SourceError(f"{what}: expected the manifest to hash to {reference}, found {Digest.of_bytes(raw)}",
                               hint="the registry answered with other bytes; do not trust this registry")
-        doc = parse_json(raw, what)
-        if not isinstance(doc, dict):
+        value = load_json(raw, what)
+        doc = as_object(value)
+        if doc is None:
             raise SourceError(f"{what}: expected a JSON object (an OCI manifest or index), found "
-                              f"{type(doc).__name__}", hint="export with --no-referrers to leave it out")
+                              f"{type(value).__name__}", hint="export with --no-referrers to leave it out")
         return raw, doc
 
-    def carry(self, kind: str, subject: Digest, raw: bytes, doc: Dict[str, Any], what: str, *, tag: str = "",
+    def carry(self, kind: str, subject: Digest, raw: bytes, doc: JsonObject, what: str, *, tag: str = "",
               artifact_type: str = "", depth: int = 0) -> None:
         """A manifest (its config and layers) or an index (each manifest it lists, a record of its own)."""
         stored = self.store.write_bytes(raw)
         blobs: List[BlobRef] = []
-        if isinstance(doc.get("manifests"), list):
-            for n, desc in enumerate(doc["manifests"][:MAX_ARTIFACTS]):
-                if depth > 0 or not isinstance(desc, dict) or not is_digest(desc.get("digest")):
+        listed = doc.get("manifests")
+        if isinstance(listed, list):
+            for n, entry in enumerate(listed[:MAX_ARTIFACTS]):
+                desc = Descriptor.of(entry)
+                if depth > 0 or desc is None:
                     continue
-                got = self.manifest(str(desc["digest"]), f"{what}, manifest {n}")
+                got = self.manifest(str(desc.digest), f"{what}, manifest {n}")
                 if got is not None:
-                    sub_type = str(desc.get("artifactType") or got[1].get("artifactType") or "")
+                    sub_type = desc.artifact_type or text(got[1], "artifactType")
                     sub_kind = "referrer" if kind == "referrers-index" else kind
                     self.carry(sub_kind, subject, got[0], got[1], f"{what}, manifest {n}", artifact_type=sub_type,
                                depth=depth + 1)
         else:
-            for desc in [doc.get("config"), *(doc.get("layers") or [])]:
-                if desc is not None:
-                    blobs.append(self.blob(desc, what))
-        media_type = str(doc.get("mediaType") or "")
-        self._add(ArtifactRecord(kind, subject, BlobRef(media_type, stored.digest, stored.size), tuple(blobs),
-                                 tag, artifact_type or str(doc.get("artifactType") or ""), self.repository))
+            hint = "the registry holds a damaged artifact; export with --no-referrers"
+            for value in [doc.get("config"), *list_of(doc, "layers", what, hint=hint)]:
+                if value is not None:
+                    blobs.append(self.blob(value, what))
+        self._add(ArtifactRecord(kind, subject, BlobRef(text(doc, "mediaType"), stored.digest, stored.size),
+                                 tuple(blobs), tag, artifact_type or text(doc, "artifactType"), self.repository))
 
     def collect(self, subject: Digest) -> None:
         for kind, suffix in TAG_SUFFIXES.items():
@@ -156,18 +158,20 @@ class _Collector:
             return
         raw, via = found
         what = f"{self.doing}: the referrers of {subject.short}"
-        doc = parse_json(raw, what)
-        if not isinstance(doc, dict) or not isinstance(doc.get("manifests"), list):
+        doc = as_object(load_json(raw, what))
+        listed = doc.get("manifests") if doc is not None else None
+        if doc is None or not isinstance(listed, list):
             return  # a tag of that name that is no index: not a referrers list
         if via == FALLBACK_TAG:  # the index itself is a tagged manifest of the registry: carried
             self.carry("referrers-index", subject, raw, doc, what, tag=fallback_tag(subject))
             return
-        for n, desc in enumerate(doc["manifests"][:MAX_ARTIFACTS + 1]):
-            if isinstance(desc, dict) and is_digest(desc.get("digest")):
-                got = self.manifest(str(desc["digest"]), f"{what}, manifest {n}")
+        for n, entry in enumerate(listed[:MAX_ARTIFACTS + 1]):
+            desc = Descriptor.of(entry)
+            if desc is not None:
+                got = self.manifest(str(desc.digest), f"{what}, manifest {n}")
                 if got is not None:
                     self.carry("referrer", subject, got[0], got[1], f"{what}, manifest {n}",
-                               artifact_type=str(desc.get("artifactType") or ""))
+                               artifact_type=desc.artifact_type)
 
 
 def collect_artifacts(src: ArtifactSource, subjects: Sequence[Digest], store: BlobStore,

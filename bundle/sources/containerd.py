@@ -11,10 +11,12 @@ import contextlib
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
-from bundle.sources import JsonDoc, JsonValue, SourceImage, SourceInfo
+from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources.records import Descriptor
 from importer.errors import CommandFailed, ImageNotFound, SourceError
+from importer.format.digest import Digest
 from importer.format.manifest import LayerRecord
 from importer.format.refs import familiar, normalize
 from importer.inventory.have import HaveLayers
@@ -30,14 +32,15 @@ class ContainerdSource(SourceBase):
     def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None) -> None:
         self.ctr = CtrClient(address, namespace)
         self.where = f"containerd at {self.ctr.address} (namespace {self.ctr.namespace})"
-        self._targets: Dict[str, JsonDoc] = {}
+        #: reference -> (the name containerd stores, the image's manifest or index)
+        self._targets: Dict[str, Tuple[str, Descriptor]] = {}
 
     def info(self) -> SourceInfo:
         version = self.ctr.version(hint="start containerd, or pass --address SOCKET [--namespace NS]")
         return SourceInfo("containerd", {"engine": "containerd", "engineVersion": version,
                                          "namespace": self.ctr.namespace})
 
-    def _target(self, ref: str) -> JsonDoc:
+    def _target(self, ref: str) -> Tuple[str, Descriptor]:
         if ref not in self._targets:
             rows = self.ctr.rows(f"name=={normalize(ref)}")
             if not rows:
@@ -45,26 +48,20 @@ class ContainerdSource(SourceBase):
                                     hint="check the name with `ctr --address SOCKET -n NS images ls`, "
                                          "or pass --address/--namespace")
             name, media_type, digest = rows[0]
-            self._targets[ref] = {"name": name, "mediaType": media_type, "digest": digest}
+            self._targets[ref] = (name, Descriptor(media_type, Digest.parse(
+                digest, what=f"exporting {ref}: the digest {self.where} lists for {name}")))
         return self._targets[ref]
 
     def check_refs(self, refs: Sequence[str], selection: Selection) -> CheckedRefs:
         sizes: Dict[str, int] = {}
         notes: List[str] = []
         for ref in refs:
-            add_layer_sizes(manifests_for(self, self._target(ref), selection.platform, selection.choice,
+            add_layer_sizes(manifests_for(self, self._target(ref)[1], selection.platform, selection.choice,
                                           f"exporting {ref} from {self.where}", strict=selection.platform_given,
                                           notes=notes), sizes)
         return CheckedRefs(sum(sizes.values()), tuple(notes))
 
     # === BlobProvider
-    def read_json(self, digest: str, limit: int, what: str) -> JsonValue:
-        try:
-            return self.ctr.content_json(digest, what)
-        except CommandFailed as e:
-            raise SourceError(f"{what}: expected the blob in {self.where}, found none",
-                              context=e.stderr_tail.strip() or None, hint="re-pull the image") from e
-
     @contextlib.contextmanager
     def open_blob(self, digest: str, what: str) -> Iterator[BinaryIO]:
         try:
@@ -82,15 +79,15 @@ class ContainerdSource(SourceBase):
         copied: Dict[str, LayerRecord] = {}
         by_target: Dict[str, Tuple[str, ...]] = {}
         for ref in refs:  # one image per target digest, all its requested names
-            digest = self._target(ref)["digest"]
-            by_target[digest] = (*by_target.get(digest, ()), familiar(self._target(ref)["name"]))
+            name, target = self._target(ref)
+            by_target[str(target.digest)] = (*by_target.get(str(target.digest), ()), familiar(name))
         images = []
         for ref in refs:
-            target = self._target(ref)
-            if target["digest"] not in by_target:
+            target = self._target(ref)[1]
+            if str(target.digest) not in by_target:
                 continue
             what = f"exporting {ref} from {self.where}"
-            images.append(copy_target(self, target, by_target.pop(target["digest"]), store,
+            images.append(copy_target(self, target, by_target.pop(str(target.digest)), store,
                                       platform=selection.platform, choice=selection.choice, compression=compression,
                                       level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
         return images

@@ -27,7 +27,7 @@ import os
 import posixpath
 import re
 import tarfile
-from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
@@ -36,17 +36,18 @@ from bundle.sources.blobcopy import (
     copy_image,
     copy_stored_layer,
     keep_manifest,
-    pick_manifest_raw,
+    pick_manifest,
     sniff_compression,
 )
 from bundle.sources.oci_layout import OciLayoutSource
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources.records import Descriptor, as_object, json_object, list_of, load_json
 from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError
 from importer.format.digest import Digest
-from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, parse_json, read_limited
+from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, read_limited
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_TAR
-from importer.format.platform import host_platform
+from importer.format.platform import host
 from importer.format.refs import familiar, normalize
 from importer.inventory.have import HaveLayers
 from importer.sinks.dockerapi import api_save, socket_path
@@ -82,8 +83,6 @@ class DockerDaemonSource(SourceBase):
     def __init__(self, host: Optional[str] = None) -> None:
         self.docker = DockerClient(host)
         self.data_root: Optional[str] = None
-        #: how the last export read the layers: "docker-save" or "content-store"
-        self.read_from = ""
 
     def info(self) -> SourceInfo:
         engine = self.docker.probe()
@@ -117,7 +116,7 @@ class DockerDaemonSource(SourceBase):
         res = run(self.docker.argv("image", "inspect", "--format", "{{json .Config.Env}}", ref),
                   what=f"reading the env of {ref}", check=False, timeout=120)
         try:
-            env = json.loads(res.stdout.decode("utf-8", "replace") or "null")
+            env: object = json.loads(res.stdout.decode("utf-8", "replace") or "null")
         except ValueError:
             return []
         return [e for e in env if isinstance(e, str)] if isinstance(env, list) else []
@@ -131,10 +130,8 @@ class DockerDaemonSource(SourceBase):
         if self.docker.image_store == "containerd":
             content = self._content_store(refs)
             if content is not None:
-                self.read_from = "content-store"
                 return _export_content_store(content, refs, store, compression=compression, level=level,
                                              on_bytes=on_bytes, have=have)
-        self.read_from = "docker-save"
         what = f"streaming `docker save` of {', '.join(refs)}"
         path = socket_path(self.docker.host)  # the API over the socket: no docker CLI copying every byte
         opener = api_save(path, refs, what=what) if path else command_stdout(self.docker.argv("save", *refs),
@@ -175,10 +172,9 @@ class DockerDaemonSource(SourceBase):
         try:
             for ref in refs:
                 image_id, _ = content.target(self.docker, ref)
-                manifest, _ = pick_manifest_raw(content, {"digest": image_id}, host_platform(),
-                                                f"exporting {ref} from Docker's content store")
-                blobs = [manifest["config"], *manifest["layers"]]
-                if not all(isinstance(d, dict) and content.has(str(d.get("digest"))) for d in blobs):
+                manifest = pick_manifest(content, Descriptor("", Digest.parse(image_id)), host(),
+                                         f"exporting {ref} from Docker's content store")
+                if not all(content.has(d.digest) for d in [manifest.config, *manifest.layers]):
                     return None
         except BundleError:  # e.g. an index without this platform: the save stream says why
             return None
@@ -193,11 +189,8 @@ class _ContentStore(OciLayoutSource):
         self.where = f"Docker's containerd content store {self.dir}"
         self.targets: Dict[str, Tuple[str, Tuple[str, ...]]] = {}
 
-    def has(self, digest: str) -> bool:
-        try:
-            return os.path.isfile(os.path.join(self.dir, Digest.parse(digest).blob_path))
-        except BundleError:
-            return False
+    def has(self, digest: Digest) -> bool:
+        return os.path.isfile(os.path.join(self.dir, digest.blob_path))
 
     def target(self, docker: DockerClient, ref: str) -> Tuple[str, Tuple[str, ...]]:
         """(image ID = the target's digest, the name the bundle gives it) for ``ref``."""
@@ -224,9 +217,9 @@ def _export_content_store(content: _ContentStore, refs: Sequence[str], store: Bl
     images = []
     for image_id, names in by_id.items():
         what = f"exporting {', '.join(names) or image_id[:19]} from {content.where}"
-        manifest, raw = pick_manifest_raw(content, {"digest": image_id}, host_platform(), what)
+        manifest = pick_manifest(content, Descriptor("", Digest.parse(image_id)), host(), what)
         images.append(copy_image(content, manifest, names, store, compression=compression, level=level,
-                                 what=what, on_bytes=on_bytes, have=have, copied=copied, raw_manifest=raw))
+                                 what=what, on_bytes=on_bytes, have=have, copied=copied))
     return images
 
 
@@ -318,7 +311,7 @@ def _read_docker_save(
     if "manifest.json" not in docs:
         raise SourceError("reading the `docker save` stream: expected manifest.json, found none",
                           hint="the engine returned an incomplete archive; retry, or check `docker save` by hand")
-    entries = parse_json(docs["manifest.json"], "manifest.json of docker save")
+    entries = load_json(docs["manifest.json"], "manifest.json of docker save")
     if not isinstance(entries, list):
         raise SourceError("reading manifest.json of docker save: expected a list, found something else")
     return [_image_from_entry(e, layers, docs, links, store, compression, level) for e in entries]
@@ -332,12 +325,14 @@ def _resolve(name: str, links: Dict[str, str]) -> str:
     return name
 
 
-def _image_from_entry(entry: Any, layers: Dict[str, LayerRecord], docs: Dict[str, bytes],
+def _image_from_entry(value: object, layers: Dict[str, LayerRecord], docs: Dict[str, bytes],
                       links: Dict[str, str], store: BlobStore, compression: str,
                       level: Optional[int]) -> SourceImage:
-    if not isinstance(entry, dict) or not isinstance(entry.get("Config"), str):
+    entry = as_object(value)
+    config_member = entry.get("Config") if entry is not None else None
+    if entry is None or not isinstance(config_member, str):
         raise SourceError("reading manifest.json of docker save: expected entries with Config, found otherwise")
-    config_name = _resolve(_norm(entry["Config"]), links)
+    config_name = _resolve(_norm(config_member), links)
     raw_config = docs.get(config_name)
     if raw_config is None or len(raw_config) > MAX_CONFIG:
         raise SourceError(f"reading docker save: expected the config {config_name}, found none")
@@ -346,7 +341,8 @@ def _image_from_entry(entry: Any, layers: Dict[str, LayerRecord], docs: Dict[str
     if digest.hex != want_hex:
         raise SourceError(f"reading docker save: config {config_name} hashes to {digest}, not its name")
     records: List[LayerRecord] = []
-    for layer_name in entry.get("Layers") or []:
+    what = "reading manifest.json of docker save"
+    for layer_name in list_of(entry, "Layers", what):
         key = _resolve(_norm(str(layer_name)), links)
         record = layers.get(key)
         if record is None and key in docs:  # a tiny layer sniffed as JSON: store it now
@@ -355,8 +351,9 @@ def _image_from_entry(entry: Any, layers: Dict[str, LayerRecord], docs: Dict[str
         if record is None:
             raise SourceError(f"reading docker save: expected layer {layer_name}, found none in the stream")
         records.append(record)
-    config = parse_json(raw_config, config_name)
-    diff_ids = ((config.get("rootfs") or {}).get("diff_ids") or []) if isinstance(config, dict) else []
+    config = load_json(raw_config, config_name)
+    rootfs = as_object((as_object(config) or {}).get("rootfs"))
+    diff_ids = (rootfs.get("diff_ids") if rootfs is not None else None) or []
     got = [str(r.diff_id) for r in records]
     if diff_ids != got:
         raise SourceError(
@@ -364,7 +361,7 @@ def _image_from_entry(entry: Any, layers: Dict[str, LayerRecord], docs: Dict[str
             context=f"config: {diff_ids}\nstream: {got}",
             hint="the engine returned an inconsistent archive; retry the export",
         )
-    refs: Tuple[str, ...] = order_refs([str(t) for t in (entry.get("RepoTags") or [])])
+    refs: Tuple[str, ...] = order_refs([str(t) for t in list_of(entry, "RepoTags", what)])
     for raw_manifest in _manifests_naming(docs, digest):  # the engine's own manifest, when it fits byte for byte
         kept = keep_manifest(raw_manifest, raw_config, records)
         if kept is not None:
@@ -383,8 +380,8 @@ def _manifests_naming(docs: Dict[str, bytes], config: Digest) -> List[bytes]:
         if Digest.of_bytes(raw).hex != posixpath.basename(name):
             continue
         with contextlib.suppress(BundleError):
-            doc = parse_json(raw, name)
-            if isinstance(doc, dict) and isinstance(doc.get("config"), dict) and \
-                    doc["config"].get("digest") == str(config):
+            doc = json_object(load_json(raw, name), name)
+            named = as_object(doc.get("config"))
+            if named is not None and named.get("digest") == str(config):
                 out.append(raw)
     return out

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
 
+from bundle.sources.records import Descriptor, as_object, load_json, text
 from importer.errors import SourceError
 from importer.format.digest import Digest, is_digest
-from importer.format.limits import MAX_CONFIG, parse_json, read_file_limited
-from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
+from importer.format.limits import MAX_CONFIG, read_file_limited
+from importer.format.mediatypes import OCI_INDEX
 from importer.registry.referrers import API
 
 MAX_SCANNED = 4096  # index.json entries read to find referrers
@@ -23,7 +24,7 @@ MAX_SCANNED = 4096  # index.json entries read to find referrers
 class LayoutArtifacts:
     repository = ""
 
-    def __init__(self, directory: str, entries: List[Dict[str, Any]], where: str) -> None:
+    def __init__(self, directory: str, entries: Sequence[Descriptor], where: str) -> None:
         self.dir, self.entries, self.where = directory, entries, where
 
     def _read(self, digest: str, what: str) -> Optional[bytes]:
@@ -40,13 +41,12 @@ class LayoutArtifacts:
         if is_digest(reference):
             return self._read(reference, f"reading {reference[:19]} in {self.where}")
         for entry in self.entries:
-            name = (entry.get("annotations") or {}).get(REF_NAME_ANNOTATION)
-            if isinstance(name, str) and (name == reference or name.endswith(":" + reference)) and \
-                    is_digest(entry.get("digest")):
-                return self._read(str(entry["digest"]), f"reading {name} in {self.where}")
+            name = entry.ref_name
+            if name and (name == reference or name.endswith(":" + reference)):
+                return self._read(str(entry.digest), f"reading {name} in {self.where}")
         return None
 
-    def open_blob(self, digest: Digest, what: str) -> Tuple[Any, int]:
+    def open_blob(self, digest: Digest, what: str) -> Tuple[BinaryIO, int]:
         path = os.path.join(self.dir, digest.blob_path)
         if not os.path.isfile(path):
             raise SourceError(f"{what}: expected the blob {digest} in {self.where}, found none",
@@ -55,21 +55,17 @@ class LayoutArtifacts:
 
     def referrers(self, subject: Digest) -> Optional[Tuple[bytes, str]]:
         """The listed manifests whose ``subject`` is ``subject``, as the Referrers API would answer."""
-        found: List[Dict[str, Any]] = []
+        found: List[Dict[str, object]] = []
         for entry in self.entries[:MAX_SCANNED]:
-            digest = entry.get("digest")
-            if not is_digest(digest) or digest == str(subject) or not isinstance(entry.get("size"), int) \
-                    or entry["size"] > MAX_CONFIG:
+            short = str(entry.digest)[:19]
+            if entry.digest == subject or entry.size is None or entry.size > MAX_CONFIG:
                 continue
-            raw = self._read(str(digest), f"reading {str(digest)[:19]} in {self.where}")
-            doc = parse_json(raw, f"the manifest {str(digest)[:19]}") if raw is not None else None
-            sub = doc.get("subject") if isinstance(doc, dict) else None
-            if isinstance(sub, dict) and sub.get("digest") == str(subject):
-                desc = {"mediaType": entry.get("mediaType"), "digest": digest, "size": entry["size"]}
-                kind = entry.get("artifactType") or (doc.get("artifactType") if isinstance(doc, dict) else None)
-                if isinstance(kind, str) and kind:
-                    desc["artifactType"] = kind
-                found.append(desc)
+            raw = self._read(str(entry.digest), f"reading {short} in {self.where}")
+            doc = as_object(load_json(raw, f"the manifest {short}")) if raw is not None else None
+            sub = as_object(doc.get("subject")) if doc is not None else None
+            if doc is not None and sub is not None and sub.get("digest") == str(subject):
+                kind = entry.artifact_type or text(doc, "artifactType")
+                found.append(Descriptor(entry.media_type, entry.digest, entry.size, artifact_type=kind).to_json())
         if not found:
             return None
         return json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": found}).encode(), API

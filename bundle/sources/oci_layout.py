@@ -16,23 +16,16 @@ import os
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
-from bundle.sources import JsonDoc, JsonValue, SourceImage, SourceInfo
+from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.attached import collect_artifacts
-from bundle.sources.blobcopy import (
-    INDEX_TYPES,
-    MANIFEST_TYPES,
-    ProgressFn,
-    add_layer_sizes,
-    copy_target,
-    manifests_for,
-)
+from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
 from bundle.sources.oci_attached import LayoutArtifacts
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources.records import INDEX_TYPES, MANIFEST_TYPES, Descriptor, json_object, list_of, load_json
 from importer.errors import ImageNotFound, SourceError
 from importer.format.digest import Digest
-from importer.format.limits import MAX_INDEX, parse_json, read_file_limited
+from importer.format.limits import MAX_INDEX, read_file_limited
 from importer.format.manifest import LayerRecord
-from importer.format.mediatypes import REF_NAME_ANNOTATION
 from importer.inventory.have import HaveLayers
 
 CONTAINERD_NAME = "io.containerd.image.name"
@@ -54,28 +47,31 @@ class OciLayoutSource(SourceBase):
     def __init__(self, directory: str) -> None:
         self.dir = os.path.abspath(directory)
         self.where = f"the OCI layout {self.dir}"
-        self._index: Optional[List[JsonDoc]] = None
+        self._index: Optional[List[Descriptor]] = None
 
-    def _entries(self) -> List[JsonDoc]:
+    def _entries(self) -> List[Descriptor]:
+        """index.json's entries, each read as a descriptor once (a damaged one is named)."""
         if self._index is None:
             path = os.path.join(self.dir, "index.json")
             if not os.path.isfile(path):
                 raise ImageNotFound(f"reading {self.where}: expected index.json, found none",
                                     hint="point oci: at a folder that holds an OCI image layout")
-            doc = parse_json(read_file_limited(path, MAX_INDEX, "index.json"), path)
-            entries = doc.get("manifests") if isinstance(doc, dict) else None
-            if not isinstance(entries, list):
-                raise SourceError(f"reading {path}: expected a manifests list, found none")
-            self._index = [e for e in entries if isinstance(e, dict)]
+            hint = "the layout is damaged; copy it again"
+            doc = json_object(load_json(read_file_limited(path, MAX_INDEX, "index.json"), path), f"reading {path}",
+                              hint=hint)
+            if not isinstance(doc.get("manifests"), list):
+                raise SourceError(f"reading {path}: expected a manifests list, found none", hint=hint)
+            self._index = [Descriptor.parse(e, f"reading {path}: manifest {n}", hint=hint)
+                           for n, e in enumerate(list_of(doc, "manifests", f"reading {path}"))]
         return self._index
 
     def info(self) -> SourceInfo:
         self._entries()
         return SourceInfo("oci", {"path": self.dir})
 
-    def _target(self, ref: str) -> JsonDoc:
-        entries = [e for e in self._entries() if e.get("mediaType") in MANIFEST_TYPES + INDEX_TYPES]
-        names = [str((e.get("annotations") or {}).get(REF_NAME_ANNOTATION, "")) for e in entries]
+    def _target(self, ref: str) -> Descriptor:
+        entries = [e for e in self._entries() if e.media_type in MANIFEST_TYPES + INDEX_TYPES]
+        names = [e.ref_name for e in entries]
         if not ref:
             if len(entries) != 1:
                 raise ImageNotFound(f"exporting from {self.where}: expected one image when no :REF is given, "
@@ -107,27 +103,18 @@ class OciLayoutSource(SourceBase):
                               hint="the layout is incomplete; copy it again")
         return path
 
-    def read_json(self, digest: str, limit: int, what: str) -> JsonValue:
-        path = self._path(digest, what)
-        raw = read_file_limited(path, limit, what)
-        if Digest.of_bytes(raw) != Digest.parse(digest):
-            raise SourceError(f"{what}: expected the blob to hash to {digest}, found other bytes",
-                              hint="the layout is damaged; copy it again")
-        return parse_json(raw, what)
-
     @contextlib.contextmanager
     def open_blob(self, digest: str, what: str) -> Iterator[BinaryIO]:
         with open(self._path(digest, what), "rb") as f:
             yield f
 
     @staticmethod
-    def image_refs(entry: JsonDoc) -> Tuple[str, ...]:
-        ann = entry.get("annotations") or {}
-        full = ann.get(CONTAINERD_NAME)
-        if isinstance(full, str) and full:
+    def image_refs(entry: Descriptor) -> Tuple[str, ...]:
+        full = entry.annotations.get(CONTAINERD_NAME, "")
+        if full:
             return (full,)
-        name = ann.get(REF_NAME_ANNOTATION)
-        if isinstance(name, str) and (":" in name or "/" in name):
+        name = entry.ref_name
+        if ":" in name or "/" in name:
             return (name,)
         return ()
 
@@ -145,11 +132,11 @@ class OciLayoutSource(SourceBase):
             images.append(self._with_artifacts(entry, image, store, what) if selection.attached else image)
         return images
 
-    def _with_artifacts(self, entry: JsonDoc, image: SourceImage, store: BlobStore, what: str) -> SourceImage:
-        subjects = [Digest.parse(entry.get("digest"), what=f"{what}: digest")]
+    def _with_artifacts(self, entry: Descriptor, image: SourceImage, store: BlobStore, what: str) -> SourceImage:
+        subjects = [entry.digest]
         subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
         layout = LayoutArtifacts(self.dir, self._entries(), self.where)
-        raw_target = layout.manifest(str(subjects[0])) if entry.get("mediaType") in INDEX_TYPES else None
-        picked = (raw_target, str(entry["mediaType"])) if raw_target and image.raw_index is None else None
+        raw_target = layout.manifest(str(entry.digest)) if entry.media_type in INDEX_TYPES else None
+        picked = (raw_target, entry.media_type) if raw_target and image.raw_index is None else None
         artifacts = collect_artifacts(layout, subjects, store, what, picked_from=picked)
         return dataclasses.replace(image, artifacts=artifacts) if artifacts else image

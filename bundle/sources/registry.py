@@ -20,22 +20,23 @@ import dataclasses
 import http.client
 import io
 import re
-import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
-from bundle.sources import JsonDoc, JsonValue, SourceImage, SourceInfo
+from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.attached import RegistryArtifacts, collect_artifacts
 from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources.records import ClosingReader, Descriptor, JsonObject, as_object, kind_of, list_of, load_json
 from importer.errors import ImageNotFound, InvalidReference, LimitExceeded, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
-from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST, parse_json
+from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST
 from importer.format.manifest import LayerRecord
 from importer.format.reference import split_host_path, split_reference
 from importer.inventory.have import HaveLayers
 from importer.registry.client import RegistryClient, RegistryTarget
+from importer.streams.readers import Readable
 
 DOCKER_HUB = "registry-1.docker.io"
 RESUMES = 5
@@ -97,14 +98,7 @@ class RepositoryBlobs:
         self.source, self.ref = source, ref
         self.where = source.where
 
-    def read_json(self, digest: str, limit: int, what: str) -> JsonValue:
-        with self.open_blob(digest, what) as f:
-            raw = f.read(limit + 1)
-        if len(raw) > limit:
-            raise SourceError(f"{what}: expected at most {limit} bytes, found more")
-        return parse_json(raw, what)
-
-    def open_blob(self, digest: str, what: str) -> ContextManager[BinaryIO]:
+    def open_blob(self, digest: str, what: str) -> ContextManager[Readable]:
         return self.source.open_blob(self.ref, digest, what)
 
 
@@ -117,7 +111,7 @@ class _ResumingBlob:
         self.client, self.repo, self.digest, self.size, self.what = client, repo, digest, size, what
         self.pos = 0
         self.resumes = 0
-        self.f: Any = None
+        self.f: Optional[ClosingReader] = None
         self._open()
 
     def _open(self) -> None:
@@ -156,7 +150,7 @@ class _ResumingBlob:
         want = min(n if n is not None and n > 0 else CHUNK, self.size - self.pos)
         while True:
             try:
-                data: bytes = self.f.read(want)
+                data = self.f.read(want) if self.f is not None else b""
             except (OSError, http.client.HTTPException) as e:
                 self._resume(f"{type(e).__name__}: {e}")
                 continue
@@ -182,23 +176,9 @@ class _ResumingBlob:
             self.f = None
 
 
-def _kind(doc: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(doc), "a number")
-
-
-def _list(doc: Dict[str, Any], key: str, digest: str) -> List[Any]:
-    value = doc.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise SourceError(f"reading the manifest {digest[:19]}: expected `{key}` to be a list, found {_kind(value)}",
-                          hint="the registry answered with a damaged manifest; do not trust this registry")
-    return value
-
-
-def _is_size(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _list(doc: JsonObject, key: str, digest: str) -> List[object]:
+    return list_of(doc, key, f"reading the manifest {digest[:19]}",
+                   hint="the registry answered with a damaged manifest; do not trust this registry")
 
 
 class RegistrySource(SourceBase):
@@ -214,13 +194,10 @@ class RegistrySource(SourceBase):
         self.hosts = sorted({parse_registry_ref(r).host for r in refs})
         self.clients: Dict[str, RegistryClient] = {}
         self.where = "the registry"
-        self._targets: Dict[str, Tuple[RegistryRef, JsonDoc]] = {}
+        self._targets: Dict[str, Tuple[RegistryRef, Descriptor]] = {}
         self._manifests: Dict[str, bytes] = {}  # digest -> exact bytes (manifests and indexes)
         self._sizes: Dict[str, int] = {}  # blob digest -> size its descriptor gives
         self._depth: Dict[str, int] = {}  # manifest digest -> levels below the reference's (0)
-        self._lock = threading.Lock()
-        #: how many times a dropped blob download was resumed (layers are read in parallel)
-        self.resumed = 0
 
     def client(self, host_name: str) -> RegistryClient:
         if host_name not in self.clients:
@@ -231,8 +208,10 @@ class RegistrySource(SourceBase):
         return self.clients[host_name]
 
     def close(self) -> None:
+        """Every registry connection closed (bundle/export.py calls it however the export ends)."""
         for client in self.clients.values():
             client.close()
+        self.clients.clear()
 
     def info(self) -> SourceInfo:
         """The registries, each asked ``GET /v2/`` (plain HTTP or HTTPS, the login it wants)."""
@@ -240,7 +219,7 @@ class RegistrySource(SourceBase):
                                        "schemes": {h: self.client(h).scheme for h in self.hosts}})
 
     # === references
-    def _target(self, text: str) -> Tuple[RegistryRef, JsonDoc]:
+    def _target(self, text: str) -> Tuple[RegistryRef, Descriptor]:
         """The reference's manifest (or index) descriptor, its bytes kept."""
         if text not in self._targets:
             ref = parse_registry_ref(text)
@@ -256,25 +235,26 @@ class RegistrySource(SourceBase):
                 raise SourceError(f"{what}: expected the manifest to hash to {ref.digest}, found {digest}",
                                   hint="the registry answered with other bytes; do not trust this registry")
             self._keep_manifest(digest, raw)
-            self._targets[text] = (ref, {"mediaType": media_type.split(";")[0].strip(), "digest": digest,
-                                         "size": len(raw)})
+            self._targets[text] = (ref, Descriptor(media_type.split(";")[0].strip(), Digest.parse(digest), len(raw)))
         return self._targets[text]
 
     def _keep_manifest(self, digest: str, raw: bytes) -> None:
         self._manifests[digest] = raw
-        doc = parse_json(raw, f"the manifest {digest[:19]}")
-        if not isinstance(doc, dict):
-            raise SourceError(f"reading the manifest {digest[:19]}: expected a JSON object, found {_kind(doc)}",
+        value = load_json(raw, f"the manifest {digest[:19]}")
+        doc = as_object(value)
+        if doc is None:
+            raise SourceError(f"reading the manifest {digest[:19]}: expected a JSON object, found {kind_of(value)}",
                               hint="the registry answered with something that is not an image; check the reference")
         layers, manifests = _list(doc, "layers", digest), _list(doc, "manifests", digest)
-        for desc in [doc.get("config"), *layers, *manifests]:  # the sizes their descriptors declare
-            if isinstance(desc, dict) and is_digest(desc.get("digest")) and _is_size(desc.get("size")):
-                self._sizes[str(desc["digest"])] = int(desc["size"])
+        # the sizes their descriptors declare (a damaged descriptor is named when blobcopy reads it)
+        for desc in [Descriptor.of(v) for v in [doc.get("config"), *layers, *manifests]]:
+            if desc is not None and desc.size is not None:
+                self._sizes[str(desc.digest)] = desc.size
         depth = self._depth.setdefault(digest, 0)
-        for desc in manifests:
-            if isinstance(desc, dict) and is_digest(desc.get("digest")):
-                self._manifests.setdefault(str(desc["digest"]), b"")  # fetched from /manifests/ when read
-                self._depth.setdefault(str(desc["digest"]), depth + 1)
+        for desc in [Descriptor.of(v) for v in manifests]:
+            if desc is not None:
+                self._manifests.setdefault(str(desc.digest), b"")  # fetched from /manifests/ when read
+                self._depth.setdefault(str(desc.digest), depth + 1)
 
     def check_refs(self, refs: Sequence[str], selection: Selection) -> CheckedRefs:
         sizes: Dict[str, int] = {}
@@ -292,7 +272,7 @@ class RegistrySource(SourceBase):
         return RepositoryBlobs(self, ref)
 
     @contextlib.contextmanager
-    def open_blob(self, ref: RegistryRef, digest: str, what: str) -> Iterator[BinaryIO]:
+    def open_blob(self, ref: RegistryRef, digest: str, what: str) -> Iterator[Readable]:
         client = self.client(ref.host)
         if digest in self._manifests:  # a manifest or an index: from /manifests/, bytes kept
             raw = self._manifests[digest]
@@ -315,10 +295,8 @@ class RegistrySource(SourceBase):
                               hint="the image's manifest is incomplete; a blob is read only up to its declared size")
         blob = _ResumingBlob(client, ref.repo, Digest.parse(digest, what=what), size, what)
         try:
-            yield blob  # type: ignore[misc]
+            yield blob
         finally:
-            with self._lock:
-                self.resumed += blob.resumes
             blob.close()
 
     # === export
@@ -330,29 +308,26 @@ class RegistrySource(SourceBase):
         for text in refs:  # one image per manifest digest, all its requested names
             ref, target = self._target(text)
             names = (ref.name,) if ref.tag else ()
-            by_target[target["digest"]] = (*by_target.get(target["digest"], ()), *names)
+            by_target[str(target.digest)] = (*by_target.get(str(target.digest), ()), *names)
         images = []
-        try:
-            for text in refs:
-                ref, target = self._target(text)
-                if target["digest"] not in by_target:
-                    continue
-                what = f"exporting docker://{text}"
-                image = copy_target(self.blobs(ref), target, by_target.pop(target["digest"]), store,
-                                    platform=selection.platform, choice=selection.choice, compression=compression,
-                                    level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
-                images.append(self._with_artifacts(ref, target, image, store, what) if selection.attached else image)
-        finally:
-            self.close()
+        for text in refs:
+            ref, target = self._target(text)
+            if str(target.digest) not in by_target:
+                continue
+            what = f"exporting docker://{text}"
+            image = copy_target(self.blobs(ref), target, by_target.pop(str(target.digest)), store,
+                                platform=selection.platform, choice=selection.choice, compression=compression,
+                                level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
+            images.append(self._with_artifacts(ref, target, image, store, what) if selection.attached else image)
         return images
 
-    def _with_artifacts(self, ref: RegistryRef, target: JsonDoc, image: SourceImage, store: BlobStore,
+    def _with_artifacts(self, ref: RegistryRef, target: Descriptor, image: SourceImage, store: BlobStore,
                         what: str) -> SourceImage:
         """The image with what the registry attached to its manifests (and index) (bundle/sources/attached.py)."""
-        subjects = [Digest.parse(target["digest"])]
+        subjects = [target.digest]
         subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
-        raw_target = self._manifests.get(target["digest"]) or b""
-        picked = (raw_target, str(target["mediaType"])) if image.raw_index is None and raw_target and \
+        raw_target = self._manifests.get(str(target.digest)) or b""
+        picked = (raw_target, target.media_type) if image.raw_index is None and raw_target and \
             b'"manifests"' in raw_target and Digest.of_bytes(raw_target) == subjects[0] else None
         artifacts = collect_artifacts(RegistryArtifacts(self.client(ref.host), ref.host, ref.repo), subjects, store,
                                       what, picked_from=picked)

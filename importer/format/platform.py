@@ -94,22 +94,14 @@ def host_platform() -> Tuple[str, str]:
     return p.os, p.architecture
 
 
-def index_platforms(index: Any) -> List[Platform]:
-    """The platforms an image index lists (entries without one left out)."""
-    out = []
-    for desc in index.get("manifests") or [] if isinstance(index, dict) else []:
-        p = of_dict(desc.get("platform")) if isinstance(desc, dict) else None
-        if p is not None:
-            out.append(p)
-    return out
-
-
 def pick_entry(index: Any, want: Platform) -> Optional[Dict[str, Any]]:
     """The index entry (descriptor) for ``want``, or None. The first match wins, as in containerd."""
     for desc in index.get("manifests") or [] if isinstance(index, dict) else []:
-        p = of_dict(desc.get("platform")) if isinstance(desc, dict) else None
+        if not isinstance(desc, dict):
+            continue
+        p = of_dict(desc.get("platform"))
         if p is not None and p.matches(want):
-            return desc  # type: ignore[no-any-return]
+            return desc
     return None
 
 

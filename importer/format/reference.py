@@ -73,6 +73,14 @@ def split_host_path(name: str, is_host: Callable[[str], bool] = has_host) -> Tup
     return (first, rest) if sep and is_host(first) else ("", name)
 
 
+def split_registry(text: str) -> Tuple[str, str]:
+    """(host, path) of a registry named on its own, ``HOST[:PORT][/PATH]`` (``--registry``, a
+    serve mirror): the first component is the host whatever it looks like (``mirror:5000/hub`` ->
+    ("mirror:5000", "hub"), ``mirror`` -> ("mirror", "")); nothing checked."""
+    host, _, path = text.partition("/")
+    return host, path
+
+
 def split_host_port(host: str) -> Tuple[str, Optional[int]]:
     """``127.0.0.1:5000`` -> ("127.0.0.1", 5000); ``[::1]:5000`` -> ("::1", 5000)."""
     if host.startswith("["):

@@ -40,7 +40,7 @@ from importer.errors import (
 )
 from importer.format.digest import CHUNK, Digest
 from importer.format.mediatypes import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
-from importer.format.reference import split_host_path, split_host_port, split_reference
+from importer.format.reference import split_host_path, split_host_port, split_reference, split_registry
 from importer.registry.auth import Credentials, credentials_from_docker_config, fetch_token, parse_challenge
 from importer.registry.redirects import REDIRECTS, Origin, open_url
 
@@ -83,7 +83,7 @@ def parse_target(text: str) -> RegistryTarget:
     if "://" in text:
         raise UsageError(f"reading the registry {text!r}: expected HOST[:PORT][/NAMESPACE], found a URL",
                          hint="drop the scheme; a registry on loopback (or with --insecure) may speak plain HTTP")
-    host, _, namespace = text.strip().partition("/")
+    host, namespace = split_registry(text.strip())
     namespace = namespace.strip("/")
     if not _HOST_RE.fullmatch(host):
         raise UsageError(f"reading the registry {text!r}: expected a host name or address (with :PORT), found {host!r}")

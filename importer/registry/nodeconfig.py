@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from importer.format.reference import engine_host, split_host_path, split_reference
+from importer.format.reference import engine_host, split_host_path, split_reference, split_registry
 
 DOCKER_HUB = "docker.io"
 CONTAINERD_DIR = "/etc/containerd/certs.d"
@@ -86,7 +86,7 @@ def _toml(value: str) -> str:
 
 
 def _containerd(cfg: NodeConfig, ca: Optional[str]) -> None:
-    host, _, prefix = cfg.mirror.partition("/")
+    host, prefix = split_registry(cfg.mirror)
     url = f"{cfg.scheme}://{host}" + (f"/v2/{prefix}" if prefix else "")
     ca_path = f"{CONTAINERD_DIR}/{host}/ca.crt"
     mirror = [f"[host.{_toml(url)}]", '  capabilities = ["pull", "resolve"]']
@@ -106,7 +106,7 @@ def _containerd(cfg: NodeConfig, ca: Optional[str]) -> None:
 
 
 def _docker(cfg: NodeConfig, ca: Optional[str]) -> None:
-    host, _, prefix = cfg.mirror.partition("/")
+    host, prefix = split_registry(cfg.mirror)
     daemon: Dict[str, Any] = {}
     if DOCKER_HUB in cfg.upstreams and not prefix:
         daemon["registry-mirrors"] = [f"{cfg.scheme}://{host}"]
@@ -124,7 +124,7 @@ def _docker(cfg: NodeConfig, ca: Optional[str]) -> None:
 
 
 def _podman(cfg: NodeConfig, ca: Optional[str]) -> None:
-    host = cfg.mirror.partition("/")[0]
+    host = split_registry(cfg.mirror)[0]
     blocks = []
     for up in cfg.upstreams:
         lines = ["[[registry]]", f"location = {_toml(up)}", "",
