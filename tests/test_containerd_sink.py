@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -26,7 +24,6 @@ from tests.kit.engine_stores import ctr
 from tests.kit.helpers import run_cli
 
 pytestmark = pytest.mark.engine
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -124,9 +121,7 @@ def test_a_missing_snapshot_is_reported_and_repaired(containerd_address: str, fa
     app = next(img for img in _images(fake_bundle) if img.refs == ("fake/app:2",))
     top = chain_ids([str(x.diff_id) for x in app.layers])[-1]
     ctr(containerd_address, "snapcheck", "snapshots", "--snapshotter", "native", "rm", top)
-    inventory = subprocess.run(
-        [sys.executable, "-m", "importer", "--inventory", *args[:8]], capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300, check=False)
+    inventory = run_cli("importer", "--inventory", *args[:8], timeout=300)
     assert inventory.returncode == 0, inventory.stderr
     entry = next(i for i in json.loads(inventory.stdout)["images"] if "docker.io/fake/app:2" in i["names"])
     assert entry["problems"] == ["not unpacked in snapshotter native"]

@@ -24,7 +24,7 @@ from bundle.sources.registry import RegistrySource
 from importer.errors import UsageError
 from importer.format.platform import Platform, host
 from tests.kit.helpers import REPO
-from tests.test_multiplatform import REF, write_layout
+from tests.kit.layoutgen import REF, write_layout
 
 #: every source bundle export reads from, built without touching an engine or a network
 SOURCES = {
