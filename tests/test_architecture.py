@@ -572,6 +572,28 @@ def builds_images_itself(path: Path) -> List[str]:
     return sorted(set(found), key=lambda f: int(f.split(":")[0]))
 
 
+_BUNDLE_MAKERS = {"make_bundle", "make_multiplatform_bundle"}
+
+
+def fixtures_making_pristine(path: Path) -> List[str]:
+    """``line: fixture`` for each pytest fixture of ``path`` that makes the kit's engine-free bundle
+    itself (bundlegen.make_bundle, make_multiplatform_bundle): ``pristine``/``pristine_multi`` (read
+    only) or ``bundle``/``multi_bundle`` (a copy to change) are that bundle, made once."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and any("fixture" in ast.unparse(d) for d in node.decorator_list) \
+                and any(isinstance(c, ast.Call) and _call_name(c) in _BUNDLE_MAKERS for c in ast.walk(node)):
+            found.append(f"{node.lineno}: {node.name}")
+    return found
+
+
+@pytest.mark.parametrize("path", KIT_TEST_FILES, ids=lambda p: p.name)
+def test_no_fixture_makes_the_pristine_bundle_again(path: Path) -> None:
+    assert fixtures_making_pristine(path) == [], \
+        f"{path.name}: a fixture makes the kit's bundle again: take pristine (read only) or bundle (a copy)"
+
+
 #: test files that import another test file, each with why that code is not in the kit
 CROSS_IMPORT_ALLOWED = {
     ("test_install.py", "tests.test_docs_commands"): "reads the docs' commands with the parser the docs test "
@@ -675,5 +697,12 @@ def test_the_kit_guards_see_a_test_doing_it_itself(tmp_path: Path) -> None:
     assert imports_of_test_files(borrower) == ["1: tests.test_serve", "2: tests.test_verify", "3: tests.test_cli_json",
                                                "6: tests.test_fleet_report"]
     assert imports_of_test_files(kit_way) == []
+    maker = tmp_path / "test_maker.py"
+    maker.write_text("import pytest\nfrom tests.kit.bundlegen import make_bundle\n"
+                     "@pytest.fixture(scope='module')\ndef fake_bundle(tmp_path_factory):\n"
+                     "    return make_bundle(tmp_path_factory.mktemp('x') / 'b')\n"
+                     "def test_d(tmp_path):\n    make_bundle(tmp_path / 'b')\n")
+    assert fixtures_making_pristine(maker) == ["4: fake_bundle"]
+    assert fixtures_making_pristine(REPO / "tests" / "kit" / "fixtures.py") != []
     assert spawns_our_clis(REPO / "tests" / "kit" / "helpers.py") != []  # the kit is where it happens
     assert builds_images_itself(REPO / "tests" / "kit" / "imagegen.py") != []

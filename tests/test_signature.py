@@ -48,8 +48,8 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
 
 
 @pytest.fixture(scope="module")
-def signed_pristine(tmp_path_factory: pytest.TempPathFactory, keys: dict) -> Path:
-    b = make_bundle(tmp_path_factory.mktemp("s") / "signed.bundle")
+def signed_pristine(pristine: Path, tmp_path_factory: pytest.TempPathFactory, keys: dict) -> Path:
+    b = copy_bundle(pristine, tmp_path_factory.mktemp("s") / "signed.bundle")
     sign(b, keys["publisher"][0])
     return b
 
