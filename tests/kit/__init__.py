@@ -15,9 +15,11 @@
 - ``trustkit``: keys, signing, tampering, the engine-side security images; ``fuzzkit``: the
   bundle fuzzer, its reference check, and re-pinned damage (``replace_blob``, ``rewrite_index``);
   ``supplykit``: cosign-format signatures and referrers.
-- ``servekit``: a running ``bundle-import serve``; ``fakeregistry``: a loopback registry that
-  misbehaves on request; ``smokekit``: the smoke suite's torch and engine set-up;
-  ``gpukit``: a fake ``nvidia-smi`` for hosts without a GPU; ``oci_schemas``: the OCI image-spec
+- ``servekit``: a running ``bundle-import serve`` (``serving``), the ``made`` fixture (one bundle as
+  folder, tar and parts) and plain HTTP requests to it; ``fleetkit``: the importer run under
+  another host name (``on_host``) and ``fleet-report`` over the receipts; ``fakeregistry``: a
+  loopback registry that misbehaves on request; ``smokekit``: the smoke suite's torch and engine
+  set-up; ``gpukit``: a fake ``nvidia-smi`` for hosts without a GPU; ``oci_schemas``: the OCI image-spec
   JSON Schemas every exported document is checked against; ``clijson``: our ``--json`` output
-  checked against schemas/cli/.
+  checked against schemas/cli/ (``validate``, ``ok``, ``failed``, ``export_json``).
 """

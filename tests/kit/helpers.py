@@ -55,13 +55,13 @@ def run_cli(module: str, *args: str, docker_host: str | None = None, check: bool
 
 def start_cli(module: str, *args: str, docker_host: str | None = None, env: dict[str, str] | None = None,
               drop_env: tuple[str, ...] = (), cwd: Path | None = None, prefix: Sequence[str] = (),
-              stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
+              python: str | None = None, stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
               stdin: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:
     """Start ``python -m bundle|importer ARGS`` from this checkout and return at once (a server, a
     run to interrupt); the caller waits for it or stops it by its pid. Arguments as for
     :func:`run_cli`; ``stdout``/``stderr``/``stdin`` as for :class:`subprocess.Popen` (text)."""
-    return subprocess.Popen(cli_command(module, *args, prefix=prefix), stdout=stdout, stderr=stderr, stdin=stdin,
-                            text=True, env=_cli_env(drop_env, docker_host, env), cwd=cwd)
+    return subprocess.Popen(cli_command(module, *args, prefix=prefix, python=python), stdout=stdout, stderr=stderr,
+                            stdin=stdin, text=True, env=_cli_env(drop_env, docker_host, env), cwd=cwd)
 
 
 def zipapp_command(pyz: Path, *args: str, python: str | None = None, flags: Sequence[str] = ("-I",)) -> list[str]:
