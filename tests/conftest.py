@@ -16,7 +16,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.kit import engine_stores, engines
-from tests.kit.fixtures import bundle, pristine, pristine_multi  # noqa: F401 (the kit's shared fixtures)
+from tests.kit.fixtures import (  # noqa: F401 (the kit's shared fixtures)
+    bundle,
+    multi_bundle,
+    multi_facts,
+    pristine,
+    pristine_multi,
+)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -251,27 +251,14 @@ def test_pyz_holds_only_the_importer(tmp_path: Path) -> None:
     assert "importer/cli/main.py" in names
 
 
-def _python38() -> str:
-    import shutil
-
-    from tests.kit import engines
-
-    pyenv = sorted(Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))
-    for candidate in [str(p) for p in pyenv] + [shutil.which("python3.8") or ""]:
-        if candidate and Path(candidate).exists() and "shims" not in candidate:
-            return candidate
-    engines.unavailable("no Python 3.8 interpreter to run the importer's floor check")
-
-
 def test_pyz_verifies_on_python_3_8_with_the_zstd_cli(tmp_path: Path) -> None:
     """Python 3.8 without the zstandard module: the importer falls back to the zstd command."""
-    import subprocess
-
     from tests.kit.bundlegen import make_bundle
+    from tests.kit.helpers import run_pyz
+    from tests.kit.trustkit import python38
 
     b = make_bundle(tmp_path / "b")
-    proc = subprocess.run([_python38(), "-I", str(b / "bundle-import.pyz"), str(b), "--verify-only", "--json"],
-                          capture_output=True, text=True, check=False)
+    proc = run_pyz(b, "--verify-only", "--json", python=python38(), drop_env=())
     assert proc.returncode == 0, proc.stderr
     assert '"layersChecked": 3' in proc.stdout
 
@@ -280,18 +267,18 @@ def test_pyz_without_any_zstd_decoder_still_verifies(tmp_path: Path) -> None:
     """Python 3.8 alone (no zstandard module, no zstd command on PATH, no compression.zstd): a
     default (zstd) bundle verifies with the pure-Python decoder, which says so once on stderr."""
     import os
-    import subprocess
 
     from tests.kit.bundlegen import make_bundle
+    from tests.kit.helpers import run_pyz
+    from tests.kit.trustkit import python38
 
     b = make_bundle(tmp_path / "b")
-    python = _python38()
+    python = python38()
     only_python = tmp_path / "bin"
     only_python.mkdir()
     (only_python / "python3").symlink_to(python)
-    proc = subprocess.run(["python3", "-I", str(b / "bundle-import.pyz"), str(b), "--verify-only", "--json"],
-                          capture_output=True, text=True, check=False,
-                          env={"PATH": str(only_python), "HOME": str(tmp_path)})
+    proc = run_pyz(b, "--verify-only", "--json", python="python3", drop_env=("",),  # nothing but these two
+                   env={"PATH": str(only_python), "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert '"layersChecked": 3' in proc.stdout
     assert proc.stderr.count("pure-Python decoder") == 1, proc.stderr
@@ -578,3 +565,228 @@ def test_the_any_guard_sees_it(tmp_path: Path) -> None:
     assert any_uses(rogue) == ["1: from typing import Any, Dict", "2: JsonDoc = Dict[str, Any]",
                                "3: def anything(doc: 'typing.Any', n: int) -> None:  # Anything, AnyStr: other names"]
     assert len(EXPORT_SOURCES) >= 10 and REPO / "bundle" / "sources" / "records.py" in EXPORT_SOURCES
+# ============================== issue 27 point 5: the test kit is the one way to run our CLIs and build images
+# A test file runs ``python -m importer|bundle`` and a built ``bundle-import.pyz`` through tests/kit/helpers.py
+# (run_cli, start_cli, run_pyz, run_zipapp, start_pyz) and builds its images from tests/kit/imagegen.py's
+# contexts (layered_context, base_and_update, simple_context, ...): a tenth private runner drifts (env
+# left in, PYTHONPATH missing, no timeout) and a new test copies whichever it saw first.
+KIT_TEST_FILES = [*sorted((REPO / "tests").glob("test_*.py")), REPO / "tests" / "conftest.py"]
+#: test files that spawn our programs themselves, each with why no kit runner fits
+SPAWN_ALLOWED = {
+    "test_docs_commands.py": "runs the docs' shell commands as written (python3 X/bundle-import.pyz ..., "
+                             "bundle ... through shims): the command text is what it tests",
+    "test_smoke_unit.py": "imports the smoke suite from inside a built pyz (python -I -c, the pyz on sys.path): "
+                          "no CLI is run",
+    "test_architecture.py": "the kit guards' own offending samples (and the pyz floor checks run through the kit)",
+}
+#: test files that write a Dockerfile or run a build themselves, each with why no imagegen context fits
+BUILD_ALLOWED = {"test_architecture.py": "the kit guards' own offending samples"}
+_OUR_MODULE = re.compile(r"(importer|bundle)(\.|$)")
+_INTERPRETER = re.compile(r"sys\.executable|python", re.I)
+_SHELL_RUN = re.compile(r"\bpython3?(\.\d+)?\s+(-\w+\s+)*(-m\s+(importer|bundle)\b|\S*\.pyz\b)")
+_ARGV_BUILDERS = {"cli_command", "zipapp_command"}  # the kit's own argv, for the kit's own Popen
+_DOCKERFILE_NAMES = {"Dockerfile", "Containerfile"}
+_SHELL_BUILD = re.compile(r"\b(docker|podman|buildah)\s+(image\s+|buildx\s+)?build\b")
+_BUILDERS = re.compile(r"docker|podman|buildah")
+
+
+def _call_name(node: ast.Call) -> str:
+    return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+
+
+def _argv_spawn(elts: List[ast.expr]) -> List[str]:
+    """What an argv literal runs of ours: ``-m importer|bundle`` (or a module it cannot name), a .pyz."""
+    found = []
+    for i, e in enumerate(elts[:-1]):
+        if isinstance(e, ast.Constant) and e.value == "-m":
+            nxt = elts[i + 1]
+            if not isinstance(nxt, ast.Constant):
+                found.append(f"-m {ast.unparse(nxt)}")
+            elif isinstance(nxt.value, str) and _OUR_MODULE.match(nxt.value):
+                found.append(f"-m {nxt.value}")
+    texts = [ast.unparse(e) for e in elts]
+    if any("pyz" in t for t in texts) and any(_INTERPRETER.search(t) for t in texts):
+        found.append("a .pyz")
+    return found
+
+
+def _strings_that_may_run(tree: ast.AST) -> Dict[int, str]:
+    """id(node) -> text of the string constants of ``tree``, but docstrings and other bare strings
+    (which run nothing)."""
+    bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {id(n): n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in bare}
+
+
+def spawns_our_clis(path: Path) -> List[str]:
+    """``line: what`` for each place ``path`` runs one of our CLIs or a built pyz without the kit."""
+    found = []
+    tree = ast.parse(path.read_text(), str(path))
+    strings = _strings_that_may_run(tree)
+    for node in ast.walk(tree):
+        shell = _SHELL_RUN.search(strings.get(id(node), ""))
+        if isinstance(node, (ast.List, ast.Tuple)):
+            found += [f"{node.lineno}: runs {what}" for what in _argv_spawn(node.elts)]
+        elif isinstance(node, ast.Call) and _call_name(node) in _ARGV_BUILDERS:
+            found.append(f"{node.lineno}: spawns the kit's {_call_name(node)}() itself")
+        elif shell and isinstance(node, ast.expr):
+            found.append(f"{node.lineno}: a shell line runs {shell.group(0)!r}")
+    return sorted(set(found), key=lambda f: int(f.split(":")[0]))
+
+
+def builds_images_itself(path: Path) -> List[str]:
+    """``line: what`` for each Dockerfile ``path`` writes and each image build it runs itself."""
+    found = []
+    tree = ast.parse(path.read_text(), str(path))
+    strings = _strings_that_may_run(tree)
+    for node in ast.walk(tree):
+        text = strings.get(id(node))
+        if text is not None and isinstance(node, ast.expr):
+            if text in _DOCKERFILE_NAMES:
+                found.append(f"{node.lineno}: writes a {text}")
+            elif re.match(r"\s*FROM\s+\S+\s*(\n|$)", text) or _SHELL_BUILD.search(text):
+                found.append(f"{node.lineno}: Dockerfile text or a build command {text[:40]!r}")
+        elif isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value == "build" for a in node.args) \
+                and _BUILDERS.search(ast.unparse(node.func) + " ".join(ast.unparse(a) for a in node.args)):
+            found.append(f"{node.lineno}: runs a build ({ast.unparse(node.func)})")
+        elif isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) > 1:
+            texts = [ast.unparse(e) for e in node.elts]
+            if "'build'" in texts and _BUILDERS.search(" ".join(texts[:texts.index("'build'")])):
+                found.append(f"{node.lineno}: runs a build")
+    return sorted(set(found), key=lambda f: int(f.split(":")[0]))
+
+
+_BUNDLE_MAKERS = {"make_bundle", "make_multiplatform_bundle"}
+
+
+def fixtures_making_pristine(path: Path) -> List[str]:
+    """``line: fixture`` for each pytest fixture of ``path`` that makes the kit's engine-free bundle
+    itself (bundlegen.make_bundle, make_multiplatform_bundle): ``pristine``/``pristine_multi`` (read
+    only) or ``bundle``/``multi_bundle`` (a copy to change) are that bundle, made once."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and any("fixture" in ast.unparse(d) for d in node.decorator_list) \
+                and any(isinstance(c, ast.Call) and _call_name(c) in _BUNDLE_MAKERS for c in ast.walk(node)):
+            found.append(f"{node.lineno}: {node.name}")
+    return found
+
+
+@pytest.mark.parametrize("path", KIT_TEST_FILES, ids=lambda p: p.name)
+def test_no_fixture_makes_the_pristine_bundle_again(path: Path) -> None:
+    assert fixtures_making_pristine(path) == [], \
+        f"{path.name}: a fixture makes the kit's bundle again: take pristine (read only) or bundle (a copy)"
+
+
+#: test files that import another test file, each with why that code is not in the kit
+CROSS_IMPORT_ALLOWED = {
+    ("test_install.py", "tests.test_docs_commands"): "reads the docs' commands with the parser the docs test "
+                                                     "is about (commands_of), not a helper",
+    ("test_tamper_engine.py", "tests.test_verify"): "runs test_verify's integrity damage table (CASES) against "
+                                                    "an engine: one table, two targets",
+    ("test_registry_hostile.py", "tests.test_registry_token_auth"): "signs tokens with the token-auth test's "
+                                                                     "issuer (Signer), the realm under test there",
+}
+
+
+def imports_of_test_files(path: Path) -> List[str]:
+    """``line: module`` for each test file (``tests.test_*``) ``path`` imports, lazily or not."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] if node.module != "tests" else [f"tests.{a.name}" for a in node.names]
+        found += [f"{node.lineno}: {n}" for n in names if n.startswith("tests.test_")]
+    return found
+
+
+@pytest.mark.parametrize("path", KIT_TEST_FILES, ids=lambda p: p.name)
+def test_test_files_share_code_only_through_the_kit(path: Path) -> None:
+    """A helper or fixture two test files need lives in tests/kit/, not in one of them (the second
+    file would import the first's tests' module, and a third would copy it)."""
+    found = [f for f in imports_of_test_files(path) if (path.name, f.split(": ")[1]) not in CROSS_IMPORT_ALLOWED]
+    assert found == [], f"{path.name} imports another test file: move what it needs into tests/kit/\n" + \
+        "\n".join(found)
+
+
+def test_the_cross_import_allow_list_is_still_needed() -> None:
+    for (name, module), _ in CROSS_IMPORT_ALLOWED.items():
+        assert any(f.endswith(f": {module}") for f in imports_of_test_files(REPO / "tests" / name)), \
+            f"{name} no longer imports {module}: drop it from CROSS_IMPORT_ALLOWED"
+
+
+@pytest.mark.parametrize("path", KIT_TEST_FILES, ids=lambda p: p.name)
+def test_tests_run_our_clis_through_the_kit(path: Path) -> None:
+    """No test file spawns ``python -m importer|bundle`` or a ``bundle-import.pyz`` itself: it calls
+    tests/kit/helpers.py (run_cli/start_cli from source, run_pyz/run_zipapp/start_pyz for the zipapp;
+    ``prefix=``, ``python=``, ``env=``/``drop_env=``, ``flags=`` cover the odd cases)."""
+    found = spawns_our_clis(path)
+    if path.name in SPAWN_ALLOWED:
+        assert found, f"{path.name} is in SPAWN_ALLOWED but spawns nothing of ours itself: drop it from the list"
+        return
+    assert found == [], f"{path.name} runs our CLIs itself: use tests/kit/helpers.py\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("path", KIT_TEST_FILES, ids=lambda p: p.name)
+def test_tests_build_images_through_the_kit(path: Path) -> None:
+    """No test file writes a Dockerfile or runs ``docker build`` itself: tests/kit/imagegen.py's
+    contexts (``layered_context``: FROM, busybox, files, steps; ``base_and_update``: an image and
+    its one-layer update; ``simple_context``, ``write_contexts``, ``cuda_context``) built with
+    ``engines.build_image``."""
+    found = builds_images_itself(path)
+    if path.name in BUILD_ALLOWED:
+        assert found, f"{path.name} is in BUILD_ALLOWED but builds nothing itself: drop it from the list"
+        return
+    assert found == [], f"{path.name} builds images itself: use tests/kit/imagegen.py\n" + "\n".join(found)
+
+
+def test_the_kit_guards_see_a_test_doing_it_itself(tmp_path: Path) -> None:
+    """Each guard above fails on a test file that does it by hand (a guard that cannot fail is a
+    defect), and passes the kit's own way of doing the same."""
+    rogue = tmp_path / "test_rogue.py"
+    rogue.write_text(
+        "import subprocess, sys\n"
+        "def test_a(b, env, module, cmd):\n"
+        "    subprocess.run([sys.executable, '-m', 'importer', str(b)], env=env)\n"
+        "    subprocess.Popen([sys.executable, '-m', 'bundle.cli', 'copy'])\n"
+        "    subprocess.run([sys.executable, '-m', module, '--help'])\n"
+        "    subprocess.run(['python3', '-I', str(b / 'bundle-import.pyz'), '--inventory'])\n"
+        "    subprocess.run(cli_command('importer', '--version'))\n"
+        "    subprocess.run(['bash', '-c', 'python3 -I DIR/bundle-import.pyz DIR --verify'])\n"
+        "    (b / 'Dockerfile').write_text('FROM scratch\\nCOPY busybox /bin/busybox\\n')\n"
+        "    subprocess.run(['docker', '-H', env, 'build', '-t', 'x:1', str(b)])\n"
+        "    engines.docker(env, 'build', '-t', 'x:1', str(b))\n"
+        "    subprocess.run('podman build -t x .', shell=True)\n")
+    assert sorted({int(f.split(":")[0]) for f in spawns_our_clis(rogue)}) == [3, 4, 5, 6, 7, 8], spawns_our_clis(rogue)
+    assert sorted({int(f.split(":")[0]) for f in builds_images_itself(rogue)}) == [9, 10, 11, 12], \
+        builds_images_itself(rogue)
+    kit_way = tmp_path / "test_kit_way.py"
+    kit_way.write_text(
+        "from tests.kit.helpers import run_cli, run_pyz, run_zipapp\n"
+        "from tests.kit.imagegen import layered_context\n"
+        "def test_b(b, tmp_path, host):\n"
+        "    \"\"\"Not python3 -m importer B nor docker build . by hand; FROM scratch\"\"\"\n"
+        "    run_cli('importer', str(b), '-m', 'x')\n"
+        "    run_pyz(b, '--verify-only')\n"
+        "    run_zipapp(b / 'bundle-import.pyz', '--inventory')\n"
+        "    assert sorted(p.name for p in b.iterdir()) == ['bundle-import.pyz', 'bundle.json']\n"
+        "    subprocess.run([sys.executable, '-c', 'print(1)'])\n"
+        "    engines.build_image(host, layered_context(tmp_path / 'c', files={'/msg': 'hi'}), 'x:1')\n"
+        "    run_cli('bundle', 'export', 'x:1', '--docker-host', host)\n")
+    assert spawns_our_clis(kit_way) == [] and builds_images_itself(kit_way) == []
+    borrower = tmp_path / "test_borrower.py"
+    borrower.write_text("from tests.test_serve import made\nfrom tests import test_verify\n"
+                        "import tests.test_cli_json\nfrom tests.kit.servekit import serving\n"
+                        "def test_c():\n    from tests.test_fleet_report import on_host\n")
+    assert imports_of_test_files(borrower) == ["1: tests.test_serve", "2: tests.test_verify", "3: tests.test_cli_json",
+                                               "6: tests.test_fleet_report"]
+    assert imports_of_test_files(kit_way) == []
+    maker = tmp_path / "test_maker.py"
+    maker.write_text("import pytest\nfrom tests.kit.bundlegen import make_bundle\n"
+                     "@pytest.fixture(scope='module')\ndef fake_bundle(tmp_path_factory):\n"
+                     "    return make_bundle(tmp_path_factory.mktemp('x') / 'b')\n"
+                     "def test_d(tmp_path):\n    make_bundle(tmp_path / 'b')\n")
+    assert fixtures_making_pristine(maker) == ["4: fake_bundle"]
+    assert fixtures_making_pristine(REPO / "tests" / "kit" / "fixtures.py") != []
+    assert spawns_our_clis(REPO / "tests" / "kit" / "helpers.py") != []  # the kit is where it happens
+    assert builds_images_itself(REPO / "tests" / "kit" / "imagegen.py") != []

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from tests.kit import engines
+from tests.kit.fuzzkit import flip_byte
 from tests.kit.helpers import docker, image_facts, run_cli, run_pyz
 from tests.kit.imagegen import simple_context
 from tests.kit.transferkit import random_bundle
@@ -100,14 +101,6 @@ def test_verify_only_reads_a_single_tar(bundle: Path, tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["verification"]["layersChecked"] == 2
 
 
-def _flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x55]))
-
-
 def _swap(a: Path, b: Path) -> None:
     tmp = a.with_name("swap")
     a.rename(tmp)
@@ -122,8 +115,8 @@ DEFECTS = {
     "reordered": (lambda d: _swap(d / "carry.tar.part001", d / "carry.tar.part002"), "reordered-part",
                   "carry.tar.part001"),
     "truncated": (lambda d: os.truncate(d / "carry.tar.part003", 1000), "truncated-part", "carry.tar.part003"),
-    "corrupted": (lambda d: _flip(d / "carry.tar.part002", MiB), "part-digest-mismatch", "carry.tar.part002"),
-    "corrupted-first": (lambda d: _flip(d / "carry.tar.part000", 100), "part-digest-mismatch", "carry.tar.part000"),
+    "corrupted": (lambda d: flip_byte(d / "carry.tar.part002", MiB), "part-digest-mismatch", "carry.tar.part002"),
+    "corrupted-first": (lambda d: flip_byte(d / "carry.tar.part000", 100), "part-digest-mismatch", "carry.tar.part000"),
 }
 
 
@@ -144,7 +137,7 @@ def test_a_damaged_blob_in_a_single_tar_is_named(bundle: Path, tmp_path: Path) -
     run_cli("bundle", "pack", str(bundle), str(tmp_path / "one.tar"), check=True)
     with tarfile.open(tmp_path / "one.tar") as tar:
         biggest = max(tar.getmembers(), key=lambda m: m.size)
-    _flip(tmp_path / "one.tar", biggest.offset_data + biggest.size // 2)
+    flip_byte(tmp_path / "one.tar", biggest.offset_data + biggest.size // 2)
     proc = pyz(tmp_path, tmp_path / "one.tar", "--verify-only")
     assert proc.returncode == 3
     assert f"[digest-mismatch] {biggest.name}" in proc.stderr

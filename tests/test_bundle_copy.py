@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.kit.helpers import REPO, run_cli
+from tests.kit.helpers import run_cli, run_zipapp, start_cli
 from tests.kit.transferkit import random_bundle
 
 
@@ -63,9 +62,8 @@ def test_copy_parts_and_a_tar(bundle: Path, tmp_path: Path) -> None:
 
 def _kill_mid_copy(src: Path, dst: Path) -> str:
     """Start a throttled copy, SIGKILL it while a file is half written; return that file."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "bundle", "copy", str(src), str(dst), "--bwlimit", "4M", "-q"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = start_cli("bundle", "copy", str(src), str(dst), "--bwlimit", "4M", "-q", stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -102,10 +100,8 @@ def test_the_importer_copies_too_on_the_far_side(bundle: Path, tmp_path: Path) -
     """Only python3 and the bundle-import.pyz beside the parts: `bundle-import.pyz copy SRC DST`."""
     usb = tmp_path / "usb"
     run_cli("bundle", "pack", str(bundle), str(usb / "c.tar"), "--split", "4M", check=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    proc = subprocess.run([sys.executable, "-I", str(usb / "bundle-import.pyz"), "copy", str(usb / "c.tar.parts.json"),
-                           str(tmp_path / "disk"), "--json"], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
+    proc = run_zipapp(usb / "bundle-import.pyz", "copy", str(usb / "c.tar.parts.json"), str(tmp_path / "disk"),
+                      "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["verification"]["ok"] and out["bundle"] == str(tmp_path / "disk" / "c.tar.parts.json")

@@ -5,7 +5,6 @@ node pulled from a registry the bundle was pushed to (a real docker-registry on 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Iterator
@@ -14,41 +13,20 @@ from typing import Any
 
 import pytest
 
-from bundle.blobstore import BlobStore
-from bundle.sources.docker_daemon import read_docker_save
-from bundle.writer import write_bundle
 from tests.kit import engines
-from tests.kit.fakesave import FakeImage, docker_save, layer_tar
-from tests.kit.helpers import bundle_image_id, docker, image_facts, run_cli
-from tests.test_cli_json import validate
+from tests.kit.bundlegen import FLEET_REFS as REFS
+from tests.kit.bundlegen import fleet_bundle
+from tests.kit.clijson import validate
+from tests.kit.helpers import bundle_image_id, docker, forget, image_facts, run_cli
 
 pytestmark = pytest.mark.engine
 
-REFS = ("fleet/base:1", "fleet/app:2")
-
-
-def fleet_bundle(root: Path, seed: bytes = b"") -> Path:
-    """Two small images sharing a layer, named fleet/base:1 and fleet/app:2; gzip layers, which
-    Debian 12's Docker 20.10 can pull from a registry (it cannot pull zstd)."""
-    base = layer_tar({"bin/tool": b"#!/bin/sh\necho tool\n" * 200 + seed, "etc/os-release": b"ID=fleet\n"})
-    top = layer_tar({"app/main.py": b"print('fleet')\n" * 500 + seed})
-    images = [FakeImage(REFS[0], [base]), FakeImage(REFS[1], [base, top])]
-    root.mkdir(parents=True)
-    store = BlobStore(str(root), fsync=False)
-    found = read_docker_save(io.BytesIO(docker_save(images)), store, compression="gzip")
-    write_bundle(str(root), store, found, {"kind": "test"})
-    return root
 
 
 def engine_images(docker_host: str) -> list[str]:
     """Every image and tag the engine holds (IDs in full), sorted: what must not change."""
     out = docker(docker_host, "images", "-a", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}").stdout
     return sorted(line.strip() for line in out.splitlines() if line.strip())
-
-
-def forget(docker_host: str, *names: str) -> None:
-    for name in names:
-        docker(docker_host, "image", "rm", "-f", name, check=False)
 
 
 def check(bundle: Path, docker_host: str, receipt: Path, *extra: str) -> tuple[int, Any]:

@@ -6,62 +6,13 @@ Engine-free: a generated bundle, an OCI layout as the engine; a registry push on
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
 
-from tests.kit.helpers import REPO, run_cli
-
-SCHEMAS = REPO / "schemas"
-
-
-def _registry() -> Registry:
-    resources = []
-    for path in SCHEMAS.rglob("*.schema.json"):
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        resources.append((doc["$id"], Resource.from_contents(doc)))
-    return Registry().with_resources(resources)
-
-
-REGISTRY = _registry()
-
-
-def validate(command: str, doc: Any) -> None:
-    schema = json.loads((SCHEMAS / "cli" / f"{command}.schema.json").read_text(encoding="utf-8"))
-    errors = [f"{e.json_path}: {e.message}" for e in
-              Draft202012Validator(schema, registry=REGISTRY).iter_errors(doc)]
-    assert not errors, f"schemas/cli/{command}.schema.json: {errors[:5]}"
-
-
-def one_json(proc: subprocess.CompletedProcess[str]) -> Any:
-    """stdout is exactly one JSON object (nothing before or after it)."""
-    assert "Traceback" not in proc.stderr, proc.stderr
-    doc = json.loads(proc.stdout)
-    assert isinstance(doc, dict), proc.stdout
-    return doc
-
-
-def ok(command: str, proc: subprocess.CompletedProcess[str]) -> Any:
-    doc = one_json(proc)
-    assert proc.returncode == 0 and doc["ok"] is True, proc.stderr
-    validate(command, doc)
-    return doc
-
-
-def failed(command: str, proc: subprocess.CompletedProcess[str], error_id: str, code: int) -> Any:
-    doc = one_json(proc)
-    assert proc.returncode == code, proc.stderr
-    assert doc["ok"] is False and doc["error"]["id"] == error_id and doc["error"]["exitCode"] == code, doc
-    assert f"error[{error_id}]" in proc.stderr  # stderr still says it for people
-    validate(command, doc)
-    return doc
-
-
+from tests.kit.clijson import SCHEMAS, failed, ok, one_json, validate
+from tests.kit.helpers import run_cli
 
 
 def _tamper(bundle: Path) -> None:

@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 
 from tests.kit import engines
+from tests.kit.clijson import validate
 from tests.kit.fuzzkit import repin_file
 from tests.kit.helpers import docker, image_facts, run_cli
-from tests.kit.servekit import serving
+from tests.kit.imagegen import layered_context
+from tests.kit.layoutgen import ARCHES, REF
+from tests.kit.servekit import request, serving
 from tests.kit.transferkit import random_bundle
-from tests.test_cli_json import validate
-from tests.test_multiplatform import ARCHES, REF, export, write_layout
-from tests.test_serve import request
 
 pytestmark = pytest.mark.engine
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -42,13 +42,11 @@ def zstd_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return random_bundle(tmp_path_factory.mktemp("zstd") / "carry.bundle", mb=(1, 1), compression="zstd")
 
 
-@pytest.fixture(scope="module")
-def multi(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """An ``--all-platforms`` bundle of an amd64/arm64/ppc64le index, and what the source held."""
-    root = tmp_path_factory.mktemp("multi")
-    facts = write_layout(root / "layout")
-    export(root / "layout", root / "all.bundle", "--all-platforms")
-    return root / "all.bundle", facts
+@pytest.fixture
+def multi(pristine_multi: Path, multi_facts: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The kit's ``--all-platforms`` bundle of an amd64/arm64/ppc64le index (gzip layers; read
+    only: a test that changes it copies it first), and what its source layout held."""
+    return pristine_multi, multi_facts
 
 
 def _doc(bundle: Path) -> dict[str, Any]:
@@ -257,26 +255,19 @@ def test_only_a_docker_before_23_is_taken_for_too_old() -> None:
         assert too_old_for_zstd(served) is None, served
 
 
-def _one_file_context(root: Path, text: str) -> Path:
-    """A build context of one file, FROM scratch: an image of one layer no other image shares."""
-    root.mkdir(parents=True)
-    (root / "msg").write_text(text)
-    (root / "Dockerfile").write_text("FROM scratch\nCOPY msg /msg\n")
-    return root
-
-
 def test_export_auto_for_a_docker_20_inventory_writes_gzip(docker_host: str, tmp_path: Path) -> None:
     """``bundle export --have`` the inventory of Docker 20.10 (real, ``docker_host``) with the default
     ``--compression auto``: gzip layers, and that Docker pulls them from ``serve`` without --compression."""
     held = "cluster/held:1"  # the inventory lists at least one image
-    engines.build_image(docker_host, _one_file_context(tmp_path / "held", f"held {os.getpid()}"), held)
+    engines.build_image(docker_host, layered_context(tmp_path / "held", files={"/msg": f"held {os.getpid()}"}), held)
     inventory = run_cli("importer", "--inventory", "--engine", "docker", "--docker-host", docker_host, check=True)
     assert json.loads(inventory.stdout)["engine"]["version"].startswith("20.10")
     (tmp_path / "have.json").write_text(inventory.stdout)  # held stays: it keeps the layers the delta leaves out
     ref = "cluster/auto:1"
     # one layer no other image has: a delta's left-out layer is pulled by its blob digest, which
     # Docker 20.10 knows only from an earlier pull of that same blob (other tests' images would decide)
-    engines.build_image(docker_host, _one_file_context(tmp_path / "ctx", f"auto {os.getpid()} {time.time_ns()}"), ref)
+    only_here = layered_context(tmp_path / "ctx", files={"/msg": f"auto {os.getpid()} {time.time_ns()}"})
+    engines.build_image(docker_host, only_here, ref)
     out = tmp_path / "auto.bundle"
     proc = run_cli("bundle", "export", ref, "-o", str(out), "--have", str(tmp_path / "have.json"), "-q",
                    docker_host=docker_host)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -21,17 +19,10 @@ from importer.sinks.choose import EngineOptions, choose_sink
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.sinks.ociarchive import write_oci_archive
 from importer.verify.bundle import verify_bundle
-from tests.kit.bundlegen import make_bundle
 from tests.kit.engine_stores import ctr
 from tests.kit.helpers import run_cli
 
 pytestmark = pytest.mark.engine
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def fake_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("ctrd") / "fake.bundle")
 
 
 def _images(bundle: Path) -> list:  # type: ignore[type-arg]
@@ -52,11 +43,11 @@ def _importer(bundle: Path, *args: str, tmp: Path) -> subprocess.CompletedProces
 
 
 def test_an_oci_archive_without_ref_names_imports_nothing_and_exits_0(containerd_address: str,
-                                                                      fake_bundle: Path) -> None:
+                                                                      pristine: Path) -> None:
     """Why the sink names every entry: containerd 1.6 silently skips unnamed index entries."""
-    images = _images(fake_bundle)
+    images = _images(pristine)
     named = io.BytesIO()
-    write_oci_archive(named, str(fake_bundle), [(img, f"docker.io/{img.refs[0]}") for img in images])
+    write_oci_archive(named, str(pristine), [(img, f"docker.io/{img.refs[0]}") for img in images])
     unnamed = io.BytesIO()
     with tarfile.open(fileobj=io.BytesIO(named.getvalue())) as src, tarfile.open(fileobj=unnamed, mode="w") as dst:
         for member in src:
@@ -78,12 +69,12 @@ def test_an_oci_archive_without_ref_names_imports_nothing_and_exits_0(containerd
 
 
 def test_a_docker_archive_load_gets_the_predicted_manifest_digest(containerd_address: str,
-                                                                  fake_bundle: Path) -> None:
+                                                                  pristine: Path) -> None:
     """Docker's containerd image store loads a docker-archive through this importer of
     containerd: the image ID (manifest digest) is predictable from bundle.json."""
-    images = _images(fake_bundle)
+    images = _images(pristine)
     archive = io.BytesIO()
-    write_docker_archive(archive, str(fake_bundle), images, with_tags=True)
+    write_docker_archive(archive, str(pristine), images, with_tags=True)
     proc = _import(containerd_address, "docker-like", archive.getvalue(), "--no-unpack")
     assert proc.returncode == 0, proc.stderr
     listed = ctr(containerd_address, "docker-like", "images", "ls").splitlines()[1:]
@@ -92,14 +83,14 @@ def test_a_docker_archive_load_gets_the_predicted_manifest_digest(containerd_add
         assert digests[f"docker.io/{image.refs[0]}"] == docker_archive_manifest_digest(image)
 
 
-def test_import_into_k8s_namespace_keeps_the_bundle_manifest(containerd_address: str, fake_bundle: Path,
+def test_import_into_k8s_namespace_keeps_the_bundle_manifest(containerd_address: str, pristine: Path,
                                                              tmp_path: Path) -> None:
-    proc = _importer(fake_bundle, "--engine", "containerd", "--address", containerd_address, "--namespace", "k8s.io",
+    proc = _importer(pristine, "--engine", "containerd", "--address", containerd_address, "--namespace", "k8s.io",
                      "--snapshotter", "native", "--json", "--no-receipt", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr
     receipt = json.loads(proc.stdout)
     assert receipt["engine"]["imageStore"] == "oci" and receipt["engine"]["namespace"] == "k8s.io"
-    images = {img.refs[0]: img for img in _images(fake_bundle)}
+    images = {img.refs[0]: img for img in _images(pristine)}
     for check in receipt["images"]:
         image = images[check["refs"][0]]
         assert check["identityRule"] == "manifest-digest" and check["idVerified"] is True
@@ -116,30 +107,28 @@ def test_import_into_k8s_namespace_keeps_the_bundle_manifest(containerd_address:
             assert chain in snapshots
 
 
-def test_a_missing_snapshot_is_reported_and_repaired(containerd_address: str, fake_bundle: Path,
+def test_a_missing_snapshot_is_reported_and_repaired(containerd_address: str, pristine: Path,
                                                      tmp_path: Path) -> None:
     args = ("--engine", "containerd", "--address", containerd_address, "--namespace", "snapcheck",
             "--snapshotter", "native", "--json", "--no-receipt")
-    assert _importer(fake_bundle, *args, tmp=tmp_path).returncode == 0
-    app = next(img for img in _images(fake_bundle) if img.refs == ("fake/app:2",))
+    assert _importer(pristine, *args, tmp=tmp_path).returncode == 0
+    app = next(img for img in _images(pristine) if img.refs == ("fake/app:2",))
     top = chain_ids([str(x.diff_id) for x in app.layers])[-1]
     ctr(containerd_address, "snapcheck", "snapshots", "--snapshotter", "native", "rm", top)
-    inventory = subprocess.run(
-        [sys.executable, "-m", "importer", "--inventory", *args[:8]], capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300, check=False)
+    inventory = run_cli("importer", "--inventory", *args[:8], timeout=300)
     assert inventory.returncode == 0, inventory.stderr
     entry = next(i for i in json.loads(inventory.stdout)["images"] if "docker.io/fake/app:2" in i["names"])
     assert entry["problems"] == ["not unpacked in snapshotter native"]
-    proc = _importer(fake_bundle, *args, tmp=tmp_path)  # found incomplete: imported (unpacked) again
+    proc = _importer(pristine, *args, tmp=tmp_path)  # found incomplete: imported (unpacked) again
     assert proc.returncode == 0, proc.stderr
     statuses = {c["refs"][0]: c["status"] for c in json.loads(proc.stdout)["images"]}
     assert statuses == {"fake/base:1": "already-present", "fake/app:2": "loaded"}
     assert top in ctr(containerd_address, "snapcheck", "snapshots", "--snapshotter", "native", "ls")
 
 
-def test_an_unknown_snapshotter_is_refused_with_the_usable_ones(containerd_address: str, fake_bundle: Path,
+def test_an_unknown_snapshotter_is_refused_with_the_usable_ones(containerd_address: str, pristine: Path,
                                                                 tmp_path: Path) -> None:
-    proc = _importer(fake_bundle, "--address", containerd_address, "--snapshotter", "zfs-nope", "--no-receipt",
+    proc = _importer(pristine, "--address", containerd_address, "--snapshotter", "zfs-nope", "--no-receipt",
                      tmp=tmp_path)
     assert proc.returncode == 6, proc.stderr
     assert "error[engine-unavailable]" in proc.stderr and "zfs-nope" in proc.stderr

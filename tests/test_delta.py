@@ -10,14 +10,13 @@ the classic build host (their subject is not the Docker store)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import load_bundle_manifest
-from tests.kit import engines
+from tests.kit import engines, imagegen
 from tests.kit.helpers import bundle_image_id, docker, image_facts, image_ids, image_store, run_cli, run_pyz
 
 pytestmark = pytest.mark.engine
@@ -40,17 +39,7 @@ def base_and_update(docker_store: str, docker_store_host: str, busybox: str, _bu
 
 
 def _build(docker_host: str, busybox: str, root: Path) -> dict:
-    a = root / "a"
-    a.mkdir()
-    (a / "busybox").write_bytes(Path(busybox).read_bytes())
-    (a / "weights.bin").write_bytes(os.urandom(3 << 20))
-    (a / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY weights.bin /w/weights.bin\n")
-    engines.build_image(docker_host, a, "delta/train:1")
-    b = root / "b"
-    b.mkdir()
-    (b / "code.py").write_text("print('week 2')\n" * 100)
-    (b / "Dockerfile").write_text("FROM delta/train:1\nCOPY code.py /app/code.py\n")
-    engines.build_image(docker_host, b, "delta/train:2")
+    imagegen.base_and_update(docker_host, busybox, root, "delta/train")
     full_a = root / "a.bundle"
     run_cli("bundle", "export", "delta/train:1", "-o", str(full_a), docker_host=docker_host, check=True)
     return {"root": root, "a": image_facts(docker_host, "delta/train:1"),

@@ -5,14 +5,13 @@ check stops before anything is imported, and the post-load check is the full bun
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.kit import engines
 from tests.kit.engine_stores import containerd_dir, ctr
 from tests.kit.helpers import docker, run_cli
+from tests.kit.imagegen import base_and_update
 
 pytestmark = pytest.mark.engine
 SNAP = "native"
@@ -21,17 +20,7 @@ SNAP = "native"
 @pytest.fixture(scope="module")
 def train(docker_host: str, busybox: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("dctr")
-    a = root / "a"
-    a.mkdir()
-    (a / "busybox").write_bytes(Path(busybox).read_bytes())
-    (a / "weights.bin").write_bytes(os.urandom(2 << 20))
-    (a / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY weights.bin /w/weights.bin\n")
-    engines.build_image(docker_host, a, "dctr/train:1")
-    b = root / "b"
-    b.mkdir()
-    (b / "code.py").write_text("print('week 2')\n" * 200)
-    (b / "Dockerfile").write_text("FROM dctr/train:1\nCOPY code.py /app/code.py\n")
-    engines.build_image(docker_host, b, "dctr/train:2")
+    base_and_update(docker_host, busybox, root, "dctr/train", weights=2 << 20, code="print('week 2')\n" * 200)
     full_a = root / "a.bundle"
     run_cli("bundle", "export", "dctr/train:1", "-o", str(full_a), docker_host=docker_host, check=True)
     return {"root": root, "full_a": full_a, "a": json.loads((full_a / "bundle.json").read_text())}

@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,9 +25,10 @@ from importer.format.platform import host_platform
 from importer.inventory.engine import load_inventory
 from tests.kit import engines
 from tests.kit.engines import Registry
+from tests.kit.fixtures import auth_registry  # noqa: F401 - the fixture, one per module
 from tests.kit.helpers import REPO, run_cli, run_pyz
+from tests.kit.imagegen import base_and_update
 from tests.kit.transferkit import FlakyProxy, blob_upload_requests, free_port, log_size
-from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared
 
 pytestmark = pytest.mark.engine
 
@@ -90,17 +90,7 @@ def world(docker_host: str, busybox: str, registry: Registry, tmp_path_factory: 
     dreg/train (and to mirror/dreg/train: one manifest, two names); the registry's inventory; B
     exported against it and against A's bundle.json."""
     root = tmp_path_factory.mktemp("dreg")
-    a = root / "a"
-    a.mkdir()
-    (a / "busybox").write_bytes(Path(busybox).read_bytes())
-    (a / "weights.bin").write_bytes(os.urandom(3 << 20))
-    (a / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY weights.bin /w/weights.bin\n")
-    engines.build_image(docker_host, a, "dreg/train:1")
-    b = root / "b"
-    b.mkdir()
-    (b / "code.py").write_text("print('week 2')\n" * 100)
-    (b / "Dockerfile").write_text("FROM dreg/train:1\nCOPY code.py /app/code.py\n")
-    engines.build_image(docker_host, b, "dreg/train:2")
+    base_and_update(docker_host, busybox, root, "dreg/train")
     full_a = root / "a.bundle"
     doc_a = _export(docker_host, "dreg/train:1", full_a)
     pushed = _push(full_a, registry.addr)
@@ -269,11 +259,9 @@ def test_a_delta_mounts_and_completes_in_a_registry_that_wants_a_login(auth_regi
     config.mkdir()
     auth = base64.b64encode(b"alice:s3cret-pw").decode()
     (config / "config.json").write_text(json.dumps({"auths": {auth_registry.addr: {"auth": auth}}}))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DOCKER_CONFIG": str(config)}
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600,
-                              check=False)
+    def cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(module, *args, env={"DOCKER_CONFIG": str(config)}, timeout=600)
 
     base = cli("bundle", "push", str(world["full_a"]), auth_registry.addr, "--json")
     assert base.returncode == 0, base.stderr

@@ -25,8 +25,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from tests.kit import engines
-from tests.kit.helpers import REPO
-from tests.kit.imagegen import simple_context
+from tests.kit.helpers import REPO, run_cli
+from tests.kit.imagegen import layered_context, simple_context
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -560,11 +560,8 @@ def template(tmp_path_factory: pytest.TempPathFactory, docker_host: str, busybox
     root = tmp_path_factory.mktemp("docs")
     train = engines.build_image(docker_host, simple_context(root / "ctx1", busybox, "train 1\n"), "my/train:1")
     assert train
-    ctx2 = root / "ctx2"
-    ctx2.mkdir()
-    (ctx2 / "msg2").write_text("train 2\n")
-    (ctx2 / "Dockerfile").write_text("FROM my/train:1\nCOPY msg2 /msg2\n")
-    engines.build_image(docker_host, ctx2, "my/train:2")
+    engines.build_image(docker_host, layered_context(root / "ctx2", base="my/train:1", files={"/msg2": "train 2\n"}),
+                        "my/train:2")
     engines.docker(docker_host, "tag", "my/train:1", "my/eval:1")
     engines.docker(docker_host, "tag", "my/train:1", "registry.example/team/app:1.0")
 
@@ -710,7 +707,6 @@ def test_every_option_in_the_docs_exists() -> None:
     """The optional [--flags] the runs above drop: each one a docs command names is in that
     command's --help (a renamed or removed option cannot stay in the docs)."""
     helps: Dict[Tuple[str, ...], str] = {}
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     missing = []
     checked = 0
     for c in all_commands():
@@ -719,8 +715,7 @@ def test_every_option_in_the_docs_exists() -> None:
             if program is None:
                 continue
             if program not in helps:
-                proc = subprocess.run([sys.executable, "-m", *program, "--help"], capture_output=True, text=True,
-                                      env=env, timeout=60, check=False)
+                proc = run_cli(program[0], *program[1:], "--help", timeout=60)
                 assert proc.returncode == 0, f"{program} --help: {proc.stderr}"
                 helps[program] = proc.stdout
             for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", segment):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,21 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.kit import engines
-
-DOCKERFILE = """\
-FROM scratch
-COPY busybox /bin/busybox
-RUN ["/bin/busybox", "--install", "-s", "/bin"]
-RUN echo hi > /a
-"""
+from tests.kit.imagegen import layered_context
 
 
 def _scratch_context(tmp_path: Path, busybox: str) -> Path:
-    ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    shutil.copy2(busybox, ctx / "busybox")
-    (ctx / "Dockerfile").write_text(DOCKERFILE)
-    return ctx
+    return layered_context(tmp_path / "ctx", busybox=busybox,
+                           steps=['RUN ["/bin/busybox", "--install", "-s", "/bin"]', "RUN echo hi > /a"])
 
 
 @pytest.mark.engine

@@ -38,7 +38,6 @@ from importer.sinks.ociarchive import index_document
 from importer.sinks.podman import engine_image_from_podman
 from importer.verify.bundle import verify_bundle
 from importer.verify.deep import compare, export_refused
-from tests.kit.bundlegen import make_bundle
 from tests.kit.engines import require
 from tests.kit.fakesave import docker_save, layer_tar, sample_images
 
@@ -47,13 +46,8 @@ REC = REPO / "tests" / "golden" / "engine-output"
 
 
 @pytest.fixture(scope="module")
-def fake_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("sinks") / "b")
-
-
-@pytest.fixture(scope="module")
-def images(fake_bundle: Path) -> dict[str, ImageRecord]:
-    manifest = verify_bundle(str(fake_bundle)).manifest
+def images(pristine: Path) -> dict[str, ImageRecord]:
+    manifest = verify_bundle(str(pristine)).manifest
     assert manifest is not None
     return {image.refs[0]: image for image in manifest.images}
 
@@ -392,18 +386,18 @@ def test_deep_without_the_image_says_so(images: dict[str, ImageRecord]) -> None:
     assert not empty.ok and "not a readable tar" in empty.detail
 
 
-def test_deep_names_the_layer_holding_a_file_the_engine_refused(fake_bundle: Path,
+def test_deep_names_the_layer_holding_a_file_the_engine_refused(pristine: Path,
                                                                 images: dict[str, ImageRecord]) -> None:
     image = images["fake/app:2"]
     reason = 'file integrity checksum failed for "app/main.py"'
-    result = export_refused(image, str(fake_bundle), "app/main.py", "docker save x", reason)
+    result = export_refused(image, str(pristine), "app/main.py", "docker save x", reason)
     assert not result.ok
     assert [v.index for v in result.layers if v.checked] == [3]
     assert "layer 3/3" in result.failures()[0] and reason in result.failures()[0]
     assert "could not be checked" in result.failures()[1]
-    lower = export_refused(image, str(fake_bundle), "etc/os-release", "podman save x", reason)
+    lower = export_refused(image, str(pristine), "etc/os-release", "podman save x", reason)
     assert [v.index for v in lower.layers if v.checked] == [1]
-    nowhere = export_refused(image, str(fake_bundle), "no/such/file", "docker save x", reason)
+    nowhere = export_refused(image, str(pristine), "no/such/file", "docker save x", reason)
     assert not nowhere.ok and "no layer of bundle.json holds /no/such/file" in nowhere.failures()[0]
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +25,8 @@ import pytest
 from importer.format.identity import chain_ids
 from tests.kit import engine_stores, engines
 from tests.kit.engine_stores import PodmanStore
-from tests.kit.helpers import run_pyz
-from tests.kit.imagegen import BASE_DOCKERFILE
+from tests.kit.helpers import run_cli, run_pyz, run_zipapp
+from tests.kit.imagegen import CHILD_FILE, write_contexts
 
 pytestmark = pytest.mark.engine
 
@@ -45,29 +43,19 @@ ENGINE_IDS = [
     "podman-overlay",
     "oci",
 ]
-CHILD_FILE = "child"  # the top layer of contract:child adds /child holding "child\n"
 
 
 # ============================== the bundle (built once, in the overlay2 dockerd)
 
 @pytest.fixture(scope="module")
 def contract_bundle(docker_host: str, busybox: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    ctx = tmp_path_factory.mktemp("contract-ctx")
-    base, child = ctx / "base", ctx / "child"
-    base.mkdir()
-    child.mkdir()
-    shutil.copy(busybox, base / "busybox")
-    os.chmod(base / "busybox", 0o755)
-    (base / "big.bin").write_bytes(os.urandom(SMALL_MB * 1024 * 1024))  # tricky content, small random file
-    (base / "Dockerfile").write_text(BASE_DOCKERFILE)
-    (child / "Dockerfile").write_text(f"FROM contract:base\nRUN echo child > /{CHILD_FILE}\n")
+    # tricky content, a small random file
+    base, child = write_contexts(tmp_path_factory.mktemp("contract-ctx"), busybox, big_size=SMALL_MB << 20,
+                                 base_tag="contract:base")
     engines.build_image(docker_host, base, "contract:base")
     engines.build_image(docker_host, child, "contract:child")
     out = tmp_path_factory.mktemp("contract") / "contract.bundle"
-    env = {**os.environ, "DOCKER_HOST": docker_host, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "bundle", "export", *REFS, "-o", str(out)], capture_output=True,
-                          text=True, env=env, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_cli("bundle", "export", *REFS, "-o", str(out), docker_host=docker_host, timeout=600, check=True)
     # the overlay2 engine is an import target too: start it without the images
     for ref in reversed(REFS):
         engines.docker(docker_host, "image", "rm", ref)
@@ -314,11 +302,8 @@ def test_inventory_lists_the_images(contract_bundle: Path, target: Target, tmp_p
 
     from importer.inventory.engine import load_inventory
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DOCKER_", "CONTAINERD_"))}
-    env.update(target.env)
-    proc = subprocess.run([sys.executable, "-I", str(contract_bundle / "bundle-import.pyz"), "--inventory",
-                           *target.args, "--json"], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
+    proc = run_zipapp(contract_bundle / "bundle-import.pyz", "--inventory", *target.args, "--json", env=target.env,
+                      drop_env=("PYTHON", "DOCKER_", "CONTAINERD_"), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load_inventory(proc.stdout.encode())  # the checksum matches
     schema = json.loads((REPO / "schemas" / "inventory" / "inventory-v1.schema.json").read_text())

@@ -19,21 +19,15 @@ from typing import Any
 import pytest
 
 from tests.kit import engines
+from tests.kit.clijson import export_json as export
 from tests.kit.engines import Registry
+from tests.kit.engines import push_from_docker as push
+from tests.kit.fixtures import auth_registry  # noqa: F401 - the fixture, one per module
 from tests.kit.helpers import docker, image_facts, run_cli
-from tests.kit.imagegen import simple_context
+from tests.kit.imagegen import layered_context, simple_context
 from tests.kit.transferkit import FlakyProxy
-from tests.test_cli_json import validate
-from tests.test_registry_push import auth_registry  # noqa: F401 - the fixture, shared
 
 pytestmark = pytest.mark.engine
-
-
-def skopeo(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([engines.require("skopeo"), "--insecure-policy", *args], capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return proc
 
 
 def raw_manifest(ref: str, *extra: str) -> bytes:
@@ -50,17 +44,10 @@ def images(docker_host: str, busybox: str, tmp_path_factory: pytest.TempPathFact
     (one blob large enough to cut its download in the middle)."""
     root = tmp_path_factory.mktemp("regsrc")
     small = simple_context(root / "small", busybox, "registry source\n")
-    big = simple_context(root / "big", busybox, "big\n")
-    (big / "random.bin").write_bytes(os.urandom(3 << 20))
-    (big / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY random.bin /random.bin\n")
+    big = layered_context(root / "big", busybox=busybox, files={"/random.bin": os.urandom(3 << 20)})
     engines.build_image(docker_host, small, "regsrc/small:1")
     engines.build_image(docker_host, big, "regsrc/big:1")
     return {"small": "regsrc/small:1", "big": "regsrc/big:1"}
-
-
-def push(docker_host: str, image: str, dest: str, *extra: str) -> None:
-    skopeo("copy", "--src-daemon-host", docker_host, "--dest-tls-verify=false", *extra, f"docker-daemon:{image}",
-           f"docker://{dest}")
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +56,6 @@ def registry(docker_host: str, images: dict[str, str]) -> Iterator[Registry]:
         for name, image in images.items():
             push(docker_host, image, f"{reg.addr}/sn/{name}:1")
         yield reg
-
-
-def export(*args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
-    proc = run_cli("bundle", "export", *args, "--json", "-q")
-    assert "Traceback" not in proc.stderr, proc.stderr
-    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
-    if doc is not None:
-        validate("export" if proc.returncode == 0 else "error", doc)
-    return proc, doc
 
 
 def test_export_from_a_registry_keeps_the_manifest_and_imports_everywhere(

@@ -6,7 +6,6 @@ the bundle imports into Docker with the image ID the config pins."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from tests.kit import engines
 from tests.kit.helpers import docker, image_facts, run_cli
+from tests.kit.imagegen import base_and_update
 from tests.kit.oci_schemas import validate_oci
 
 pytestmark = pytest.mark.engine
@@ -25,17 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def src(docker_host: str, busybox: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("src")
-    a = root / "a"
-    a.mkdir()
-    (a / "busybox").write_bytes(Path(busybox).read_bytes())
-    (a / "weights.bin").write_bytes(os.urandom(1 << 20))
-    (a / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY weights.bin /w/weights.bin\n")
-    engines.build_image(docker_host, a, "src/app:1")
-    b = root / "b"
-    b.mkdir()
-    (b / "code.py").write_text("print('two')\n" * 300)
-    (b / "Dockerfile").write_text("FROM src/app:1\nCOPY code.py /app/code.py\n")
-    engines.build_image(docker_host, b, "src/app:2")
+    base_and_update(docker_host, busybox, root, "src/app", weights=1 << 20, code="print('two')\n" * 300)
     gz = root / "gz.bundle"  # gzip layers: what containerd keeps after a typical pull
     run_cli("bundle", "export", "src/app:1", "src/app:2", "--compression", "gzip", "-o", str(gz),
             docker_host=docker_host, check=True)

@@ -19,8 +19,8 @@ from tests.kit import engines
 from tests.kit.bundlegen import make_bundle
 from tests.kit.helpers import docker, run_cli
 from tests.kit.imagegen import simple_context
+from tests.kit.layoutgen import REF, two_platform_layout
 from tests.kit.trustkit import keypair
-from tests.test_platforms import REF, two_platform_layout
 
 
 def _layout(tmp_path: Path) -> str:

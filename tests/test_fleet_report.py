@@ -9,50 +9,20 @@ and a receipt unsigned, signed by another key or changed after signing."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from importer.receipts.receipt import now_utc
-from tests.kit import engines
-from tests.kit.helpers import REPO, run_cli
-from tests.test_check_only import REFS, fleet_bundle, forget
-from tests.test_cli_json import validate
+from tests.kit.bundlegen import FLEET_REFS as REFS
+from tests.kit.bundlegen import fleet_bundle
+from tests.kit.clijson import validate
+from tests.kit.fleetkit import hosts, on_host, report
+from tests.kit.helpers import forget, run_cli
 
 pytestmark = pytest.mark.engine
-
-
-def on_host(host: str, *args: str, docker_host: str = "", stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """``python -m importer ARGS`` with ``host`` as this machine's name (its own UTS namespace), so
-    its receipts name that host as a node's would."""
-    engines.require_root("running the importer under another host name (unshare --uts)")
-    unshare = engines.require("unshare")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    if docker_host:
-        env["DOCKER_HOST"] = docker_host
-    return subprocess.run([unshare, "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, sys.executable, "-m",
-                           "importer", *args], capture_output=True, text=True, env=env, input=stdin, timeout=600,
-                          check=False)
-
-
-def report(*args: str) -> tuple[int, Any]:
-    proc = run_cli("importer", "fleet-report", *args, "--json")
-    assert "Traceback" not in proc.stderr, proc.stderr
-    doc = json.loads(proc.stdout)
-    validate("fleet-report", doc)
-    table = run_cli("importer", "fleet-report", *args)  # the same verdict as a table
-    assert table.returncode == proc.returncode and f"fleet: {doc['verdict']}:" in table.stdout
-    return proc.returncode, doc
-
-
-def hosts(doc: Any) -> dict[str, Any]:
-    return {h["hostname"]: h for h in doc["hosts"]}
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import jsonschema
 import pytest
 
 from tests.kit import engines
+from tests.kit.clijson import failed, ok, validate
 from tests.kit.gpukit import HOSTS, gpu_env, no_gpu_env, take_inventory
 from tests.kit.helpers import REPO, docker, run_cli, run_pyz
 from tests.kit.imagegen import cuda_context, simple_context
-from tests.test_cli_json import failed, ok, validate
 
 pytestmark = pytest.mark.engine
 

@@ -38,7 +38,8 @@ from importer.input.safetar import (
 )
 from importer.verify.bundle import verify_bundle
 from tests.kit.bundlegen import make_bundle
-from tests.kit.trustkit import error_id, regenerate_sums, run_importer
+from tests.kit.helpers import run_pyz
+from tests.kit.trustkit import error_id, regenerate_sums
 
 # ============================================================================ the corpus
 
@@ -303,7 +304,7 @@ def test_decompression_bomb_stops_at_the_recorded_size(tmp_path: Path, compressi
     key = ("limit-exceeded", f"blobs/sha256/{digest[7:]}")
     assert key in problems, problems
     assert "expected at most 1048576 bytes" in problems[key]
-    proc = run_importer(b, "--verify-only")
+    proc = run_pyz(b, "--verify-only")
     assert proc.returncode == 3 and error_id(proc.stderr) == "verification-failed"
     assert f"[limit-exceeded] blobs/sha256/{digest[7:]}" in proc.stderr
 

@@ -17,7 +17,6 @@ from tests.kit import engines
 from tests.kit.engines import Registry
 from tests.kit.helpers import run_cli
 from tests.kit.imagegen import simple_context
-from tests.test_export_registry import push
 
 
 def write(path: Path, text: str) -> str:
@@ -141,7 +140,7 @@ def test_export_a_plain_list_from_docker(built: list[str], docker_host: str, tmp
 def registry(docker_host: str, built: list[str]) -> Iterator[Registry]:
     with engines.private_registry(f"listed-{os.getpid()}") as reg:
         for ref in built:
-            push(docker_host, ref, f"{reg.addr}/{ref}")
+            engines.push_from_docker(docker_host, ref, f"{reg.addr}/{ref}")
         yield reg
 
 

@@ -9,32 +9,18 @@ configs."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.kit.fuzzkit import replace_blob
+from tests.kit.fuzzkit import replace_blob, rewrite_index
 from tests.kit.helpers import run_cli
-
-
-def _copy(pristine_multi: Path, tmp_path: Path) -> Path:
-    b = tmp_path / "b.bundle"
-    shutil.copytree(pristine_multi, b)
-    return b
 
 
 def _index_digest(b: Path) -> str:
     return str(json.loads((b / "bundle.json").read_text())["images"][0]["index"]["digest"])
-
-
-def rewrite_index(b: Path, change: Callable[[Any], Any]) -> None:
-    """The carried index, changed and re-pinned everywhere."""
-    old = _index_digest(b)
-    doc = json.loads((b / "blobs/sha256" / old[7:]).read_bytes())
-    replace_blob(b, old, json.dumps(change(doc)).encode())
 
 
 def _swap_platforms(doc: Any) -> Any:
@@ -102,9 +88,8 @@ def test_the_pristine_multiplatform_bundle_verifies(pristine_multi: Path) -> Non
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
-def test_a_carried_index_that_disagrees_with_bundle_json_is_refused(pristine_multi: Path, tmp_path: Path,
-                                                                      name: str) -> None:
-    b = _copy(pristine_multi, tmp_path)
+def test_a_carried_index_that_disagrees_with_bundle_json_is_refused(multi_bundle: Path, name: str) -> None:
+    b = multi_bundle
     rewrite_index(b, MUTATIONS[name])
     code, doc, err = _verify(b)
     assert code == 3, err
@@ -114,8 +99,8 @@ def test_a_carried_index_that_disagrees_with_bundle_json_is_refused(pristine_mul
     assert "Traceback" not in err and "internal" not in err
 
 
-def test_a_config_for_another_platform_than_recorded_is_refused(pristine_multi: Path, tmp_path: Path) -> None:
-    b = _copy(pristine_multi, tmp_path)
+def test_a_config_for_another_platform_than_recorded_is_refused(multi_bundle: Path) -> None:
+    b = multi_bundle
     image = json.loads((b / "bundle.json").read_text())["images"][0]
     other = image["platforms"][0]["config"]["digest"]  # the arm64 config
     cfg = json.loads((b / "blobs/sha256" / other[7:]).read_bytes())
@@ -144,8 +129,8 @@ def test_a_recorded_platform_with_an_os_but_no_architecture_is_refused(tmp_path:
     assert "Traceback" not in err and "internal" not in err
 
 
-def test_a_bad_index_is_refused_before_the_oci_target_is_written(pristine_multi: Path, tmp_path: Path) -> None:
-    b = _copy(pristine_multi, tmp_path)
+def test_a_bad_index_is_refused_before_the_oci_target_is_written(multi_bundle: Path, tmp_path: Path) -> None:
+    b = multi_bundle
     rewrite_index(b, _swap_platforms)
     out = tmp_path / "layout"
     proc = run_cli("importer", str(b), "--engine", "oci", "--oci-dir", str(out), "--json")
@@ -154,8 +139,8 @@ def test_a_bad_index_is_refused_before_the_oci_target_is_written(pristine_multi:
     assert not out.exists()
 
 
-def test_a_bad_index_is_refused_in_a_tar_too(pristine_multi: Path, tmp_path: Path) -> None:
-    b = _copy(pristine_multi, tmp_path)
+def test_a_bad_index_is_refused_in_a_tar_too(multi_bundle: Path, tmp_path: Path) -> None:
+    b = multi_bundle
     rewrite_index(b, _drop(1))
     proc = run_cli("bundle", "pack", str(b), str(tmp_path / "b.tar"))
     assert proc.returncode == 0, proc.stderr
@@ -165,7 +150,7 @@ def test_a_bad_index_is_refused_in_a_tar_too(pristine_multi: Path, tmp_path: Pat
 
 
 def test_the_exporter_refuses_an_index_whose_platforms_contradict_the_configs(tmp_path: Path) -> None:
-    from tests.test_multiplatform import REF, write_layout
+    from tests.kit.layoutgen import REF, write_layout
 
     layout = tmp_path / "layout"
     write_layout(layout)
@@ -216,9 +201,8 @@ def test_an_oci_target_whose_index_gives_a_platform_another_image_is_not_held(pr
     assert error["id"] == "check-only-mismatch" and "ppc64le" in (error["context"] or ""), error
 
 
-def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(pristine_multi: Path,
-                                                                            tmp_path: Path) -> None:
-    b = _copy(pristine_multi, tmp_path)
+def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(multi_bundle: Path) -> None:
+    b = multi_bundle
     rewrite_index(b, _swap_platforms)
     proc = run_cli("importer", "serve", str(b), "--listen", "127.0.0.1:0", "--json", timeout=120)
     assert proc.returncode == 3, proc.stderr
@@ -226,12 +210,12 @@ def test_serve_refuses_a_bundle_whose_index_gives_a_platform_another_image(prist
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_a_carried_index_too_large_to_check_is_refused(pristine_multi: Path, tmp_path: Path, packed: bool) -> None:
+def test_a_carried_index_too_large_to_check_is_refused(multi_bundle: Path, tmp_path: Path, packed: bool) -> None:
     """An index the verifier will not parse (over its 4 MiB bound) is refused, not skipped: in a
     tar it used to be left out of the documents checked, so its platforms went unjudged."""
     from importer.format.limits import MAX_INDEX
 
-    b = _copy(pristine_multi, tmp_path)
+    b = multi_bundle
     old = _index_digest(b)
     raw = (b / "blobs/sha256" / old[7:]).read_bytes()
     doc = json.loads(raw)

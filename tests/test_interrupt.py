@@ -25,7 +25,7 @@ import pytest
 
 from importer.pipeline.lock import EngineLocked, engine_lock
 from tests.kit.engines import DOCKER_STORES
-from tests.kit.helpers import docker
+from tests.kit.helpers import docker, run_pyz, start_pyz
 from tests.kit.trustkit import (
     BASE_REF,
     SEC_REFS,
@@ -34,7 +34,6 @@ from tests.kit.trustkit import (
     error_id,
     export_bundle,
     remove_images,
-    run_importer,
     staging_tags,
     tagged_images_verify,
 )
@@ -73,9 +72,9 @@ def lock_dir(tmp_path: Path) -> Path:
     return d
 
 
-def _env(docker_host: str, lock_dir: Path, point: str | None = None, marker: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(DOCKER_HOST=docker_host, SNEAKERNET_LOCK_DIR=str(lock_dir))
+def _env(lock_dir: Path, point: str | None = None, marker: Path | None = None) -> dict[str, str]:
+    """What an importer started here sets beside DOCKER_HOST: its lock dir, where it holds."""
+    env = {"SNEAKERNET_LOCK_DIR": str(lock_dir)}
     if point:
         env.update(SNEAKERNET_TEST_HOLD_AT=point, SNEAKERNET_TEST_HOLD_FILE=str(marker),
                    SNEAKERNET_TEST_HOLD_SECONDS=str(HOLD_TIMEOUT))
@@ -85,10 +84,9 @@ def _env(docker_host: str, lock_dir: Path, point: str | None = None, marker: Pat
 def _start_held(bundle: Path, docker_host: str, lock_dir: Path, point: str, tmp_path: Path,
                 *args: str) -> subprocess.Popen[str]:
     marker = tmp_path / f"held-{point}"
-    proc = subprocess.Popen([sys.executable, "-I", str(bundle / "bundle-import.pyz"), str(bundle),
-                             "--docker-host", docker_host, "--receipt", str(tmp_path / f"held-{point}.json"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(docker_host, lock_dir, point, marker))
+    proc = start_pyz(bundle / "bundle-import.pyz", str(bundle), "--docker-host", docker_host, "--receipt",
+                     str(tmp_path / f"held-{point}.json"), *args, docker_host=docker_host,
+                     env=_env(lock_dir, point, marker))
     deadline = time.monotonic() + HOLD_TIMEOUT
     while not marker.exists():
         if proc.poll() is not None:
@@ -155,7 +153,7 @@ def test_sigkill_then_rerun(point: str, sec_bundle: Path, clean_engine: str, loc
     if point in ("loaded", "tagged"):
         assert staging_tags(clean_engine), "the kill should have left this run's staging tags"
     receipt = tmp_path / "rerun.json"
-    rerun = run_importer(sec_bundle, "--docker-host", clean_engine, "--receipt", str(receipt),
+    rerun = run_pyz(sec_bundle, "--docker-host", clean_engine, "--receipt", str(receipt),
                          env={"SNEAKERNET_LOCK_DIR": str(lock_dir)})
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(tagged_images_verify(clean_engine, sec_bundle)) == sorted(SEC_REFS)
@@ -194,14 +192,12 @@ def test_second_import_into_the_same_engine_fails_clearly_or_waits(sec_bundle: P
                                                                    lock_dir: Path, tmp_path: Path) -> None:
     first = _start_held(sec_bundle, clean_engine, lock_dir, "verify", tmp_path)
     try:
-        second = run_importer(sec_bundle, "--docker-host", clean_engine, "--no-receipt",
+        second = run_pyz(sec_bundle, "--docker-host", clean_engine, "--no-receipt",
                               env={"SNEAKERNET_LOCK_DIR": str(lock_dir)})
         assert second.returncode == 6 and error_id(second.stderr) == "engine-locked", second.stderr
         assert f"pid {first.pid}" in second.stderr and str(sec_bundle) in second.stderr
-        waiting = subprocess.Popen([sys.executable, "-I", str(sec_bundle / "bundle-import.pyz"), str(sec_bundle),
-                                    "--docker-host", clean_engine, "--no-receipt", "--wait-lock", "120"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=_env(clean_engine, lock_dir))
+        waiting = start_pyz(sec_bundle / "bundle-import.pyz", str(sec_bundle), "--docker-host", clean_engine,
+                            "--no-receipt", "--wait-lock", "120", docker_host=clean_engine, env=_env(lock_dir))
         time.sleep(2)
         assert waiting.poll() is None  # it waits while the first one holds the lock
     finally:
@@ -216,7 +212,7 @@ def test_second_import_into_the_same_engine_fails_clearly_or_waits(sec_bundle: P
 @pytest.mark.parametrize("docker_store", sorted(DOCKER_STORES), indirect=True)
 def test_stale_cleanup_removes_only_staging_tags(sec_bundle: Path, clean_engine: str, lock_dir: Path,
                                                  tmp_path: Path) -> None:
-    assert run_importer(sec_bundle, "--docker-host", clean_engine, "--no-receipt").returncode == 0
+    assert run_pyz(sec_bundle, "--docker-host", clean_engine, "--no-receipt").returncode == 0
     stale = "sneakernet-staging/0123456789ab:0"
     users = ["sneakernet-staging/mine:latest", "sneakernet-staging/0123456789ab:v1", "mine/sneakernet-staging:1",
              "sneakernet-staging-lookalike/x:0"]
@@ -224,7 +220,7 @@ def test_stale_cleanup_removes_only_staging_tags(sec_bundle: Path, clean_engine:
         docker(clean_engine, "tag", BASE_REF, ref)
     try:
         receipt = tmp_path / "r.json"
-        proc = run_importer(sec_bundle, "--docker-host", clean_engine, "--receipt", str(receipt))
+        proc = run_pyz(sec_bundle, "--docker-host", clean_engine, "--receipt", str(receipt))
         assert proc.returncode == 0, proc.stderr
         assert json.loads(receipt.read_text())["staging"]["staleRemoved"] == [stale]
         tags = {line.split()[1] for line in engine_listing(clean_engine)}

@@ -8,10 +8,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ import zstandard
 from importer.format.legacy import load_legacy_manifest
 from importer.format.limits import MAX_LEGACY_SUMS
 from importer.verify.legacyarchive import MANIFEST_JSON, archive_pass, open_archive
-from tests.kit.helpers import REPO, docker, run_cli
+from tests.kit.helpers import docker, run_cli, start_cli
 from tests.kit.trustkit import engine_listing, error_id
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "bundles"
@@ -287,12 +285,10 @@ def test_a_legacy_import_loads_under_staging_tags(version: str, docker_host: str
     bundle = _copy(version, tmp_path)
     _forget(docker_host)
     marker = tmp_path / "held"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(PYTHONPATH=str(REPO), SNEAKERNET_LOCK_DIR=str(tmp_path / "locks"), SNEAKERNET_TEST_HOLD_AT="loaded",
-               SNEAKERNET_TEST_HOLD_FILE=str(marker), SNEAKERNET_TEST_HOLD_SECONDS="8")
-    proc = subprocess.Popen([sys.executable, "-m", "importer", str(bundle), "--docker-host", docker_host,
-                             "--json", "--no-receipt"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    env = {"SNEAKERNET_LOCK_DIR": str(tmp_path / "locks"), "SNEAKERNET_TEST_HOLD_AT": "loaded",
+           "SNEAKERNET_TEST_HOLD_FILE": str(marker), "SNEAKERNET_TEST_HOLD_SECONDS": "8"}
+    proc = start_cli("importer", str(bundle), "--docker-host", docker_host, "--json", "--no-receipt", env=env,
+                     drop_env=("PYTHON",))
     deadline = time.monotonic() + 120
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -20,39 +20,11 @@ import jsonschema
 import pytest
 
 from tests.kit import engines
+from tests.kit.clijson import validate
 from tests.kit.helpers import REPO, docker, image_facts, image_ids, run_cli
-from tests.test_cli_json import validate
-from tests.test_platforms import _blob, _layer
+from tests.kit.layoutgen import ARCHES, REF, write_layout
 
 pytestmark = pytest.mark.engine
-REF = "multi/app:1"
-ARCHES = ("amd64", "arm64", "ppc64le")
-
-
-def write_layout(layout: Path) -> dict[str, Any]:
-    """An OCI layout whose ``multi/app:1`` is an index of three platforms; what was written."""
-    (layout / "blobs" / "sha256").mkdir(parents=True)
-    (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    entries, facts = [], {}
-    for arch in ARCHES:
-        layer, diff_id = _layer(f"built for {arch}\n" * 200)
-        layer_desc = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **_blob(layout, layer)}
-        config = json.dumps({"architecture": arch, "os": "linux", "config": {"Cmd": ["/arch.txt"]},
-                             "rootfs": {"type": "layers", "diff_ids": [diff_id]}}, sort_keys=True).encode()
-        config_desc = {"mediaType": "application/vnd.oci.image.config.v1+json", **_blob(layout, config)}
-        manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                               "config": config_desc, "layers": [layer_desc]}).encode()
-        manifest_desc = {"mediaType": "application/vnd.oci.image.manifest.v1+json", **_blob(layout, manifest)}
-        entries.append({**manifest_desc, "platform": {"architecture": arch, "os": "linux"}})
-        facts[arch] = {"config": config_desc["digest"], "layer": layer_desc["digest"],
-                       "manifest": manifest_desc["digest"]}
-    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                        "manifests": entries}, indent=1).encode()
-    index_desc = {"mediaType": "application/vnd.oci.image.index.v1+json", **_blob(layout, index)}
-    (layout / "index.json").write_text(json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{**index_desc, "annotations": {"org.opencontainers.image.ref.name": REF}}]}))
-    return {"index": index_desc["digest"], "index_bytes": index, "arch": facts}
 
 
 @pytest.fixture(scope="module")

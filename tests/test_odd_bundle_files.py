@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.bundlegen import make_multiplatform_bundle
 from tests.kit.helpers import run_cli
 from tests.kit.trustkit import regenerate_sums
 
@@ -138,10 +137,10 @@ def test_a_lone_surrogate_in_a_parts_index_is_a_typed_error(pristine: Path, tmp_
     assert error["id"] in ("invalid-parts-index", "invalid-manifest") and "surrogate" in error["message"], error
 
 
-def test_a_lone_surrogate_in_a_carried_index_is_a_typed_error(tmp_path: Path) -> None:
-    from tests.test_index_hostile import rewrite_index
+def test_a_lone_surrogate_in_a_carried_index_is_a_typed_error(multi_bundle: Path) -> None:
+    from tests.kit.fuzzkit import rewrite_index
 
-    b = make_multiplatform_bundle(tmp_path / "b.bundle")
+    b = multi_bundle
 
     def odd(doc: dict) -> dict:
         doc["manifests"][1]["platform"]["os"] = "linux\udc80"
@@ -161,9 +160,9 @@ def test_a_lone_surrogate_in_a_carried_index_is_a_typed_error(tmp_path: Path) ->
     ('"platform": {', '"platform": null, "x": {'),
     ('"platform": {', '"platform": "linux/amd64", "x": {'),
 ])
-def test_a_null_or_wrong_typed_field_of_a_multiplatform_bundle_is_a_typed_error(tmp_path: Path,
+def test_a_null_or_wrong_typed_field_of_a_multiplatform_bundle_is_a_typed_error(multi_bundle: Path, tmp_path: Path,
                                                                                  change: tuple[str, str]) -> None:
-    b = make_multiplatform_bundle(tmp_path / "b.bundle")
+    b = multi_bundle
     _rewrite(b, *change)
     out = tmp_path / "out"
     proc = run_cli("importer", str(b), "--engine", "oci", "--oci-dir", str(out), "--json")

@@ -21,9 +21,9 @@ import pytest
 from bundle.archive import pack_bundle
 from importer.input.opened import open_bundle
 from importer.input.safetar import SafeTarReader
-from tests.kit.helpers import docker, image_facts
+from tests.kit.helpers import docker, image_facts, run_pyz
 from tests.kit.transferkit import random_bundle
-from tests.kit.trustkit import error_id, keypair, run_importer, sign
+from tests.kit.trustkit import error_id, keypair, sign
 
 REFS = ("carry/base:1", "carry/app:2")
 
@@ -123,7 +123,7 @@ def test_the_opened_bundle_is_what_verification_reads(signed_and_evil: tuple, tm
 def test_trust_refuses_a_tar_whose_signed_bundle_json_is_hidden(signed_and_evil: tuple, tmp_path: Path) -> None:
     signed, evil, pub = signed_and_evil
     tar = _swapped_tar(signed, evil, tmp_path / "swapped.tar")
-    proc = run_importer(tar, "--verify-only", "--trust", str(pub), pyz=signed / "bundle-import.pyz")
+    proc = run_pyz(tar, "--verify-only", "--trust", str(pub), pyz=signed / "bundle-import.pyz")
     assert proc.returncode == 7, proc.stderr
     assert error_id(proc.stderr) == "signature-missing", proc.stderr
     assert "Traceback" not in proc.stderr
@@ -135,7 +135,7 @@ def test_trust_on_a_swapped_tar_loads_nothing(signed_and_evil: tuple, tmp_path: 
     tar = _swapped_tar(signed, evil, tmp_path / "swapped.tar")
     for ref in REFS:
         docker(docker_host, "image", "rm", ref, check=False)
-    proc = run_importer(tar, "--verify", "--engine", "docker", "--trust", str(pub), "--no-receipt",
+    proc = run_pyz(tar, "--verify", "--engine", "docker", "--trust", str(pub), "--no-receipt",
                         pyz=signed / "bundle-import.pyz", docker_host=docker_host)
     try:
         assert proc.returncode == 7 and error_id(proc.stderr) == "signature-missing", proc.stderr
@@ -156,7 +156,7 @@ def test_trust_on_a_tar_or_parts_loads_exactly_the_signed_images(signed_and_evil
     doc = json.loads((signed / "bundle.json").read_bytes())
     for ref in REFS:
         docker(docker_host, "image", "rm", ref, check=False)
-    proc = run_importer(target, "--verify", "--engine", "docker", "--trust", str(pub), "--json", "--no-receipt",
+    proc = run_pyz(target, "--verify", "--engine", "docker", "--trust", str(pub), "--json", "--no-receipt",
                         pyz=signed / "bundle-import.pyz", docker_host=docker_host)
     try:
         assert proc.returncode == 0, proc.stderr

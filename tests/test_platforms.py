@@ -4,9 +4,7 @@ with skopeo as an independent reader and imported into the private amd64 dockerd
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import subprocess
 import tarfile
@@ -18,13 +16,11 @@ from importer.errors import UsageError
 from importer.format.platform import Platform, host, parse_platform, parse_platforms, pick_platform_manifest
 from tests.kit import engines
 from tests.kit.helpers import docker, image_facts, run_cli
-
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
-REF = "multi/app:1"
-
+from tests.kit.layoutgen import (
+    OCI_MANIFEST,
+    REF,
+    two_platform_layout,
+)
 
 # --- parsing and matching (no engine)
 
@@ -66,50 +62,6 @@ def test_the_index_entry_for_a_platform_is_picked() -> None:
 
 
 # --- a two-platform OCI layout
-
-def _blob(layout: Path, raw: bytes) -> dict:
-    digest = hashlib.sha256(raw).hexdigest()
-    (layout / "blobs" / "sha256" / digest).write_bytes(raw)
-    return {"digest": f"sha256:{digest}", "size": len(raw)}
-
-
-def _layer(text: str) -> tuple[bytes, str]:
-    """A gzip tar holding /platform.txt; (its bytes, its diff_id)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        data = text.encode()
-        info = tarfile.TarInfo("platform.txt")
-        info.size, info.mode, info.mtime = len(data), 0o644, 0
-        tar.addfile(info, io.BytesIO(data))
-    plain = buf.getvalue()
-    return gzip.compress(plain, mtime=0), "sha256:" + hashlib.sha256(plain).hexdigest()
-
-
-def two_platform_layout(layout: Path) -> dict:
-    """An OCI layout whose index.json names one image index (``multi/app:1``) for linux/amd64 and
-    linux/arm64/v8. Returns the digests of each part."""
-    (layout / "blobs" / "sha256").mkdir(parents=True)
-    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    out: dict = {"platforms": {}}
-    entries = []
-    for arch, variant in (("amd64", ""), ("arm64", "v8")):
-        gz, diff_id = _layer(f"built for {arch}\n")
-        layer = {"mediaType": OCI_LAYER, **_blob(layout, gz)}
-        plat = {"os": "linux", "architecture": arch, **({"variant": variant} if variant else {})}
-        config = {**plat, "config": {"Cmd": ["/bin/true"]}, "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-                  "history": [{"created_by": f"test {arch}"}]}
-        cfg = {"mediaType": OCI_CONFIG, **_blob(layout, json.dumps(config, sort_keys=True).encode())}
-        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": cfg, "layers": [layer]}
-        man = {"mediaType": OCI_MANIFEST, **_blob(layout, json.dumps(manifest, indent=2).encode())}
-        entries.append({**man, "platform": plat})
-        out["platforms"][arch] = {"manifest": man["digest"], "config": cfg["digest"], "layer": layer["digest"]}
-    index_raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}, indent=3).encode()
-    index = {"mediaType": OCI_INDEX, **_blob(layout, index_raw)}
-    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
-        {**index, "annotations": {"org.opencontainers.image.ref.name": REF}}]}))
-    out["index"], out["index_raw"] = index["digest"], index_raw
-    return out
-
 
 def _blobs_of(bundle: Path) -> set[str]:
     return {"sha256:" + p.name for p in (bundle / "blobs" / "sha256").iterdir()}

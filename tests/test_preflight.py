@@ -16,6 +16,7 @@ import pytest
 from importer.format.manifest import load_bundle_manifest
 from importer.pipeline.preflight import DATA_ROOT_MARGIN, TEMP_NEED, data_root_need, layer_bytes, vfs_bytes
 from tests.kit import engines
+from tests.kit.helpers import run_pyz
 from tests.kit.trustkit import (
     SEC_REFS,
     build_sec_images,
@@ -23,7 +24,6 @@ from tests.kit.trustkit import (
     error_id,
     export_bundle,
     remove_images,
-    run_importer,
     staging_tags,
     tagged_images_verify,
 )
@@ -109,7 +109,7 @@ def test_full_temp_dir_fails_preflight_and_changes_nothing(docker_host: str, sec
     filler = _fill(small_tmp, 1 << 20)
     before = engine_listing(docker_host)
     receipt = tmp_path / "r.json"
-    proc = run_importer(sec_bundle, "--docker-host", docker_host, "--receipt", str(receipt),
+    proc = run_pyz(sec_bundle, "--docker-host", docker_host, "--receipt", str(receipt),
                         env={"TMPDIR": str(small_tmp)})
     assert proc.returncode == 6 and error_id(proc.stderr) == "insufficient-space", proc.stderr
     assert str(small_tmp) in proc.stderr and "importer temp files" in proc.stderr
@@ -123,7 +123,7 @@ def test_full_temp_dir_fails_preflight_and_changes_nothing(docker_host: str, sec
     space = [c for c in doc["preflight"]["checks"] if c["name"] == "space" and not c["ok"]]
     assert space and space[0]["needBytes"] == need and space[0]["availableBytes"] == available
     filler.unlink()  # with room, the same import goes through
-    proc = run_importer(sec_bundle, "--docker-host", docker_host, "--no-receipt", env={"TMPDIR": str(small_tmp)})
+    proc = run_pyz(sec_bundle, "--docker-host", docker_host, "--no-receipt", env={"TMPDIR": str(small_tmp)})
     assert proc.returncode == 0, proc.stderr
     assert sorted(tagged_images_verify(docker_host, sec_bundle)) == sorted(SEC_REFS)
 
@@ -161,7 +161,7 @@ def test_nearly_full_engine_data_root_fails_preflight(tmpfs_engine: tuple[str, P
     filler = _fill(mnt, need - (1 << 20))
     before = engine_listing(url)
     receipt = tmp_path / "r.json"
-    proc = run_importer(sec_bundle, "--docker-host", url, "--receipt", str(receipt))
+    proc = run_pyz(sec_bundle, "--docker-host", url, "--receipt", str(receipt))
     assert proc.returncode == 6 and error_id(proc.stderr) == "insufficient-space", proc.stderr
     assert f"{mnt} (engine data root" in proc.stderr and f"({need} bytes)" in proc.stderr
     assert "hint: nothing was changed" in proc.stderr
@@ -172,7 +172,7 @@ def test_nearly_full_engine_data_root_fails_preflight(tmpfs_engine: tuple[str, P
     # with the room the rule asks for, the import goes through, and uses no more than that
     filler.unlink()
     used_before = _free(mnt)
-    proc = run_importer(sec_bundle, "--docker-host", url, "--no-receipt")
+    proc = run_pyz(sec_bundle, "--docker-host", url, "--no-receipt")
     assert proc.returncode == 0, proc.stderr
     assert sorted(tagged_images_verify(url, sec_bundle)) == sorted(SEC_REFS)
     assert used_before - _free(mnt) <= need - DATA_ROOT_MARGIN

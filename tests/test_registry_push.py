@@ -12,7 +12,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,8 @@ import pytest
 
 from tests.kit import engines
 from tests.kit.engines import Registry
-from tests.kit.helpers import REPO, docker, image_facts, run_cli
+from tests.kit.fixtures import auth_registry as auth_registry  # the fixture, one per module
+from tests.kit.helpers import REPO, docker, image_facts, run_cli, run_pyz
 from tests.kit.imagegen import simple_context
 from tests.kit.transferkit import (
     FlakyProxy,
@@ -194,14 +194,8 @@ def test_registry_as_the_import_target(registry: Registry, bundle: Path, tmp_pat
     receipt = tmp_path / "r.json"
 
     def import_(*extra: str) -> tuple[int, str]:
-        import subprocess
-        import sys
-
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        proc = subprocess.run([sys.executable, "-I", str(pyz), str(tmp_path / "c.tar.parts.json"),
-                               "--verify", "--engine", "registry", "--registry", f"{registry.addr}/imported",
-                               "--receipt", str(receipt), *extra], capture_output=True, text=True, env=env,
-                              timeout=600, check=False)
+        proc = run_pyz(tmp_path / "c.tar.parts.json", "--verify", "--engine", "registry", "--registry",
+                       f"{registry.addr}/imported", "--receipt", str(receipt), *extra, pyz=pyz, timeout=600)
         return proc.returncode, proc.stderr
 
     rc, err = import_()
@@ -226,38 +220,9 @@ def test_registry_as_the_import_target(registry: Registry, bundle: Path, tmp_pat
     assert json.loads(receipt.read_text())["images"][0]["tagsApplied"] == [f"{registry.addr}/imported/carry/base:1"]
 
 
-def _bcrypt_htpasswd(folder: Path, user: str, password: str) -> Path:
-    """An htpasswd file with one bcrypt line (what distribution's htpasswd auth reads), from libc's crypt()."""
-    try:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import crypt
-        hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
-    except (ImportError, AttributeError, ValueError) as e:
-        engines.unavailable(f"no bcrypt to write an htpasswd file ({e})")
-    if not hashed or not hashed.startswith("$2"):
-        engines.unavailable("this libc's crypt() has no bcrypt")
-    htpasswd = folder / "htpasswd"
-    htpasswd.write_text(f"{user}:{hashed}\n")
-    return htpasswd
-
-
-@pytest.fixture(scope="module")
-def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    """A second registry that wants a login (htpasswd, bcrypt), configured through registry.sh."""
-    engines.require("docker-registry")
-    htpasswd = _bcrypt_htpasswd(tmp_path_factory.mktemp("auth"), "alice", "s3cret-pw")
-    with engines.private_registry(f"i5auth-{os.getpid()}", htpasswd=htpasswd) as reg:
-        yield reg
-
-
 def _push_with(bundle: Path, target: str, *extra: str, stdin: str = "",
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "bundle", "push", str(bundle), target, "--json", *extra],
-                          input=stdin, capture_output=True, text=True, env=full_env, timeout=600, check=False)
+    return run_cli("bundle", "push", str(bundle), target, "--json", *extra, input=stdin, env=env, timeout=600)
 
 
 def test_credentials_from_flags_or_the_docker_config_and_never_printed(auth_registry: Registry, bundle: Path,
@@ -291,7 +256,7 @@ def test_push_over_tls_with_an_htpasswd_login(bundle: Path, tmp_path: Path) -> N
 
     engines.require("docker-registry")
     made = make_self_signed(str(tmp_path / "tls"), ["localhost", "127.0.0.1"])
-    htpasswd = _bcrypt_htpasswd(tmp_path, "alice", "tls-pw")
+    htpasswd = engines.bcrypt_htpasswd(tmp_path, "alice", "tls-pw")
     empty = tmp_path / "no-config"
     empty.mkdir()
     env = {"DOCKER_CONFIG": str(empty)}

@@ -22,7 +22,6 @@ import json
 import os
 import ssl
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -40,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
 from tests.kit import engines
-from tests.kit.helpers import REPO, run_cli
+from tests.kit.helpers import run_cli
 from tests.kit.transferkit import free_port, random_bundle
 
 pytestmark = pytest.mark.engine
@@ -225,10 +224,8 @@ def _docker_config(folder: Path, registry: str, user: str, password: str) -> Pat
 
 
 def _push(bundle: Path, target: str, docker_config: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DOCKER_CONFIG": str(docker_config)}
-    return subprocess.run([sys.executable, "-m", "bundle", "push", str(bundle), target, "--json",
-                           "--allow-realm-credentials"],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    return run_cli("bundle", "push", str(bundle), target, "--json", "--allow-realm-credentials",
+                   env={"DOCKER_CONFIG": str(docker_config)}, timeout=600)
 
 
 def _token(reg: TokenRegistry, user: str, *scopes: str) -> str:

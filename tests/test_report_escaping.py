@@ -29,11 +29,10 @@ def test_printable_escapes_controls_c1_and_lone_surrogates() -> None:
 
 
 @pytest.fixture(scope="module")
-def receipt(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def receipt(pristine: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A real import receipt (engine-free: the OCI layout target)."""
     tmp = tmp_path_factory.mktemp("esc")
-    b = make_bundle(tmp / "b.bundle")
-    proc = run_cli("importer", str(b), "--engine", "oci", "--oci-dir", str(tmp / "out"),
+    proc = run_cli("importer", str(pristine), "--engine", "oci", "--oci-dir", str(tmp / "out"),
                    "--receipt", str(tmp / "r.json"), "-q")
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads((tmp / "r.json").read_text()))

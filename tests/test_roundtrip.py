@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.kit import engines
-from tests.kit.helpers import docker, image_facts, image_ids, run_cli, run_pyz
+from tests.kit.helpers import docker, image_facts, image_ids, run_cli, run_pyz, run_zipapp
 from tests.kit.imagegen import LONG_DIR, LONG_FILE, UNICODE_NAME, write_contexts
 
 pytestmark = pytest.mark.engine
@@ -326,10 +324,7 @@ def test_inspect_shows_images_and_shared_layers(tricky_bundle: Path, tricky: dic
 
 
 def test_pyz_runs_isolated_without_site(tricky_bundle: Path) -> None:
-    import sys
-
-    proc = subprocess.run([sys.executable, "-I", "-S", str(tricky_bundle / "bundle-import.pyz"), "--version"],
-                          capture_output=True, text=True, check=False)
+    proc = run_zipapp(tricky_bundle / "bundle-import.pyz", "--version", flags=("-I", "-S"), drop_env=())
     assert proc.returncode == 0 and "bundle-import" in proc.stdout
     digest = hashlib.sha256((tricky_bundle / "bundle-import.pyz").read_bytes()).hexdigest()
     doc = json.loads((tricky_bundle / "bundle.json").read_text())
@@ -342,10 +337,8 @@ def test_deep_and_inventory_on_each_store(store: Store) -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [i["deep"]["ok"] for i in doc["images"]] == [True, True]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "DOCKER_"))}
-    inv = subprocess.run([sys.executable, "-I", str(store.bundle / "bundle-import.pyz"), "--inventory",
-                          "--docker-host", store.host, "--json"], capture_output=True, text=True, env=env,
-                         timeout=300, check=False)
+    inv = run_zipapp(store.bundle / "bundle-import.pyz", "--inventory", "--docker-host", store.host, "--json",
+                     drop_env=("PYTHON", "DOCKER_"), timeout=300)
     assert inv.returncode == 0, inv.stderr
     listed = {(i["id"], tuple(i["diffIds"])) for i in json.loads(inv.stdout)["images"]}
     assert {(store.facts[r][0], tuple(store.facts[r][1])) for r in REFS} <= listed

@@ -13,56 +13,18 @@ import json
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.kit.helpers import REPO, run_cli
-from tests.kit.servekit import serve_command, serving
-from tests.kit.transferkit import random_bundle
-from tests.test_cli_json import validate
+from tests.kit.clijson import validate
+from tests.kit.fuzzkit import flip_byte
+from tests.kit.helpers import run_cli, run_zipapp
+from tests.kit.servekit import blob_bytes, bundle_doc, cut_body, pyz, request, serve_args, serving
+from tests.kit.servekit import made as made  # the fixture: one per module
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The same bundle as a folder, one tar and parts of 3 MB; gzip layers, so that Debian 12's Docker
-    20.10 can pull it (Docker reads zstd layers from 23.0 on)."""
-    root = tmp_path_factory.mktemp("serve")
-    folder = random_bundle(root / "carry.bundle", compression="gzip")
-    run_cli("bundle", "pack", str(folder), str(root / "carry.tar"), check=True)
-    run_cli("bundle", "pack", str(folder), str(root / "parts" / "carry.tar"), "--split", "3M", check=True)
-    return {"folder": folder, "tar": root / "carry.tar", "parts": root / "parts" / "carry.tar.parts.json"}
-
-
-def pyz(made: dict[str, Path]) -> Path:
-    return made["folder"] / "bundle-import.pyz"
-
-
-def bundle_doc(made: dict[str, Path]) -> dict[str, Any]:
-    return json.loads((made["folder"] / "bundle.json").read_text())  # type: ignore[no-any-return]
-
-
-def request(addr: str, method: str, path: str, headers: dict[str, str] | None = None
-            ) -> tuple[int, dict[str, str], bytes]:
-    host, port = addr.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        conn.request(method, path, headers=headers or {})
-        resp = conn.getresponse()
-        body = resp.read()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
-    finally:
-        conn.close()
-
-
-def blob_bytes(folder: Path, digest: str) -> bytes:
-    return (folder / "blobs" / "sha256" / digest[7:]).read_bytes()
 
 
 @pytest.mark.parametrize("kind", ["folder", "tar", "parts"])
@@ -138,27 +100,6 @@ def test_unknown_names_manifests_and_blobs_get_distribution_errors(made: dict[st
         assert s.stop() == 0
 
 
-def _flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
-
-
-def _cut_body(addr: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, int, int]:
-    """(status, Content-Length, bytes received) of a response the server cuts."""
-    host, port = addr.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        conn.request("GET", path, headers=headers or {})
-        resp = conn.getresponse()
-        with pytest.raises(http.client.IncompleteRead) as e:
-            resp.read()
-        return resp.status, int(resp.getheader("Content-Length") or -1), len(e.value.partial)
-    finally:
-        conn.close()
-
 
 @pytest.mark.parametrize("kind", ["folder", "tar"])
 def test_a_blob_damaged_after_verification_is_cut_before_its_end(made: dict[str, Path], kind: str,
@@ -177,13 +118,13 @@ def test_a_blob_damaged_after_verification_is_cut_before_its_end(made: dict[str,
         head = blob_bytes(made["folder"], layer["digest"])[:4096]
         damaged, offset = target, data.index(head) + 2 * 1024 * 1024 + 7  # inside the member, not its header
     with serving(pyz(made), target) as s:  # verified: then the byte changes under the server
-        _flip(damaged, offset)
+        flip_byte(damaged, offset)
         url = f"/v2/carry/app/blobs/{layer['digest']}"
-        status, length, got = _cut_body(s.addr, url)
+        status, length, got = cut_body(s.addr, url)
         assert status == 200 and length == layer["size"] and got < layer["size"]
-        status, length, got = _cut_body(s.addr, url, {"Range": "bytes=0-99"})  # the damage is far from it
+        status, length, got = cut_body(s.addr, url, {"Range": "bytes=0-99"})  # the damage is far from it
         assert (status, length, got) == (206, 100, 0)
-        status, length, got = _cut_body(s.addr, url, {"Range": f"bytes={got}-"})  # a client resuming
+        status, length, got = cut_body(s.addr, url, {"Range": f"bytes={got}-"})  # a client resuming
         assert status == 206 and got < length
         status, _, body = request(s.addr, "GET", f"/v2/carry/app/blobs/{config['digest']}")
         assert status == 200 and hashlib.sha256(body).hexdigest() == config["digest"][7:]  # the rest still served
@@ -198,13 +139,13 @@ def test_nothing_is_served_from_a_bundle_that_fails_verification(made: dict[str,
     target = tmp_path / "b"
     shutil.copytree(made["folder"], target)
     layer = bundle_doc(made)["images"][1]["layers"][1]
-    _flip(target / "blobs" / "sha256" / layer["digest"][7:], 100)
+    flip_byte(target / "blobs" / "sha256" / layer["digest"][7:], 100)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    cmd = serve_command(pyz(made), target)
-    cmd[cmd.index("127.0.0.1:0")] = f"127.0.0.1:{port}"
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    args = serve_args(target)
+    args[args.index("127.0.0.1:0")] = f"127.0.0.1:{port}"
+    proc = run_zipapp(pyz(made), *args, timeout=300)
     assert proc.returncode == 3, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["error"]["id"] == "verification-failed" and doc["problems"]
@@ -218,15 +159,13 @@ def test_a_taken_port_is_a_usage_error(made: dict[str, Path]) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "importer", "serve", str(made["folder"]), "--listen",
-                               f"127.0.0.1:{port}", "--json"], capture_output=True, text=True, timeout=300,
-                              check=False, cwd=REPO)
+        proc = run_cli("importer", "serve", str(made["folder"]), "--listen", f"127.0.0.1:{port}", "--json",
+                       timeout=300)
     assert proc.returncode == 2, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["error"]["id"] == "serve-listen" and f"127.0.0.1:{port}" in doc["error"]["message"]
     validate("serve", doc)
-    proc = subprocess.run([sys.executable, "-m", "importer", "serve", str(made["folder"]), "--listen", "5000"],
-                          capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+    proc = run_cli("importer", "serve", str(made["folder"]), "--listen", "5000", timeout=300)
     assert proc.returncode == 2 and "error[usage]" in proc.stderr and "ADDR:PORT" in proc.stderr
 
 

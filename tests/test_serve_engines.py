@@ -18,18 +18,13 @@ from typing import Any, Callable
 import pytest
 
 from tests.kit import engines
-from tests.kit.helpers import docker, image_facts
-from tests.kit.servekit import Served, serve_command, serving
-from tests.test_serve import _flip, blob_bytes, bundle_doc, pyz
-from tests.test_serve import made as made  # the fixture
+from tests.kit.fuzzkit import flip_byte
+from tests.kit.helpers import docker, image_facts, run_zipapp
+from tests.kit.servekit import Served, blob_bytes, bundle_doc, pyz, serve_args, serving
+from tests.kit.servekit import made as made  # the fixture: one per module
 
 pytestmark = pytest.mark.engine
 NS = "serve-test"
-
-
-def _skopeo(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([engines.require("skopeo"), "--insecure-policy", *args], capture_output=True, text=True,
-                          timeout=600, check=False)
 
 
 def _ctr(address: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -92,9 +87,9 @@ def test_every_client_at_once_from_one_served_bundle(made: dict[str, Path], dock
             "docker-base": lambda: docker(docker_host, "pull", f"{s.addr}/carry/base:1", check=False),
             "podman": lambda: podman_vfs.podman("pull", "--tls-verify=false", ref, check=False),
             "ctr": lambda: _ctr(containerd_address, "images", "pull", "--plain-http", ref),
-            "skopeo-inspect": lambda: _skopeo("inspect", "--tls-verify=false", f"docker://{ref}"),
-            "skopeo-copy": lambda: _skopeo("copy", "--src-tls-verify=false", f"docker://{ref}",
-                                           f"oci:{tmp_path / 'layout'}:app"),
+            "skopeo-inspect": lambda: engines.skopeo("inspect", "--tls-verify=false", f"docker://{ref}", check=False),
+            "skopeo-copy": lambda: engines.skopeo("copy", "--src-tls-verify=false", f"docker://{ref}",
+                                           f"oci:{tmp_path / 'layout'}:app", check=False),
         }
         results = _all_at_once(jobs)
         for name, proc in results.items():
@@ -130,14 +125,14 @@ def test_a_damaged_blob_is_stored_by_no_client(made: dict[str, Path], docker_hos
     _ctr(containerd_address, "content", "rm", top["digest"])
     assert top["digest"] not in _ctr(containerd_address, "content", "ls", "-q").stdout
     with serving(pyz(made), target) as s:
-        _flip(target / "blobs" / "sha256" / top["digest"][7:], top["size"] - 10)  # after the server verified
+        flip_byte(target / "blobs" / "sha256" / top["digest"][7:], top["size"] - 10)  # after the server verified
         ref = f"{s.addr}/carry/app:2"
         results = _all_at_once({
             "docker": lambda: docker(docker_host, "pull", ref, check=False),
             "podman": lambda: podman_vfs.podman("pull", "--tls-verify=false", ref, check=False),
             "ctr": lambda: _ctr(containerd_address, "images", "pull", "--plain-http", ref),
-            "skopeo": lambda: _skopeo("copy", "--src-tls-verify=false", f"docker://{ref}",
-                                      f"oci:{tmp_path / 'layout'}:app"),
+            "skopeo": lambda: engines.skopeo("copy", "--src-tls-verify=false", f"docker://{ref}",
+                                      f"oci:{tmp_path / 'layout'}:app", check=False),
         })
         for name, proc in results.items():
             assert isinstance(proc, subprocess.CompletedProcess) and proc.returncode != 0, (name, proc)
@@ -165,7 +160,7 @@ def test_nodes_that_pulled_from_serve_prove_it_and_one_report_joins_them(
     hold with ``--check-only --name-prefix ADDR`` (receipts), and ``fleet-report`` over those
     receipts passes; when one node loses an image its new receipt fails and so does the report,
     naming that node."""
-    from tests.test_fleet_report import hosts, on_host, report
+    from tests.kit.fleetkit import hosts, on_host, report
 
     doc = bundle_doc(made)
     # Not Docker's containerd image store: it pulls over HTTPS only, insecure-registries or not
@@ -226,9 +221,8 @@ def test_nodes_that_pulled_from_serve_prove_it_and_one_report_joins_them(
 
 def _node_config(made: dict[str, Path], tls: Path, port: int) -> dict[str, Any]:
     """What ``serve --print-node-config --json`` prints for a TLS server on 127.0.0.1:port."""
-    proc = subprocess.run([*serve_command(pyz(made), made["folder"]), "--listen", f"127.0.0.1:{port}",
-                           "--tls-self-signed", str(tls), "--print-node-config"], capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = run_zipapp(pyz(made), *serve_args(made["folder"]), "--listen", f"127.0.0.1:{port}", "--tls-self-signed",
+                      str(tls), "--print-node-config", timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
 

@@ -13,20 +13,27 @@ import json
 import re
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests import test_serve
-from tests.kit.helpers import REPO
-from tests.kit.servekit import closed_by_server, connect, raw_exchange, serving, shutdown_figures
-from tests.test_serve import _cut_body, _flip, blob_bytes, bundle_doc, pyz, request
-
-made = test_serve.made  # the same bundle as a folder, a tar and parts (a fixture of this module too)
+from tests.kit.fuzzkit import flip_byte
+from tests.kit.helpers import run_cli
+from tests.kit.servekit import (
+    blob_bytes,
+    bundle_doc,
+    closed_by_server,
+    connect,
+    cut_body,
+    pyz,
+    raw_exchange,
+    request,
+    serving,
+    shutdown_figures,
+)
+from tests.kit.servekit import made as made  # the fixture: one per module
 
 GET_V2 = b"GET /v2/ HTTP/1.1\r\nHost: t\r\n\r\n"
 
@@ -155,8 +162,8 @@ def test_a_range_storm_hashes_the_blob_once(made: dict[str, Path], tmp_path: Pat
             resp = conn.getresponse()
             assert resp.status == 206 and resp.read() == want[first:first + 1000]
         conn.close()
-        _flip(target / "blobs" / "sha256" / layer["digest"][7:], 3 * 1024 * 1024 - 9)
-        assert _cut_body(s.addr, url, {"Range": "bytes=0-99"}) == (206, 100, 0)  # the change is seen: cut
+        flip_byte(target / "blobs" / "sha256" / layer["digest"][7:], 3 * 1024 * 1024 - 9)
+        assert cut_body(s.addr, url, {"Range": "bytes=0-99"}) == (206, 100, 0)  # the change is seen: cut
         rc = s.stop()
         log = s.stderr()
     assert rc == 3, log
@@ -172,8 +179,8 @@ def test_a_blob_damaged_or_removed_after_start_fails_only_its_clients(made: dict
     with serving(pyz(made), target) as s:
         url = f"/v2/carry/app/blobs/{changed['digest']}"
         assert request(s.addr, "GET", url)[0] == 200
-        _flip(target / "blobs" / "sha256" / changed["digest"][7:], 1000)
-        assert _cut_body(s.addr, url, {"Range": "bytes=0-99"}) == (206, 100, 0)
+        flip_byte(target / "blobs" / "sha256" / changed["digest"][7:], 1000)
+        assert cut_body(s.addr, url, {"Range": "bytes=0-99"}) == (206, 100, 0)
         (target / "blobs" / "sha256" / removed["digest"][7:]).unlink()
         for method in ("HEAD", "GET"):
             status, headers, body = request(s.addr, method, f"/v2/carry/app/blobs/{removed['digest']}")
@@ -236,8 +243,7 @@ def test_the_access_log_and_the_total_count_each_request_of_a_keep_alive_connect
 @pytest.mark.parametrize("option", [["--idle-timeout", "0"], ["--idle-timeout", "nan"],
                                     ["--max-connections", "0"], ["--max-connections", "100000"]])
 def test_limits_out_of_range_are_usage_errors(made: dict[str, Path], option: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "importer", "serve", str(made["folder"]), "--listen",
-                           "127.0.0.1:0", *option], capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+    proc = run_cli("importer", "serve", str(made["folder"]), "--listen", "127.0.0.1:0", *option, timeout=300)
     assert proc.returncode == 2 and "error[usage]" in proc.stderr and option[0] in proc.stderr, proc.stderr
 
 

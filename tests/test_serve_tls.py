@@ -15,7 +15,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,10 @@ import pytest
 
 from importer.registry.htpasswd import pbkdf2_line
 from importer.registry.selfsigned import make_self_signed
-from tests.kit.helpers import REPO
-from tests.kit.servekit import https_request, serving
-from tests.test_cli_json import validate
-from tests.test_serve import blob_bytes, bundle_doc, pyz, request
-from tests.test_serve import made as made  # the fixture
+from tests.kit.clijson import validate
+from tests.kit.helpers import run_cli
+from tests.kit.servekit import blob_bytes, bundle_doc, https_request, pyz, request, serving
+from tests.kit.servekit import made as made  # the fixture: one per module
 
 PASSWORD = "n0de-s3cret"
 
@@ -165,9 +163,8 @@ def test_htpasswd_users_get_in_and_nobody_else(made: dict[str, Path], tmp_path: 
 
 
 def _serve(made: dict[str, Path], *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "importer", "serve", str(made["folder"]), "--listen", "127.0.0.1:0",
-                           "--json", *extra], capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    return run_cli("importer", "serve", str(made["folder"]), "--listen", "127.0.0.1:0", "--json", *extra, env=env,
+                   timeout=300)
 
 
 def _refused(proc: subprocess.CompletedProcess[str], error: str, *words: str) -> dict[str, Any]:
@@ -211,9 +208,7 @@ def test_bad_tls_and_htpasswd_inputs_are_one_line_each(made: dict[str, Path], tm
     _refused(_serve(made, "--htpasswd", str(tmp_path / "none")), "serve-htpasswd", "readable file")
     users.write_text("# nobody\n")
     _refused(_serve(made, "--htpasswd", str(users)), "serve-htpasswd", "at least one")
-    plain = subprocess.run([sys.executable, "-m", "importer", "serve", str(made["folder"]), "--htpasswd",
-                            str(tmp_path / "none")], capture_output=True, text=True, timeout=300, check=False,
-                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    plain = run_cli("importer", "serve", str(made["folder"]), "--htpasswd", str(tmp_path / "none"), timeout=300)
     assert plain.returncode == 2 and plain.stdout == "" and "Traceback" not in plain.stderr
     assert plain.stderr.startswith("error[serve-htpasswd]: reading --htpasswd "), plain.stderr
 
@@ -253,10 +248,8 @@ def test_node_config_for_the_served_bundle_and_for_a_site_registry(made: dict[st
     doc = json.loads(plain.stdout)
     assert doc["scheme"] == "http" and 'insecure = true' in _files(doc)[
         "/etc/containers/registries.conf.d/50-sneakernet-mirror.conf"]["content"]
-    text = subprocess.run([sys.executable, "-m", "importer", "serve", str(made["folder"]), "--print-node-config",
-                           "--listen", "0.0.0.0:5000", "--tls-self-signed", str(tmp_path / "tls"), "--tls-name",
-                           "gpu-gw"], capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    text = run_cli("importer", "serve", str(made["folder"]), "--print-node-config", "--listen", "0.0.0.0:5000",
+                   "--tls-self-signed", str(tmp_path / "tls"), "--tls-name", "gpu-gw", timeout=300)
     assert text.returncode == 0 and "# containerd: /etc/containerd/certs.d/docker.io/hosts.toml" in text.stdout
     assert '[host."https://gpu-gw:5000"]' in text.stdout
     _refused(_serve(made, "--print-node-config"), "usage", "port 0")

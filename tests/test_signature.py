@@ -11,7 +11,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,18 +29,16 @@ from importer.verify.signature import (
     parse_signature,
 )
 from tests.kit.bundlegen import make_bundle
+from tests.kit.helpers import REPO, run_cli, run_pyz
 from tests.kit.trustkit import (
     copy_bundle,
     error_id,
     keypair,
     python38,
     regenerate_sums,
-    run_importer,
     sign,
     sums_accept,
 )
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +48,8 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path
 
 
 @pytest.fixture(scope="module")
-def signed_pristine(tmp_path_factory: pytest.TempPathFactory, keys: dict) -> Path:
-    b = make_bundle(tmp_path_factory.mktemp("s") / "signed.bundle")
+def signed_pristine(pristine: Path, tmp_path_factory: pytest.TempPathFactory, keys: dict) -> Path:
+    b = copy_bundle(pristine, tmp_path_factory.mktemp("s") / "signed.bundle")
     sign(b, keys["publisher"][0])
     return b
 
@@ -63,9 +60,7 @@ def signed(signed_pristine: Path, tmp_path: Path) -> Path:
 
 
 def _bundle_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "bundle", *args], capture_output=True, text=True, input=stdin,
-                          env=env, check=False, timeout=300)
+    return run_cli("bundle", *args, input=stdin, timeout=300)
 
 
 # ============================================================================ keygen
@@ -117,7 +112,7 @@ def test_encrypted_key_needs_its_passphrase(tmp_path: Path) -> None:
     proc = _bundle_cli("sign", str(b), "--sign-key", str(tmp_path / "k.key"), "--passphrase-stdin",
                        stdin="correct horse\n")
     assert proc.returncode == 0, proc.stderr
-    ok = run_importer(b, "--verify-only", "--trust", str(tmp_path / "k.pub"))
+    ok = run_pyz(b, "--verify-only", "--trust", str(tmp_path / "k.pub"))
     assert ok.returncode == 0, ok.stderr
 
 
@@ -160,8 +155,8 @@ BACKENDS = ["cryptography", "openssl", "openssl-on-python3.8"]
 
 def _verify(bundle: Path, backend: str, *args: str) -> subprocess.CompletedProcess[str]:
     if backend == "openssl-on-python3.8":  # a real host without the cryptography module
-        return run_importer(bundle, "--verify-only", *args, python=python38())
-    return run_importer(bundle, "--verify-only", *args, env={"SNEAKERNET_SIGNATURE_BACKEND": backend})
+        return run_pyz(bundle, "--verify-only", *args, python=python38())
+    return run_pyz(bundle, "--verify-only", *args, env={"SNEAKERNET_SIGNATURE_BACKEND": backend})
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -204,7 +199,7 @@ def test_edited_bundle_json_with_regenerated_sums_fails_only_the_signature(signe
                                                                           backend: str) -> None:
     _edit_and_regenerate(signed)
     assert sums_accept(signed)  # checksums alone cannot catch it (zarf#4445)
-    assert run_importer(signed, "--verify-only").returncode == 0  # nor can verification without --trust
+    assert run_pyz(signed, "--verify-only").returncode == 0  # nor can verification without --trust
     proc = _verify(signed, backend, "--trust", str(keys["publisher"][1]))
     assert proc.returncode == 7 and error_id(proc.stderr) == "bad-signature", proc.stderr
     assert "changed after signing" in proc.stderr
@@ -238,25 +233,25 @@ def test_signature_by_an_untrusted_key_is_refused(signed: Path, keys: dict, back
 def test_unsigned_bundle_is_refused_when_a_signature_is_required(tmp_path: Path, keys: dict) -> None:
     b = make_bundle(tmp_path / "b")
     for args in (["--require-signature"], ["--trust", str(keys["publisher"][1])]):
-        proc = run_importer(b, "--verify-only", *args)
+        proc = run_pyz(b, "--verify-only", *args)
         assert proc.returncode == 7 and error_id(proc.stderr) == "signature-missing", proc.stderr
-    proc = run_importer(b, "--verify-only")
+    proc = run_pyz(b, "--verify-only")
     assert proc.returncode == 0 and "signature: none" in proc.stderr
 
 
 def test_stripped_signature_is_refused_under_trust(signed: Path, keys: dict) -> None:
     (signed / "bundle.json.sig").unlink()
     regenerate_sums(signed)
-    proc = run_importer(signed, "--verify-only", "--trust", str(keys["publisher"][1]))
+    proc = run_pyz(signed, "--verify-only", "--trust", str(keys["publisher"][1]))
     assert proc.returncode == 7 and error_id(proc.stderr) == "signature-missing"
 
 
 def test_signed_bundle_without_trust_is_reported_not_checked(signed: Path, keys: dict) -> None:
-    proc = run_importer(signed, "--verify-only", "--json")
+    proc = run_pyz(signed, "--verify-only", "--json")
     assert proc.returncode == 0
     assert "NOT checked" in proc.stderr
     assert json.loads(proc.stdout)["verification"]["signature"]["status"] == "not-checked"
-    proc = run_importer(signed, "--verify-only", "--require-signature")  # signed, but nothing to check it with
+    proc = run_pyz(signed, "--verify-only", "--require-signature")  # signed, but nothing to check it with
     assert proc.returncode == 7 and error_id(proc.stderr) == "untrusted-key"
 
 
@@ -276,7 +271,7 @@ def test_malformed_signature_file_is_refused(signed: Path, keys: dict, tmp_path:
         sig.symlink_to(tmp_path / "real.sig")
     else:
         sig.write_bytes(b" " * (1024 * 1024))
-    proc = run_importer(signed, "--verify-only", "--trust", str(keys["publisher"][1]))
+    proc = run_pyz(signed, "--verify-only", "--trust", str(keys["publisher"][1]))
     expected = "limit-exceeded" if damage == "huge" else "bad-signature"
     assert error_id(proc.stderr) == expected, proc.stderr
     assert proc.returncode == (3 if damage == "huge" else 7)
@@ -284,16 +279,16 @@ def test_malformed_signature_file_is_refused(signed: Path, keys: dict, tmp_path:
 
 def test_bad_trust_argument_is_a_usage_error(signed: Path, tmp_path: Path, keys: dict) -> None:
     (tmp_path / "not-a-key.pub").write_text("hello")
-    proc = run_importer(signed, "--verify-only", "--trust", str(tmp_path / "not-a-key.pub"))
+    proc = run_pyz(signed, "--verify-only", "--trust", str(tmp_path / "not-a-key.pub"))
     assert proc.returncode == 2 and error_id(proc.stderr) == "invalid-key"
-    proc = run_importer(signed, "--verify-only", "--trust", str(keys["publisher"][0]))  # the private key
+    proc = run_pyz(signed, "--verify-only", "--trust", str(keys["publisher"][0]))  # the private key
     assert proc.returncode == 2 and error_id(proc.stderr) == "invalid-key"
 
 
 def test_no_verifier_at_all_is_refused_clearly(signed: Path, keys: dict, tmp_path: Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
-    proc = run_importer(signed, "--verify-only", "--trust", str(keys["publisher"][1]), python=python38(),
+    proc = run_pyz(signed, "--verify-only", "--trust", str(keys["publisher"][1]), python=python38(),
                         env={"PATH": str(empty)})
     assert proc.returncode == 2 and error_id(proc.stderr) == "no-signature-verifier", proc.stderr
     assert "pip install cryptography" in proc.stderr and "apt-get install openssl" in proc.stderr
@@ -310,11 +305,11 @@ def test_key_rotation_with_a_trust_folder(tmp_path: Path, keys: dict) -> None:
     new = make_bundle(tmp_path / "new")
     sign(new, keys["next"][0])
     for b in (old, new):
-        assert run_importer(b, "--verify-only", "--trust", str(trust)).returncode == 0
+        assert run_pyz(b, "--verify-only", "--trust", str(trust)).returncode == 0
     (trust / "publisher.pub").unlink()  # the old key is retired
-    proc = run_importer(old, "--verify-only", "--trust", str(trust))
+    proc = run_pyz(old, "--verify-only", "--trust", str(trust))
     assert proc.returncode == 7 and error_id(proc.stderr) == "untrusted-key"
-    assert run_importer(new, "--verify-only", "--trust", str(trust)).returncode == 0
+    assert run_pyz(new, "--verify-only", "--trust", str(trust)).returncode == 0
 
 
 def test_manual_verification_as_documented(signed: Path, keys: dict, tmp_path: Path) -> None:

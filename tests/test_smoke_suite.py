@@ -86,17 +86,13 @@ def test_gpu_check_takes_smoke_flags_without_a_receipt_path(tmp_path: Path) -> N
     """`sneakernet-gpu-check --gpus 0` (what docs/validation.md shows, no RECEIPT first): --gpus is a
     smoke flag, never the receipt path; the receipt goes to a fresh folder under $TMPDIR."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    from tests.kit.helpers import REPO
+    from tests.kit.helpers import run_cli
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
     work = tmp_path / "cwd"
     work.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "importer.cli.gpucheck", "--gpus", "0", "--gates", "shutdown"],
-                          capture_output=True, text=True, timeout=600, check=False, cwd=work, env=env)
+    proc = run_cli("importer.cli.gpucheck", "--gpus", "0", "--gates", "shutdown", cwd=work,
+                   env={"TMPDIR": str(tmp_path)}, timeout=600)
     assert proc.returncode in (0, 1, 10), proc.stderr
     assert list(work.iterdir()) == []  # no file named --gpus (or anything else) in the current folder
     written = list(tmp_path.glob("sneakernet-gpu-check.*/qualification.json"))

@@ -35,7 +35,7 @@ from importer.smoke.worker.compat import (
     version_from_nvml,
 )
 from importer.smoke.worker.protocol import SELECTABLE, result
-from tests.kit.helpers import REPO, run_cli
+from tests.kit.helpers import REPO, run_cli, run_zipapp
 from tests.kit.smokekit import schema_errors
 
 # ============================== the compat decision table
@@ -471,8 +471,7 @@ def test_suite_files_come_out_of_the_pyz(tmp_path: Path) -> None:
     for m in MODULES:
         src = (REPO / "importer/smoke/worker" / f"{m}.py").read_bytes()
         assert (tmp_path / "out/importer/smoke/worker" / f"{m}.py").read_bytes() == src
-    help_ = subprocess.run([sys.executable, "-I", str(pyz), "smoke", "--help"], capture_output=True, text=True,
-                           check=False)
+    help_ = run_zipapp(pyz, "smoke", "--help", drop_env=())
     assert help_.returncode == 0 and "--no-container" in help_.stdout
 
 

@@ -29,7 +29,7 @@ from importer.format.digest import Digest
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.format.platform import Platform, host
 from tests.kit.helpers import REPO
-from tests.test_multiplatform import REF, write_layout
+from tests.kit.layoutgen import REF, write_layout
 
 #: every source bundle export reads from, built without touching an engine or a network
 SOURCES = {

@@ -22,13 +22,13 @@ import pytest
 from importer.format.manifest import check_structure
 from importer.format.platform import host
 from tests.kit import engines, supplykit
+from tests.kit.clijson import export_json as export
+from tests.kit.clijson import validate
 from tests.kit.engines import Registry
-from tests.kit.helpers import run_cli
+from tests.kit.helpers import run_cli, run_pyz
 from tests.kit.servekit import serving
 from tests.kit.transferkit import FlakyProxy
-from tests.kit.trustkit import error_id, python38, run_importer
-from tests.test_cli_json import validate
-from tests.test_export_registry import export  # the one --json export runner with its schema check
+from tests.kit.trustkit import error_id, python38
 
 pytestmark = pytest.mark.engine
 
@@ -144,11 +144,11 @@ def test_export_carries_the_signature_and_the_sbom_byte_for_byte(registry: dict[
 def test_verification_covers_the_artifacts(registry: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "b"
     assert export(f"docker://{registry['addr']}/sn/app:1", "-o", str(out))[0].returncode == 0
-    assert run_importer(out, "--verify-only").returncode == 0
+    assert run_pyz(out, "--verify-only").returncode == 0
     sbom = next(a for a in bundle_json(out)["images"][0]["artifacts"] if a["kind"] == "referrer")
     blob = out / "blobs/sha256" / next(b for b in sbom["blobs"] if b["mediaType"] == supplykit.SPDX)["digest"][7:]
     blob.write_bytes(SBOM.replace(b"app", b"evil"))
-    proc = run_importer(out, "--verify-only")
+    proc = run_pyz(out, "--verify-only")
     assert proc.returncode != 0 and error_id(proc.stderr) == "verification-failed", proc.stderr
 
 
@@ -231,7 +231,7 @@ def bundles(registry: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
 def test_import_require_signed_into_an_oci_layout(bundles: dict[str, Path], keys: dict[str, Any],
                                                   registry: dict[str, Any], tmp_path: Path) -> None:
     layout, receipt = tmp_path / "layout", tmp_path / "receipt.json"
-    proc = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
+    proc = run_pyz(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
                         str(keys["pub"]), "--receipt", str(receipt), "--json")
     assert proc.returncode == 0, proc.stderr
     validate("import", json.loads(proc.stdout))
@@ -247,7 +247,7 @@ def test_import_require_signed_into_an_oci_layout(bundles: dict[str, Path], keys
     sbom = next(m for m in index["manifests"] if m["digest"] == registry["sbom"]["digest"])
     assert sbom["artifactType"] == supplykit.SPDX and "annotations" not in sbom
     assert (layout / "blobs/sha256" / hashlib_hex(SBOM)).read_bytes() == SBOM
-    again = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
+    again = run_pyz(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
     assert again.returncode == 0, again.stderr
     assert json.loads((layout / "index.json").read_text()) == index  # a second import adds nothing
 
@@ -256,11 +256,11 @@ def test_import_require_signed_into_an_oci_layout(bundles: dict[str, Path], keys
 def test_import_require_signed_refuses_before_any_change(bundles: dict[str, Path], keys: dict[str, Any],
                                                          tmp_path: Path, name: str, error: str) -> None:
     layout = tmp_path / "layout"
-    proc = run_importer(bundles[name], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
+    proc = run_pyz(bundles[name], "--engine", "oci", "--oci-dir", str(layout), "--require-signed",
                         str(keys["pub"]), "--no-receipt")
     assert proc.returncode == 7 and error_id(proc.stderr) == error, proc.stderr
     assert not layout.exists()
-    verify = run_importer(bundles[name], "--verify-only", "--require-signed", str(keys["pub"]))
+    verify = run_pyz(bundles[name], "--verify-only", "--require-signed", str(keys["pub"]))
     assert verify.returncode == 7 and error_id(verify.stderr) == error, verify.stderr
 
 
@@ -272,17 +272,17 @@ def test_import_require_signed_refuses_a_swapped_signature_payload(bundles: dict
     sig = next(a for a in bundle_json(bundle)["images"][0]["artifacts"] if a["kind"] == "signature")
     layer = json.loads((bundle / "blobs/sha256" / sig["manifest"]["digest"][7:]).read_text())["layers"][0]
     (bundle / "blobs/sha256" / layer["digest"][7:]).write_bytes(b'{"critical":{}}')
-    proc = run_importer(bundle, "--verify-only", "--require-signed", str(keys["pub"]))
+    proc = run_pyz(bundle, "--verify-only", "--require-signed", str(keys["pub"]))
     assert proc.returncode != 0 and error_id(proc.stderr) == "digest-mismatch", proc.stderr
 
 
 def test_import_require_signed_with_openssl_on_python38(bundles: dict[str, Path], keys: dict[str, Any]) -> None:
     """The oldest host the importer supports, without the cryptography module: `openssl dgst`."""
     python = python38()
-    ok = run_importer(bundles["app"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
+    ok = run_pyz(bundles["app"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
     assert ok.returncode == 0, ok.stderr
     assert "cosign signature by" in ok.stderr
-    bad = run_importer(bundles["tampered"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
+    bad = run_pyz(bundles["tampered"], "--verify-only", "--require-signed", str(keys["pub"]), python=python)
     assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
 
 
@@ -309,7 +309,7 @@ def test_real_cosign_signature_is_carried_and_verified(cosign_registry: tuple[Re
     proc, doc = export(f"docker://{reg.addr}/sn/real:1", "-o", str(out), "--require-signed", str(pub))
     assert proc.returncode == 0, proc.stderr
     assert doc["imageSignatures"][0]["digest"] == digest
-    verify = run_importer(out, "--verify-only", "--require-signed", str(pub))
+    verify = run_pyz(out, "--verify-only", "--require-signed", str(pub))
     assert verify.returncode == 0, verify.stderr
 
 
@@ -350,7 +350,7 @@ def test_push_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[st
 def test_import_into_a_registry_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[str, Any],
                                                        keys: dict[str, Any], mirror: Registry, tmp_path: Path) -> None:
     receipt = tmp_path / "receipt.json"
-    proc = run_importer(bundles["app"], "--engine", "registry", "--registry", f"{mirror.addr}/imported",
+    proc = run_pyz(bundles["app"], "--engine", "registry", "--registry", f"{mirror.addr}/imported",
                         "--require-signed", str(keys["pub"]), "--receipt", str(receipt))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(receipt.read_text())
@@ -436,7 +436,7 @@ def test_export_from_an_oci_layout_carries_what_is_attached(bundles: dict[str, P
     its subject), verified by --require-signed; a damaged signature blob in the layout fails the
     export (source), --no-referrers leaves them out."""
     layout = tmp_path / "layout"
-    proc = run_importer(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
+    proc = run_pyz(bundles["app"], "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
     assert proc.returncode == 0, proc.stderr
     ref = f"oci:{layout}:{registry['addr']}/sn/app:1"
     out = tmp_path / "again"
@@ -465,10 +465,10 @@ def test_require_signed_reads_a_tar_and_its_parts(bundles: dict[str, Path], keys
         packed = run_cli("bundle", "pack", str(bundles["app"]), str(tmp_path / name), *extra, "-q")
         assert packed.returncode == 0, packed.stderr
         target = tmp_path / (name + (".parts.json" if extra else ""))
-        ok = run_importer(target, "--verify-only", "--require-signed", str(keys["pub"]),
+        ok = run_pyz(target, "--verify-only", "--require-signed", str(keys["pub"]),
                           pyz=tmp_path / "bundle-import.pyz")
         assert ok.returncode == 0 and "cosign signature by" in ok.stderr, ok.stderr
-        bad = run_importer(target, "--verify-only", "--require-signed", str(keys["other_pub"]),
+        bad = run_pyz(target, "--verify-only", "--require-signed", str(keys["other_pub"]),
                            pyz=tmp_path / "bundle-import.pyz")
         assert bad.returncode == 7 and error_id(bad.stderr) == "image-signature-invalid", bad.stderr
 
@@ -506,7 +506,7 @@ def test_a_signed_index_covers_the_platform_carried(registry: dict[str, Any], ke
     assert image["manifest"]["digest"] == built["platforms"][mine]["digest"] and "index" not in image
     arts = {a["kind"]: a for a in image["artifacts"]}
     assert set(arts) == {"signature", "index"} and arts["index"]["manifest"]["digest"] == built["index"]["digest"]
-    ok = run_importer(out, "--verify-only", "--require-signed", str(keys["pub"]))
+    ok = run_pyz(out, "--verify-only", "--require-signed", str(keys["pub"]))
     assert ok.returncode == 0, ok.stderr
     pushed = run_cli("bundle", "push", str(out), f"{mirror.addr}/multi", "--json")
     assert pushed.returncode == 0, pushed.stderr

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from bundle.keys import load_signing_key
 from importer.verify.signature import encode_signature
 from tests.kit.engines import DOCKER_STORES
+from tests.kit.helpers import run_pyz
 from tests.kit.trustkit import (
     SEC_REFS,
     build_sec_images,
@@ -31,7 +32,6 @@ from tests.kit.trustkit import (
     python38,
     regenerate_sums,
     remove_images,
-    run_importer,
     sign,
     staging_tags,
     sums_accept,
@@ -80,7 +80,7 @@ def _import(bundle: Path, docker_host: str, receipt: Path, *args: str,
             pyz: Path | None = None) -> tuple[int, str | None, dict]:
     """Import with ``pyz``: a trusted copy of the importer (the tampered bundle's own may be the
     damaged file itself; docs/security.md says to run a verified importer)."""
-    proc = run_importer(bundle, "--docker-host", docker_host, "--receipt", str(receipt), "--json", *args, pyz=pyz)
+    proc = run_pyz(bundle, "--docker-host", docker_host, "--receipt", str(receipt), "--json", *args, pyz=pyz)
     doc = json.loads(receipt.read_text()) if receipt.exists() else {}
     return proc.returncode, error_id(proc.stderr), doc
 
@@ -187,7 +187,7 @@ def test_schema_99_message_names_the_importer_to_use(signed_bundle: Path, clean_
                                                      tmp_path: Path) -> None:
     b = copy_bundle(signed_bundle, tmp_path / "b")
     schema_major_99_signed_by_the_publisher(b, keys)
-    proc = run_importer(b, "--docker-host", clean_engine, "--no-receipt", "--trust", str(keys["publisher"][1]))
+    proc = run_pyz(b, "--docker-host", clean_engine, "--no-receipt", "--trust", str(keys["publisher"][1]))
     assert proc.returncode == 4
     assert "99.0" in proc.stderr and "bundle-import.pyz" in proc.stderr
 
@@ -218,7 +218,7 @@ def test_signed_import_records_the_fingerprint_and_is_idempotent(signed_bundle: 
 @BOTH_STORES
 def test_pyz_on_python_3_8_imports_with_the_openssl_verifier(signed_bundle: Path, clean_engine: str, keys: dict,
                                                              tmp_path: Path) -> None:
-    proc = run_importer(signed_bundle, "--docker-host", clean_engine, "--no-receipt", "--json",
+    proc = run_pyz(signed_bundle, "--docker-host", clean_engine, "--no-receipt", "--json",
                         "--trust", str(keys["publisher"][1]), python=python38())
     assert proc.returncode == 0, proc.stderr
     assert "checked with openssl" in proc.stderr

@@ -11,16 +11,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from importer.format.text import printable
 from tests.kit import engines
+from tests.kit.helpers import REPO, run_cli
 from tests.kit.trustkit import error_id, regenerate_sums
 
-REPO = Path(__file__).resolve().parents[1]
 # ESC sequences (clear screen, set the window title), BEL, a newline that would forge a line, a C1 CSI
 HOSTILE = "x\x1b[2J\x1b]0;owned\x07\nforged: OK\x9b1m"
 RAW = ("\x1b", "\x07", "\x9b", "\nforged")
@@ -30,11 +29,8 @@ ESCAPED = ("\\x1b[2J", "\\x07", "\\nforged: OK", "\\x9b1m")
 
 
 def _cli(module: str, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TERM", "COLUMNS")}
-    env["PYTHONPATH"] = str(REPO)
-    env["NO_COLOR"] = "1"
-    return subprocess.run([*prefix, sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          env=env, timeout=300, check=False, cwd=REPO)
+    return run_cli(module, *args, prefix=prefix, env={"NO_COLOR": "1"}, drop_env=("FORCE_COLOR", "TERM", "COLUMNS"),
+                   timeout=300, cwd=REPO)
 
 
 def _edit(bundle: Path, edit: dict[str, object]) -> None:

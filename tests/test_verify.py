@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +13,8 @@ from importer.cli.main import main as import_main
 from importer.errors import UnsupportedSchemaVersion
 from importer.verify.bundle import verify_bundle
 from tests.kit.bundlegen import make_bundle
+from tests.kit.fuzzkit import flip_byte
+from tests.kit.helpers import run_pyz
 
 
 def _doc(b: Path) -> dict:
@@ -25,13 +25,6 @@ def _blob(b: Path, kind: str) -> Path:
     image = _doc(b)["images"][1]
     digest = image["layers"][-1]["digest"] if kind == "layer" else image[kind]["digest"]
     return b / "blobs" / "sha256" / digest[7:]
-
-
-def _flip(path: Path, at: int | None = None) -> None:
-    data = bytearray(path.read_bytes())
-    i = len(data) // 2 if at is None else at
-    data[i] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def _flip_text(path: Path, old: str, new: str) -> None:
@@ -58,25 +51,25 @@ def case(fn: Callable[[Path], tuple[str, str]]) -> Callable[[Path], tuple[str, s
 
 @case
 def flipped_layer(b: Path) -> tuple[str, str]:
-    _flip(_blob(b, "layer"))
+    flip_byte(_blob(b, "layer"))
     return "digest-mismatch", rel(b, _blob(b, "layer"))
 
 
 @case
 def flipped_config(b: Path) -> tuple[str, str]:
-    _flip(_blob(b, "config"))
+    flip_byte(_blob(b, "config"))
     return "digest-mismatch", rel(b, _blob(b, "config"))
 
 
 @case
 def flipped_manifest(b: Path) -> tuple[str, str]:
-    _flip(_blob(b, "manifest"))
+    flip_byte(_blob(b, "manifest"))
     return "digest-mismatch", rel(b, _blob(b, "manifest"))
 
 
 @case
 def flipped_index(b: Path) -> tuple[str, str]:
-    _flip(b / "index.json", at=5)
+    flip_byte(b / "index.json", at=5)
     return "digest-mismatch", "index.json"
 
 
@@ -96,7 +89,7 @@ def flipped_sums(b: Path) -> tuple[str, str]:
 
 @case
 def flipped_importer(b: Path) -> tuple[str, str]:
-    _flip(b / "bundle-import.pyz")
+    flip_byte(b / "bundle-import.pyz")
     return "digest-mismatch", "bundle-import.pyz"
 
 
@@ -167,8 +160,7 @@ def test_schema_major_99_is_refused_with_exit_4(bundle: Path, capsys: pytest.Cap
 
 def test_cli_exit_code_and_message_name_the_blob(bundle: Path) -> None:
     expected = flipped_layer(bundle)
-    proc = subprocess.run([sys.executable, "-I", str(bundle / "bundle-import.pyz"), str(bundle), "--verify-only"],
-                          capture_output=True, text=True, check=False)
+    proc = run_pyz(bundle, "--verify-only", drop_env=())
     assert proc.returncode == 3
     assert "error[verification-failed]" in proc.stderr
     assert f"[{expected[0]}] {expected[1]}" in proc.stderr
@@ -184,7 +176,7 @@ def test_verify_only_json(bundle: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_gzip_bundle_tamper_is_found(tmp_path: Path) -> None:
     b = make_bundle(tmp_path / "gz", compression="gzip")
-    _flip(_blob(b, "layer"))
+    flip_byte(_blob(b, "layer"))
     assert ("digest-mismatch", rel(b, _blob(b, "layer"))) in _ids(b)
 
 

@@ -280,3 +280,42 @@ def static_busybox() -> str:
         f"no statically linked busybox at /bin/busybox (Debian package busybox-static; "
         f"install with {INSTALL_STEP})"
     )
+
+
+
+# --- skopeo (an independent reader and copier of images) ----------------------------------
+
+
+def skopeo(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``skopeo --insecure-policy ARGS``; with ``check``, an AssertionError (its stderr) unless it exits 0."""
+    proc = subprocess.run([require("skopeo"), "--insecure-policy", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert not check or proc.returncode == 0, proc.stderr
+    return proc
+
+
+def push_from_docker(docker_host: str, image: str, dest: str, *extra: str) -> None:
+    """Copy ``image`` from the dockerd at ``docker_host`` to ``docker://DEST`` (plain HTTP) with skopeo."""
+    skopeo("copy", "--src-daemon-host", docker_host, "--dest-tls-verify=false", *extra, f"docker-daemon:{image}",
+           f"docker://{dest}")
+
+
+# --- credentials ---------------------------------------------------------------------
+
+
+def bcrypt_htpasswd(folder: Path, user: str, password: str) -> Path:
+    """An htpasswd file with one bcrypt line (what distribution's htpasswd auth reads), from libc's crypt()."""
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import crypt
+        hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))
+    except (ImportError, AttributeError, ValueError) as e:
+        unavailable(f"no bcrypt to write an htpasswd file ({e})")
+    if not hashed or not hashed.startswith("$2"):
+        unavailable("this libc's crypt() has no bcrypt")
+    htpasswd = folder / "htpasswd"
+    htpasswd.write_text(f"{user}:{hashed}\n")
+    return htpasswd

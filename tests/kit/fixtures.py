@@ -1,15 +1,23 @@
 """The kit's shared pytest fixtures (tests/conftest.py exposes them to every test): the pristine
 bundles, made once per session, and a fresh copy of one for a test to damage. A test that needs
-to change a bundle takes ``bundle`` (its own copy), never ``pristine`` itself."""
+to change a bundle takes ``bundle`` or ``multi_bundle`` (its own copy), never ``pristine`` or
+``pristine_multi`` itself."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.kit import engines
 from tests.kit.bundlegen import make_bundle, make_multiplatform_bundle
+from tests.kit.engines import Registry
+from tests.kit.layoutgen import write_layout
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +32,37 @@ def pristine_multi(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_multiplatform_bundle(tmp_path_factory.mktemp("pristine-multi") / "multi.bundle")
 
 
+@pytest.fixture(scope="session")
+def multi_facts(pristine_multi: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What ``pristine_multi``'s source layout held (layoutgen.write_layout's answer): the index's
+    digest and bytes, and each platform's manifest, config and layer digests."""
+    facts = write_layout(tmp_path_factory.mktemp("multi-facts") / "layout")
+    carried = json.loads((pristine_multi / "bundle.json").read_text())["images"][0]["index"]["digest"]
+    assert facts["index"] == carried, "layoutgen.write_layout no longer writes the same bytes each time"
+    return facts
+
+
 @pytest.fixture()
 def bundle(pristine: Path, tmp_path: Path) -> Path:
     """This test's own copy of ``pristine``, to damage as it likes."""
     return Path(shutil.copytree(pristine, tmp_path / "b.bundle"))
+
+
+@pytest.fixture()
+def multi_bundle(pristine_multi: Path, tmp_path: Path) -> Path:
+    """This test's own copy of ``pristine_multi``, to damage as it likes."""
+    return Path(shutil.copytree(pristine_multi, tmp_path / "multi.bundle"))
+
+
+#: the one user of ``auth_registry``: (name, password)
+AUTH_USER = ("alice", "s3cret-pw")
+
+
+@pytest.fixture(scope="module")
+def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """A private registry that wants a login (htpasswd, bcrypt: ``AUTH_USER``), configured through
+    registry.sh; one per test module that imports it."""
+    engines.require("docker-registry")
+    htpasswd = engines.bcrypt_htpasswd(tmp_path_factory.mktemp("auth"), *AUTH_USER)
+    with engines.private_registry(f"i5auth-{os.getpid()}", htpasswd=htpasswd) as reg:
+        yield reg

@@ -23,7 +23,7 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jsonschema
 import zstandard
@@ -237,6 +237,26 @@ def replace_blob(bundle: Path, old: str, data: bytes) -> None:
     _retarget(doc, old, new, len(data))
     (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
     regenerate_sums(bundle)
+
+
+def flip_byte(path: Path, at: int | None = None) -> None:
+    """Flip the lowest bit of one byte of ``path`` in place (the middle one unless ``at``): damage
+    no digest can miss, nothing re-pinned, and JSON stays text (only the digest check can see it)."""
+    with open(path, "r+b") as f:
+        offset = os.fstat(f.fileno()).st_size // 2 if at is None else at
+        f.seek(offset)
+        byte = f.read(1)
+        assert byte, f"{path} has no byte {offset}"
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def rewrite_index(bundle: Path, change: Callable[[Any], Any]) -> None:
+    """The first image's carried image index (a multi-platform bundle's), changed by ``change``
+    (its parsed JSON in, the new JSON out) and re-pinned everywhere."""
+    old = str(json.loads((bundle / "bundle.json").read_text())["images"][0]["index"]["digest"])
+    doc = json.loads((bundle / "blobs/sha256" / old[7:]).read_bytes())
+    replace_blob(bundle, old, json.dumps(change(doc)).encode())
 
 
 def repin_file(bundle: Path, rel: str) -> None:

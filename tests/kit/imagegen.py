@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
 
 LONG_DIR = "/data/" + "/".join(["d" * 60] * 3)  # > 100 bytes
 LONG_FILE = "f" * 200  # full path > 255 bytes
@@ -33,15 +34,19 @@ RUN chmod 600 /data/hl-src
 ENV SNEAKERNET_TEST=1
 """
 
-CHILD_DOCKERFILE = """\
-FROM tricky:base
-RUN echo child > /child
+CHILD_FILE = "child"  # the child's one layer adds /child holding "child\n"
+CHILD_DOCKERFILE = f"""\
+FROM {{base}}
+RUN echo child > /{CHILD_FILE}
 """
 
 BIG_SIZE = int(os.environ.get("SNEAKERNET_TEST_BIG_MB", "200")) * 1024 * 1024
 
 
-def write_contexts(root: Path, busybox: str) -> tuple[Path, Path]:
+def write_contexts(root: Path, busybox: str, *, big_size: int = BIG_SIZE,
+                   base_tag: str = "tricky:base") -> tuple[Path, Path]:
+    """The contexts of ``tricky:base`` (with ``big_size`` random bytes in /big.bin) and of its
+    child, which is built FROM ``base_tag`` (the tag the caller gives the base)."""
     base = root / "base"
     child = root / "child"
     base.mkdir(parents=True)
@@ -49,23 +54,55 @@ def write_contexts(root: Path, busybox: str) -> tuple[Path, Path]:
     shutil.copy(busybox, base / "busybox")
     os.chmod(base / "busybox", 0o755)
     with open(base / "big.bin", "wb") as f:
-        left = BIG_SIZE
+        left = big_size
         while left:
             n = min(left, 8 * 1024 * 1024)
             f.write(os.urandom(n))
             left -= n
     (base / "Dockerfile").write_text(BASE_DOCKERFILE)
-    (child / "Dockerfile").write_text(CHILD_DOCKERFILE)
+    (child / "Dockerfile").write_text(CHILD_DOCKERFILE.format(base=base_tag))
     return base, child
+
+
+def layered_context(root: Path, *, busybox: str | None = None, files: Mapping[str, bytes | str] | None = None,
+                    base: str = "scratch", steps: Sequence[str] = ()) -> Path:
+    """A build context at ``root``: ``FROM base``, then busybox at /bin/busybox when given, then one
+    ``COPY`` layer per entry of ``files`` (path in the image -> its content), then ``steps`` (more
+    Dockerfile lines, e.g. ``RUN ["/bin/busybox", "--install", "-s", "/bin"]``). Build it with
+    ``engines.build_image``; a test never writes a Dockerfile itself."""
+    root.mkdir(parents=True)
+    lines = [f"FROM {base}"]
+    if busybox is not None:
+        shutil.copy(busybox, root / "busybox")
+        os.chmod(root / "busybox", 0o755)
+        lines.append("COPY busybox /bin/busybox")
+    for n, (dest, content) in enumerate((files or {}).items()):
+        name = f"f{n}-{PurePosixPath(dest).name}"
+        data = content.encode() if isinstance(content, str) else content
+        (root / name).write_bytes(data)
+        lines.append(f"COPY {name} {dest}")
+    lines += steps
+    (root / "Dockerfile").write_text("\n".join(lines) + "\n")
+    return root
 
 
 def simple_context(root: Path, busybox: str, text: str) -> Path:
     """A one-layer image holding busybox and /msg with ``text``."""
-    root.mkdir(parents=True)
-    shutil.copy(busybox, root / "busybox")
-    (root / "msg").write_text(text)
-    (root / "Dockerfile").write_text("FROM scratch\nCOPY busybox /bin/busybox\nCOPY msg /msg\n")
-    return root
+    return layered_context(root, busybox=busybox, files={"/msg": text})
+
+
+def base_and_update(docker_host: str, busybox: str, root: Path, repo: str, *, weights: int = 3 << 20,
+                    code: str = "print('week 2')\n" * 100) -> tuple[str, str]:
+    """Build ``REPO:1`` (busybox + ``weights`` random bytes in /w/weights.bin) and ``REPO:2``
+    (``REPO:1`` + /app/code.py holding ``code``, one small layer on top) in ``docker_host``: the
+    base and weekly update of the delta tests. Their references."""
+    from tests.kit import engines
+
+    one, two = f"{repo}:1", f"{repo}:2"
+    engines.build_image(docker_host, layered_context(root / "a", busybox=busybox,
+                                                     files={"/w/weights.bin": os.urandom(weights)}), one)
+    engines.build_image(docker_host, layered_context(root / "b", base=one, files={"/app/code.py": code}), two)
+    return one, two
 
 
 # ============================== CUDA base images (docs/gpu-fit.md): their env and files, no CUDA

@@ -7,18 +7,21 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import re
 import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from tests.kit.helpers import run_cli, start_pyz
+from tests.kit.transferkit import random_bundle
 
 
 @dataclass
@@ -41,19 +44,18 @@ class Served:
         return self.proc.wait(timeout)
 
 
-def serve_command(pyz: Path, target: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-I", str(pyz), "serve", str(target), "--listen", "127.0.0.1:0", "--json", *extra]
+def serve_args(target: Path, *extra: str) -> list[str]:
+    """The importer's arguments to serve ``target`` on a free loopback port, its start line in JSON."""
+    return ["serve", str(target), "--listen", "127.0.0.1:0", "--json", *extra]
 
 
 @contextlib.contextmanager
 def serving(pyz: Path, target: Path, *extra: str) -> Iterator[Served]:
     """Serve ``target`` (folder, tar or parts index) until the block ends."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     with tempfile.NamedTemporaryFile(prefix="serve-", suffix=".log", delete=False) as log:
         path = Path(log.name)
     with open(path, "w", encoding="utf-8") as err:
-        proc = subprocess.Popen(serve_command(pyz, target, *extra), stdout=subprocess.PIPE, stderr=err, text=True,
-                                env=env)
+        proc = start_pyz(pyz, *serve_args(target, *extra), stderr=err)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the server prints it once verified and listening
@@ -122,5 +124,62 @@ def https_request(addr: str, method: str, path: str, *, ca: Path | None, headers
         conn.request(method, path, headers=headers or {})
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+# ============================== the served bundle and plain HTTP requests to it
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same bundle as a folder, one tar and parts of 3 MB; gzip layers, so that Debian 12's Docker
+    20.10 can pull it (Docker reads zstd layers from 23.0 on). A serve test file imports it
+    (``from tests.kit.servekit import made``): one per module, read only."""
+    root = tmp_path_factory.mktemp("serve")
+    folder = random_bundle(root / "carry.bundle", compression="gzip")
+    run_cli("bundle", "pack", str(folder), str(root / "carry.tar"), check=True)
+    run_cli("bundle", "pack", str(folder), str(root / "parts" / "carry.tar"), "--split", "3M", check=True)
+    return {"folder": folder, "tar": root / "carry.tar", "parts": root / "parts" / "carry.tar.parts.json"}
+
+
+def pyz(made: dict[str, Path]) -> Path:
+    """The importer of ``made``'s folder."""
+    return made["folder"] / "bundle-import.pyz"
+
+
+def bundle_doc(made: dict[str, Path]) -> dict[str, Any]:
+    return json.loads((made["folder"] / "bundle.json").read_text())  # type: ignore[no-any-return]
+
+
+def request(addr: str, method: str, path: str, headers: dict[str, str] | None = None
+            ) -> tuple[int, dict[str, str], bytes]:
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request(method, path, headers=headers or {})
+        resp = conn.getresponse()
+        body = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, body
+    finally:
+        conn.close()
+
+
+def blob_bytes(folder: Path, digest: str) -> bytes:
+    return (folder / "blobs" / "sha256" / digest[7:]).read_bytes()
+
+
+def cut_body(addr: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, int, int]:
+    """(status, Content-Length, bytes received) of a response the server cuts before its end."""
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        try:
+            resp.read()
+        except http.client.IncompleteRead as e:
+            return resp.status, int(resp.getheader("Content-Length") or -1), len(e.partial)
+        raise AssertionError(f"the server sent all of {path}: it was to cut the body short")
     finally:
         conn.close()

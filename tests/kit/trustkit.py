@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 from bundle.keys import generate_keypair, load_signing_key, sign_bundle
-from tests.kit.helpers import run_pyz
 
 REPO = Path(__file__).resolve().parents[2]
 _ERROR_RE = re.compile(r"^error\[([a-z0-9-]+)\]", re.MULTILINE)
@@ -39,13 +38,6 @@ def regenerate_sums(bundle: Path) -> None:
 def sums_accept(bundle: Path) -> bool:
     return subprocess.run(["sha256sum", "-c", "--strict", "--quiet", "SHA256SUMS"], cwd=bundle,
                           capture_output=True, check=False).returncode == 0
-
-
-def run_importer(bundle: Path, *args: str, python: str | None = None, env: dict[str, str] | None = None,
-                 docker_host: str | None = None, timeout: float = 600,
-                 pyz: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The bundle's own pyz (or ``pyz``, a trusted copy), run the way a user does (``python3 -I``)."""
-    return run_pyz(bundle, *args, python=python, env=env, docker_host=docker_host, timeout=timeout, pyz=pyz)
 
 
 def error_id(stderr: str) -> str | None:
