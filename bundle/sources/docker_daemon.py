@@ -27,7 +27,7 @@ import os
 import posixpath
 import re
 import tarfile
-from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
@@ -43,6 +43,7 @@ from bundle.sources.oci_layout import OciLayoutSource
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from bundle.sources.readahead import ReadAhead
 from bundle.sources.records import Descriptor, as_object, json_object, list_of, load_json
+from bundle.sources.tarstream import TarStream
 from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError
 from importer.format.digest import CHUNK, Digest, Readable
 from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, read_limited
@@ -277,43 +278,36 @@ def _read_docker_save(
     docs: Dict[str, bytes] = {}  # member name -> small JSON bytes
     links: Dict[str, str] = {}  # member name -> target member name
     try:
-        # reads of CHUNK, not tarfile's default 10 KiB: a third of the CPU the stream cost
-        tar = tarfile.open(fileobj=cast(BinaryIO, stream), mode="r|", bufsize=CHUNK)  # noqa: SIM115
-    except tarfile.TarError as e:
-        raise SourceError(f"reading the `docker save` stream: expected a tar archive, found invalid data ({e})") from e
-    try:
-        with tar:
-            for member in tar:
-                name = _norm(member.name)
-                if member.issym():
-                    links[name] = _norm(posixpath.join(posixpath.dirname(name), member.linkname))
-                    continue
-                if member.islnk():
-                    links[name] = _norm(member.linkname)
-                    continue
-                if not member.isfile():
-                    continue
-                f = tar.extractfile(member)
-                if f is None:
-                    continue
-                top_json = "/" not in name and name.endswith(".json")
-                if name.endswith("/layer.tar"):
-                    layers[name] = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
-                elif name.startswith("blobs/sha256/"):
-                    head = f.read(512)
-                    packed = sniff_compression(head)
-                    if packed is not None:  # Docker's containerd store: the layer as the engine keeps it
-                        layers[name] = copy_stored_layer(store, PrefixedReader(head, f), packed,
-                                                         f"reading the `docker save` stream: {name}", on_bytes=on_bytes)
-                    elif _looks_like_tar(head) or not head.lstrip().startswith(b"{"):
-                        layers[name] = store.write_layer(PrefixedReader(head, f), compression=compression,
-                                                         level=level, on_bytes=on_bytes)
-                    else:
-                        docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)
-                elif top_json:
-                    docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)
-    except tarfile.TarError as e:  # cut short, or a member claiming more bytes than the stream holds
-        raise SourceError(f"reading the `docker save` stream: expected a whole tar archive, found it cut short ({e})",
+        # headers parsed by tarfile, each member's data read straight from the stream's blocks
+        for member, f in TarStream(stream).members():
+            name = _norm(member.name)
+            if member.issym():
+                links[name] = _norm(posixpath.join(posixpath.dirname(name), member.linkname))
+                continue
+            if member.islnk():
+                links[name] = _norm(member.linkname)
+                continue
+            if not member.isfile():
+                continue
+            top_json = "/" not in name and name.endswith(".json")
+            if name.endswith("/layer.tar"):
+                layers[name] = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
+            elif name.startswith("blobs/sha256/"):
+                head = f.read(512)
+                packed = sniff_compression(head)
+                if packed is not None:  # Docker's containerd store: the layer as the engine keeps it
+                    layers[name] = copy_stored_layer(store, PrefixedReader(head, f), packed,
+                                                     f"reading the `docker save` stream: {name}", on_bytes=on_bytes)
+                elif _looks_like_tar(head) or not head.lstrip().startswith(b"{"):
+                    layers[name] = store.write_layer(PrefixedReader(head, f), compression=compression,
+                                                     level=level, on_bytes=on_bytes)
+                else:
+                    docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)
+            elif top_json:
+                docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)
+    except tarfile.TarError as e:  # cut short, a member claiming more bytes than the stream holds, a bad header
+        raise SourceError(f"reading the `docker save` stream: expected a whole tar archive, found it cut short or "
+                          f"damaged ({e})",
                           hint="the engine stopped sending (its log says why); export again") from e
     if "manifest.json" not in docs:
         raise SourceError("reading the `docker save` stream: expected manifest.json, found none",

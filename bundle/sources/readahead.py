@@ -89,6 +89,16 @@ class ReadAhead:
             return out[0]
         return b"".join(out)
 
+    def read1(self, size: Optional[int] = -1) -> bytes:
+        """What the current block still holds (up to ``size``): no copy for a whole block, no join."""
+        if size == 0 or (self._pos >= len(self._buf) and not self._next()):
+            return b""
+        avail = len(self._buf) - self._pos
+        n = avail if size is None or size < 0 else min(size, avail)
+        piece = self._buf if self._pos == 0 and n == avail else self._buf[self._pos:self._pos + n]
+        self._pos += n
+        return piece
+
     def readable(self) -> bool:
         return True
 
