@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, List, Optional, Union
+from typing import List, Optional, Union
 
-from importer.format.digest import CHUNK
+from importer.format.digest import CHUNK, Readable
 
 _Item = Union[bytes, BaseException]
 
@@ -21,7 +21,7 @@ _Item = Union[bytes, BaseException]
 class ReadAhead:
     """A read-only file object over ``src`` (anything with ``read(n)``), read ahead by a thread."""
 
-    def __init__(self, src: Any, *, block: int = CHUNK, depth: int = 8) -> None:
+    def __init__(self, src: Readable, *, block: int = CHUNK, depth: int = 8) -> None:
         if block < 1 or depth < 1:
             raise ValueError("ReadAhead: expected a positive block size and depth")
         self._src = src

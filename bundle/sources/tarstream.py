@@ -14,7 +14,9 @@ data (a member claiming more bytes than the stream holds), or a pax/long-name he
 from __future__ import annotations
 
 import tarfile
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from importer.format.digest import Readable
 
 #: the most bytes a pax or GNU long-name header may hold (they are read into memory)
 MAX_META = 1024 * 1024
@@ -29,9 +31,9 @@ class TarStream:
     encoding = "utf-8"
     errors = "surrogateescape"
 
-    def __init__(self, src: Any) -> None:
+    def __init__(self, src: Readable) -> None:
         self._src = src
-        self._read_some = getattr(src, "read1", None) or src.read
+        self._read_some: Callable[[int], bytes] = getattr(src, "read1", None) or src.read
         self._buf = b""  # what the last source read left over
         self._pos = 0  # bytes consumed from the stream
         # what tarfile.TarInfo.fromtarfile() reads and sets on "the tar file" it is given
