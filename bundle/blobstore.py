@@ -2,7 +2,12 @@
 
 :meth:`BlobStore.write_layer` reads an uncompressed layer once and, in that one pass, computes
 its diff_id and size, compresses it (zstd on all cores, or gzip) and hashes the compressed
-bytes; the blob lands under its digest by temp-file-then-rename."""
+bytes; the blob lands under its digest by temp-file-then-rename.
+
+With ``adaptive`` (``--compression auto``, the default) a layer whose first bytes do not compress
+(random weights, already-compressed archives: zstd level 1 saves under 10% of a sample of up to
+:data:`SAMPLE` bytes) is stored uncompressed (``application/vnd.oci.image.layer.v1.tar``, which
+every bundle reader accepts): no compression work, and one hash, since its digest is its diff_id."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import zstandard
 
@@ -26,6 +31,36 @@ ProgressFn = Callable[[int], None]
 
 MEDIA_TYPES = {"zstd": OCI_LAYER_ZSTD, "gzip": OCI_LAYER_GZIP, "none": OCI_LAYER_TAR}
 DEFAULT_LEVELS = {"zstd": 3, "gzip": 6, "none": 0}
+#: how much of a layer's start ``adaptive`` judges (held in memory while judged)
+SAMPLE = 4 * CHUNK
+#: a layer is stored uncompressed when zstd level 1 leaves more than this share of the sample
+STORE_ABOVE = 0.90
+
+
+def compresses(sample: bytes) -> bool:
+    """Whether zstd level 1 saves at least 10% of ``sample`` (an empty sample: yes, it costs nothing)."""
+    if not sample:
+        return True
+    return len(zstandard.ZstdCompressor(level=1).compress(sample)) <= STORE_ABOVE * len(sample)
+
+
+def _reader(src: Any) -> Callable[[int], bytes]:
+    """``src.read1`` where it has one (hands on what its source read: no join, no copy), else ``read``."""
+    return getattr(src, "read1", None) or src.read  # type: ignore[no-any-return]
+
+
+def _sample(src: Any) -> list[bytes]:
+    """Up to :data:`SAMPLE` bytes read from ``src``, as read (reads of up to CHUNK)."""
+    read = _reader(src)
+    chunks: list[bytes] = []
+    got = 0
+    while got < SAMPLE:
+        chunk = read(min(CHUNK, SAMPLE - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return chunks
 
 
 @dataclass(frozen=True)
@@ -45,6 +80,9 @@ class BlobStore:
         # recompressed to it (its digest, so the image's manifest, changes); None (auto): as stored
         self.recompress_to: str | None = None
         self.recompressed: list[str] = []  # what was recompressed, for the notice
+        #: --compression auto: a layer that does not compress is stored uncompressed (write_layer)
+        self.adaptive = False
+        self.stored: list[str] = []  # diff_ids of the layers stored uncompressed by ``adaptive``
         #: diff_id -> (compat library versions, torch's CUDA) each layer showed in its one pass
         #: (importer/input/cudascan.py; the image's CUDA needs, docs/gpu-fit.md)
         self.layer_cuda: dict[str, tuple[tuple[str, ...], Optional[str]]] = {}
@@ -105,37 +143,53 @@ class BlobStore:
         threads: int = -1,
         on_bytes: Optional[ProgressFn] = None,
     ) -> LayerRecord:
-        """Read the uncompressed layer ``src`` to its end once; store it compressed."""
+        """Read the uncompressed layer ``src`` to its end once; store it compressed (or, with
+        :attr:`adaptive`, uncompressed when its start does not compress)."""
+        head: list[bytes] = []
+        judged_stored = False
+        if self.adaptive and compression != "none":
+            head = _sample(src)
+            if not compresses(b"".join(head)):
+                compression, judged_stored = "none", True
         level = DEFAULT_LEVELS[compression] if level is None else level
         raw_hash = hashlib.sha256()
         scan = CudaScan()
         usize = 0
+        chunks = _chained(head, src)
         with self.temp() as (f, tmp):
-            out = HashingWriter(f)
-            sink: Any
-            if compression == "zstd":
-                cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
-                sink = cctx.stream_writer(out, closefd=False, write_size=CHUNK)  # type: ignore[arg-type]
-            elif compression == "gzip":
-                sink = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0)
-            else:
-                sink = contextlib.nullcontext(out)
-            with sink as w:
-                while True:
-                    chunk = src.read(CHUNK)
-                    if not chunk:
-                        break
+            if compression == "none":  # digest == diff_id: one hash, no compression work
+                for chunk in chunks:
                     raw_hash.update(chunk)
                     scan.feed(chunk)
                     usize += len(chunk)
-                    w.write(chunk)
+                    f.write(chunk)
                     if on_bytes is not None:
                         on_bytes(len(chunk))
-            digest = Digest("sha256", out.hasher.hexdigest())
-            size = out.count
+                digest = Digest("sha256", raw_hash.hexdigest())
+                size = usize
+            else:
+                out = HashingWriter(f)
+                sink: Any
+                if compression == "zstd":
+                    cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
+                    sink = cctx.stream_writer(out, closefd=False, write_size=CHUNK)  # type: ignore[arg-type]
+                else:
+                    sink = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0)
+                with sink as w:
+                    for chunk in chunks:
+                        raw_hash.update(chunk)
+                        scan.feed(chunk)
+                        usize += len(chunk)
+                        w.write(chunk)
+                        if on_bytes is not None:
+                            on_bytes(len(chunk))
+                digest = Digest("sha256", out.hasher.hexdigest())
+                size = out.count
         blob = self.commit(tmp, digest, size)
         diff_id = Digest("sha256", raw_hash.hexdigest())
         self.noted(diff_id, scan)
+        if judged_stored:
+            self.stored.append(str(diff_id))
         return LayerRecord(
             media_type=MEDIA_TYPES[compression],
             digest=blob.digest,
@@ -143,3 +197,15 @@ class BlobStore:
             diff_id=diff_id,
             uncompressed_size=usize,
         )
+
+
+def _chained(head: list[bytes], src: Any) -> Iterator[bytes]:
+    """The sampled chunks, then the rest of ``src`` in CHUNK reads."""
+    yield from head
+    head.clear()  # the sample is not held while the rest streams
+    read = _reader(src)
+    while True:
+        chunk = read(CHUNK)
+        if not chunk:
+            return
+        yield chunk

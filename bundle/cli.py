@@ -56,9 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "--have inventory says the offline host has no fast zstd decoder (zstandard module, "
                    "zstd command, Python 3.14+) or an engine that reads no zstd (Docker before 23.0, containerd "
                    "before 1.5; zstd is read by Docker >= 23, containerd >= 1.5, podman); the importer decodes "
-                   "zstd without them too, but slowly. auto keeps "
+                   "zstd without them too, but slowly; auto stores a layer uncompressed when its first 4 MiB do not "
+                   "compress (random weights, archives: no compression work, a bundle hardly larger). auto keeps "
                    "layers a source stores compressed as they are (and the manifest); zstd or gzip given "
-                   "explicitly recompresses those too (the manifest, so the image ID, then changes)")
+                   "explicitly compresses every layer and recompresses those too (the manifest, so the image ID, "
+                   "then changes)")
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
     e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
     e.add_argument("--address", metavar="SOCKET",

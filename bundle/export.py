@@ -117,6 +117,7 @@ def export_images(
             else:
                 store = BlobStore(staging)
                 store.recompress_to = compression if asked else None
+                store.adaptive = not asked  # auto: a layer that does not compress is stored as it is
                 images = source.export(names, store, selection, compression=compression, level=level,
                                        on_bytes=on_bytes, have=have_layers)
                 gpufit.postcheck(fit, store, images)

@@ -121,10 +121,14 @@ def test_bundle_holds_both_images_and_shares_layers(tricky_bundle: Path, tricky:
     # shared layers are stored once: one blob per unique layer + 2 configs + 2 manifests
     blobs = list((tricky_bundle / "blobs" / "sha256").iterdir())
     assert len(blobs) == len(set(child_layers)) + 4
-    # the 200 MB random layer is stored compressed but not smaller than its content
+    # --compression auto: the 200 MB random layer does not compress, so it is stored as it is (its
+    # digest is its diff_id); the small layers of text and busybox are zstd
     big = max(by_ref["tricky:base"]["layers"], key=lambda x: x["uncompressedSize"])
     assert big["uncompressedSize"] > 200 * 1024 * 1024
-    assert big["mediaType"].endswith("+zstd")
+    assert big["mediaType"] == "application/vnd.oci.image.layer.v1.tar"
+    assert big["digest"] == big["diffId"] and big["size"] == big["uncompressedSize"]
+    assert {x["mediaType"] for x in by_ref["tricky:child"]["layers"]} == {
+        "application/vnd.oci.image.layer.v1.tar", "application/vnd.oci.image.layer.v1.tar+zstd"}
 
 
 def test_sha256sum_accepts_the_bundle(tricky_bundle: Path) -> None:
@@ -159,6 +163,21 @@ def test_skopeo_reads_the_bundle_as_an_oci_layout(tricky_bundle: Path, tricky: d
                              capture_output=True, text=True, check=True).stdout
         manifest = json.loads(out)
         assert manifest["config"]["digest"] == tricky[ref][0]
+
+
+def test_skopeo_copies_the_stored_and_zstd_layers_of_the_bundle(tricky_bundle: Path, tricky: dict,
+                                                                 tmp_path: Path) -> None:
+    """A peer OCI reader takes the layers --compression auto stored uncompressed: skopeo copies the
+    layout as it is (--preserve-digests: checking every blob's digest, recompressing none), so the
+    config, so the image ID, is the same."""
+    engines.require("skopeo")
+    dest = tmp_path / "copy"
+    subprocess.run(["skopeo", "copy", "--preserve-digests", f"oci:{tricky_bundle}:tricky:child", f"oci:{dest}:c"],
+                   capture_output=True, text=True, check=True)
+    manifest = json.loads(subprocess.run(["skopeo", "inspect", "--raw", f"oci:{dest}:c"], capture_output=True,
+                                         text=True, check=True).stdout)
+    assert manifest["config"]["digest"] == tricky["tricky:child"][0]
+    assert "application/vnd.oci.image.layer.v1.tar" in {x["mediaType"] for x in manifest["layers"]}
 
 
 def test_skopeo_copies_a_gzip_bundle_into_docker(docker_host: str, tricky: dict, tmp_path: Path) -> None:

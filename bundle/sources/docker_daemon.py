@@ -27,7 +27,7 @@ import os
 import posixpath
 import re
 import tarfile
-from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
@@ -41,9 +41,11 @@ from bundle.sources.blobcopy import (
 )
 from bundle.sources.oci_layout import OciLayoutSource
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources.readahead import ReadAhead
 from bundle.sources.records import Descriptor, as_object, json_object, list_of, load_json
+from bundle.sources.tarstream import TarStream
 from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError
-from importer.format.digest import Digest
+from importer.format.digest import CHUNK, Digest, Readable
 from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, read_limited
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_TAR
@@ -137,10 +139,11 @@ class DockerDaemonSource(SourceBase):
         opener = api_save(path, refs, what=what) if path else command_stdout(self.docker.argv("save", *refs),
                                                                             what=what)
         try:
-            with opener as stream:
-                images = read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes,
+            # read ahead by a thread: the engine's save goes on while the layers are hashed and written
+            with opener as stream, ReadAhead(stream) as ahead:
+                images = read_docker_save(ahead, store, compression=compression, level=level, on_bytes=on_bytes,
                                           have=have)
-                while stream.read(1024 * 1024):  # drain trailing padding so docker exits 0
+                while ahead.read(CHUNK):  # drain trailing padding so docker exits 0
                     pass
         except CommandFailed as e:
             raise SourceError(
@@ -224,7 +227,7 @@ def _export_content_store(content: _ContentStore, refs: Sequence[str], store: Bl
 
 
 def read_docker_save(
-    stream: BinaryIO,
+    stream: Readable,
     store: BlobStore,
     *,
     compression: str = "zstd",
@@ -264,7 +267,7 @@ def _externalize(image: SourceImage, store: BlobStore, have: HaveLayers) -> Sour
 
 
 def _read_docker_save(
-    stream: BinaryIO,
+    stream: Readable,
     store: BlobStore,
     *,
     compression: str = "zstd",
@@ -275,11 +278,8 @@ def _read_docker_save(
     docs: Dict[str, bytes] = {}  # member name -> small JSON bytes
     links: Dict[str, str] = {}  # member name -> target member name
     try:
-        tar = tarfile.open(fileobj=stream, mode="r|")  # noqa: SIM115
-    except tarfile.TarError as e:
-        raise SourceError(f"reading the `docker save` stream: expected a tar archive, found invalid data ({e})") from e
-    with tar:
-        for member in tar:
+        # headers parsed by tarfile, each member's data read straight from the stream's blocks
+        for member, f in TarStream(stream).members():
             name = _norm(member.name)
             if member.issym():
                 links[name] = _norm(posixpath.join(posixpath.dirname(name), member.linkname))
@@ -288,9 +288,6 @@ def _read_docker_save(
                 links[name] = _norm(member.linkname)
                 continue
             if not member.isfile():
-                continue
-            f = tar.extractfile(member)
-            if f is None:
                 continue
             top_json = "/" not in name and name.endswith(".json")
             if name.endswith("/layer.tar"):
@@ -308,6 +305,10 @@ def _read_docker_save(
                     docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)
             elif top_json:
                 docs[name] = read_limited(f, MAX_DOCKER_SAVE_JSON, name)
+    except tarfile.TarError as e:  # cut short, a member claiming more bytes than the stream holds, a bad header
+        raise SourceError(f"reading the `docker save` stream: expected a whole tar archive, found it cut short or "
+                          f"damaged ({e})",
+                          hint="the engine stopped sending (its log says why); export again") from e
     if "manifest.json" not in docs:
         raise SourceError("reading the `docker save` stream: expected manifest.json, found none",
                           hint="the engine returned an incomplete archive; retry, or check `docker save` by hand")
