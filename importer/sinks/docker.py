@@ -46,13 +46,15 @@ class DockerSink(SinkBase):
 
     @property
     def checks_diff_ids_while_loading(self) -> bool:
-        """Classic store: the docker-archive streamed into ``docker load`` decompresses each layer
-        once and checks its diff_id and size as it passes (importer/sinks/dockerarchive.py); a mismatch
-        aborts ``docker load`` before manifest.json (the last member) arrives, so Docker creates no
-        image. So the pre-load verification checks the compressed digests only and the layers are
-        decompressed once (docs/security.md). Containerd store: the compressed layers pass through
-        untouched, so the verification before the load decompresses every layer to its diff_id."""
-        return self.image_store != "containerd"
+        """Both stores check each layer's diff_id and size while it streams into ``docker load``,
+        from the same read that sends it, and abort the load before the member that names an
+        image (manifest.json, index.json) on a mismatch, so Docker names no image. Classic
+        store: the docker-archive decompresses each layer once into the stream
+        (importer/sinks/dockerarchive.py). Containerd store: the OCI archive carries the compressed
+        blobs as they are and a thread beside the stream decompresses each one from the same read
+        (importer/input/layercheck.py). So the pre-load verification checks the compressed digests
+        only, and each layer is decompressed once by the importer (docs/security.md)."""
+        return True
 
     def __init__(self, host: Optional[str] = None) -> None:
         self.client = DockerClient(host)
@@ -88,7 +90,7 @@ class DockerSink(SinkBase):
                 blobs = {d: None for d in layers}
                 blobs[first] = lambda tar: copy_engine_blobs(tar, argv, external, layers, on_bytes)  # type: ignore
             feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes, index_last=True,
-                                                    external=blobs))  # type: ignore[arg-type]
+                                                    external=blobs, check_layers=True))  # type: ignore[arg-type]
             return
         splice = None
         if external:
