@@ -162,3 +162,21 @@ def _member_names(raw: bytes) -> list[str]:
         except tarfile.ReadError:
             pass  # a cut archive: the members before the cut
     return names
+
+
+def test_the_oci_archive_stops_before_index_json_on_a_layer_blob_changed_after_verification(tmp_path: Path) -> None:
+    """The checker counts the compressed bytes but leaves their digest to the stream that feeds
+    it (each byte hashed once): a layer blob flipped after verification is still refused there."""
+    bundle = make_bundle(tmp_path / "b")
+    images = open_bundle(str(bundle)).manifest().images
+    layer = images[0].layers[0]
+    path = bundle / layer.digest.blob_path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    out = io.BytesIO()
+    with pytest.raises((DigestMismatch, DecompressFailed, DiffIDMismatch)) as err:
+        write_oci_archive(out, str(bundle), [(img, f"docker.io/{img.refs[0]}") for img in images],
+                          index_last=True, check_layers=True)
+    assert str(layer.digest) in err.value.message
+    assert "index.json" not in _member_names(out.getvalue())

@@ -5,9 +5,10 @@ OCI archive into Docker's containerd store) reads each blob once; :class:`LayerC
 same chunks and, in a thread of its own, decompresses them within the recorded uncompressed size
 and hashes the result (zlib, zstandard and hashlib release the GIL, so on two cores this runs
 beside the send instead of in a pass of its own before it). :meth:`LayerCheck.finish` raises the
-first problem (the blob's digest or size, damaged compression, too many bytes, the diff_id or
-its size): the caller then aborts the stream before the member that names an image, so the
-engine names nothing. Memory is bounded: at most ``depth`` chunks wait between the two threads.
+first problem (the blob's size, damaged compression, too many bytes, the diff_id or its size;
+the feeder hashes the compressed chunks as they pass and checks the blob's digest): the caller
+then aborts the stream before the member that names an image, so the engine names nothing.
+Memory is bounded: at most ``depth`` chunks wait between the two threads.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
+from importer.format.digest import Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import compression_of
 from importer.input.layers import LayerReader
@@ -58,9 +60,27 @@ class _Chunks:
         self._buf = memoryview(b"")
 
 
+class _Counted(HashingReader):
+    """Counts the compressed bytes the decompressor reads, without hashing them: the stream that
+    feeds the chunks hashes them as they pass and checks the blob's digest itself
+    (importer/sinks/ociarchive.py ``copy_blob``), so each byte is hashed once."""
+
+    def __init__(self, raw: _Chunks, digest: Digest) -> None:
+        super().__init__(raw)
+        self._expected = digest
+
+    def _passed(self, data: Any) -> None:
+        self.count += len(data)
+
+    def digest(self) -> Digest:
+        return self._expected
+
+
 class LayerCheck:
     """Feed the compressed bytes of ``layer`` (:meth:`feed`), then :meth:`finish` (raises the
-    first problem) or :meth:`close` (stops, raises nothing)."""
+    first problem: the blob's size, damaged compression, a bomb past the recorded size, the
+    diff_id or its size) or :meth:`close` (stops, raises nothing). The blob's own digest is the
+    feeder's to check: it hashes the chunks as they pass (so they are hashed once)."""
 
     def __init__(self, layer: LayerRecord, what: str, *, depth: int = _DEPTH) -> None:
         self.layer = layer
@@ -73,7 +93,7 @@ class LayerCheck:
 
     def _run(self) -> None:
         try:
-            raw = HashingReader(self._chunks)
+            raw = _Counted(self._chunks, self.layer.digest)
             with open_decompressed(raw, compression_of(self.layer.media_type), bound=self.layer.uncompressed_size,
                                    what=self.what) as plain:
                 LayerReader(raw, plain, self.layer, self.what).finish()
