@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from importer.errors import CommandFailed
+from importer.sinks.docker import DockerSink
 from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad, _ChunkedBody, api_errors, api_save, socket_path
 from tests.kit.bundlegen import make_bundle
 from tests.kit.helpers import docker, image_facts, image_ids, run_cli
@@ -166,3 +167,30 @@ def test_a_peer_that_hangs_up_fails_the_writer_and_abort_never_blocks() -> None:
     assert not writer.is_alive() and failed  # the writer was told, not left blocked
     stalled.close()
     silent.close()
+
+
+def test_the_sinks_small_requests_go_over_the_socket_as_the_cli_would_make_them(docker_host: str,
+                                                                                tmp_path: Path) -> None:
+    """Tag, list, look up and remove through the Engine API (no docker process per request): a
+    reference with a registry port and no tag is tagged :latest, as `docker tag` does; a missing
+    image is None, removing one names the daemon's answer."""
+    bundle = make_bundle(tmp_path / "b")
+    assert run_cli("importer", str(bundle), "--docker-host", docker_host, "--no-receipt", "--force").returncode == 0
+    sink = DockerSink(docker_host)
+    assert sink.client.socket is not None
+    sink.probe()
+    held = sink.lookup("fake/app:2")
+    assert held is not None and held.image_id.startswith("sha256:")
+    sink.tag(held.image_id, "127.0.0.1:5000/team/app")
+    try:
+        assert "127.0.0.1:5000/team/app:latest" in sink.list_tags()
+        again = sink.lookup("127.0.0.1:5000/team/app:latest")
+        assert again is not None and again.image_id == held.image_id
+    finally:
+        sink.remove("127.0.0.1:5000/team/app:latest")
+    assert "127.0.0.1:5000/team/app:latest" not in sink.list_tags()
+    assert sink.lookup("no/such-image:1") is None
+    with pytest.raises(CommandFailed) as err:
+        sink.remove("no/such-image:1")
+    assert err.value.returncode == 404 and "no/such-image" in err.value.stderr_tail
+    assert sink.lookup("fake/app:2") is not None  # the tag removed, the image kept

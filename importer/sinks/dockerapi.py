@@ -22,8 +22,8 @@ import os
 import queue
 import socket
 import threading
-from typing import BinaryIO, Iterator, List, Optional, Sequence, cast
-from urllib.parse import urlencode
+from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple, cast
+from urllib.parse import quote, urlencode
 
 from importer.errors import CommandFailed, EngineUnavailable
 from importer.streams.commands import Result
@@ -203,6 +203,37 @@ class ApiLoad:
                                 "\n".join(errors) or raw.decode("utf-8", "replace")[-2000:],
                                 what=self.what, hint=self.hint)
         return Result(0, raw, "")
+
+
+def api_call(path: str, method: str, url: str, *, what: str, hint: Optional[str] = None,
+             limit: int = _MAX_RESPONSE) -> Tuple[int, bytes]:
+    """One small request (inspect, tag, remove, list, info): (HTTP status, body read within ``limit``)."""
+    conn = _connect(path, what, hint)
+    try:
+        conn.request(method, url)
+        resp = conn.getresponse()
+        return resp.status, resp.read(limit)
+    except (OSError, http.client.HTTPException) as e:
+        raise CommandFailed(["docker-engine-api", f"{method} {url}"], 1,
+                            f"the connection to unix://{path} broke: {e}", what=what, hint=hint) from e
+    finally:
+        conn.close()
+
+
+def api_failed(method: str, url: str, status: int, raw: bytes, *, what: str,
+               hint: Optional[str] = None) -> CommandFailed:
+    """The daemon's answer to a request that did not succeed, as the CLI would report it."""
+    body = raw.decode("utf-8", "replace")
+    try:
+        message = str(json.loads(body).get("message", body))
+    except (ValueError, AttributeError):
+        message = body
+    return CommandFailed(["docker-engine-api", f"{method} {url}"], status, message[-2000:], what=what, hint=hint)
+
+
+def image_url(name: str, tail: str = "") -> str:
+    """``/images/NAME[/tail]`` with NAME quoted (a reference keeps its ``/``, ``:`` and ``@``)."""
+    return f"/images/{quote(name, safe='/:@')}{tail}"
 
 
 @contextlib.contextmanager
