@@ -21,6 +21,7 @@ from importer.format.digest import Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_ZSTD
 from importer.input.layercheck import LayerCheck
+from importer.input.layers import ReadAhead, open_layer
 from importer.input.opened import open_bundle
 from importer.sinks.ociarchive import write_oci_archive
 from tests.kit.bundlegen import lying_bundle, make_bundle
@@ -180,3 +181,46 @@ def test_the_oci_archive_stops_before_index_json_on_a_layer_blob_changed_after_v
                           index_last=True, check_layers=True)
     assert str(layer.digest) in err.value.message
     assert "index.json" not in _member_names(out.getvalue())
+
+
+def test_read_ahead_hands_over_every_byte_hashed_and_stops_early_without_blocking(tmp_path: Path) -> None:
+    """The classic store's read-ahead (importer/input/layers.py ReadAhead): the same bytes, the
+    blob's digest and count from its own thread; a consumer that stops early never leaves the
+    thread blocked on its full queue; an error of the read is raised in the consumer."""
+    blob = os.urandom(5 * 1024 * 1024 + 123)
+    path = tmp_path / "blob"
+    path.write_bytes(blob)
+    with path.open("rb") as f:
+        reader = ReadAhead(f)
+        got = bytearray()
+        while True:
+            data = reader.read(300_000 if len(got) < 2_000_000 else -1)
+            if not data:
+                break
+            got += data
+        reader.stop()
+    assert bytes(got) == blob and reader.count == len(blob) and reader.digest() == Digest.of_bytes(blob)
+    with path.open("rb") as f:
+        early = ReadAhead(f, depth=1)
+        assert early.read(10) == blob[:10]
+        early.stop()  # the thread was blocked on its queue: it ends
+        assert not early._thread.is_alive()
+
+    class Broken:
+        def read(self, n: int = -1) -> bytes:
+            raise OSError(5, "Input/output error")
+
+    failing = ReadAhead(Broken())
+    with pytest.raises(OSError, match="Input/output error"):
+        failing.read(10)
+    failing.stop()
+
+
+def test_a_lying_layer_read_ahead_is_still_refused(tmp_path: Path) -> None:
+    bundle, diff_id = lying_bundle(tmp_path / "lying")
+    image = open_bundle(str(bundle)).manifest().images[-1]
+    layer = image.layers[-1]
+    with pytest.raises(DiffIDMismatch) as err, open_layer(str(bundle), layer, "the lying layer",
+                                                          read_ahead=True) as reader:
+        reader.finish()
+    assert diff_id in err.value.message

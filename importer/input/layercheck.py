@@ -33,21 +33,29 @@ class _Chunks:
 
     def __init__(self, depth: int) -> None:
         self.queue: queue.Queue[Optional[bytes]] = queue.Queue(maxsize=depth)
-        self._buf = memoryview(b"")
+        self._item = b""
+        self._pos = 0
         self._ended = False
 
     def read(self, n: Optional[int] = -1) -> bytes:
-        if not self._buf and not self._ended:
+        if self._pos >= len(self._item) and not self._ended:
             item = self.queue.get()
             if item is None:
                 self._ended = True
+                self._item, self._pos = b"", 0
             else:
-                self._buf = memoryview(item)
-        if n is None or n < 0 or n >= len(self._buf):
-            out, self._buf = self._buf, memoryview(b"")
-        else:
-            out, self._buf = self._buf[:n], self._buf[n:]
-        return bytes(out)
+                self._item, self._pos = item, 0
+        return self._take(n)
+
+    def _take(self, n: Optional[int]) -> bytes:
+        """Up to ``n`` bytes of the current chunk: the chunk itself when all of it is asked for."""
+        item, pos = self._item, self._pos
+        if pos == 0 and (n is None or n < 0 or n >= len(item)):
+            self._pos = len(item)
+            return item
+        end = len(item) if n is None or n < 0 else min(len(item), pos + n)
+        self._pos = end
+        return item[pos:end]
 
     def readable(self) -> bool:
         return True
@@ -57,7 +65,7 @@ class _Chunks:
         while not self._ended:
             if self.queue.get() is None:
                 self._ended = True
-        self._buf = memoryview(b"")
+        self._item, self._pos = b"", 0
 
 
 class _Counted(HashingReader):
