@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import socket
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
 
 from importer.errors import CommandFailed
-from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad, api_errors, api_save, socket_path
+from importer.sinks.docker import DockerSink
+from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad, _ChunkedBody, api_errors, api_save, socket_path
 from tests.kit.bundlegen import make_bundle
 from tests.kit.helpers import docker, image_facts, image_ids, run_cli
 
@@ -89,3 +93,104 @@ def test_saving_a_missing_image_names_it(docker_host: str) -> None:
     assert err.value.returncode == 404 and "no/such-image:1" in str(err.value) and err.value.stderr_tail.strip()
     proc = run_cli("bundle", "export", "no/such-image:1", "-o", "/tmp/never-written", docker_host=docker_host)
     assert proc.returncode == 5 and "no/such-image:1" in proc.stderr
+
+
+def _unchunk(raw: bytes) -> bytes:
+    out, pos = bytearray(), 0
+    while True:
+        end = raw.index(b"\r\n", pos)
+        size = int(raw[pos:end], 16)
+        if size == 0:
+            assert raw[end:] == b"\r\n\r\n"
+            return bytes(out)
+        out += raw[end + 2:end + 2 + size]
+        assert raw[end + 2 + size:end + 4 + size] == b"\r\n"
+        pos = end + 4 + size
+
+
+def test_the_body_is_sent_by_its_own_thread_in_order_and_complete() -> None:
+    """The load body's sending thread keeps the writes' order and framing (HTTP/1.1 chunks) and
+    sends the last chunk only at close."""
+    ours, peer = socket.socketpair()
+    received = bytearray()
+
+    def read_all() -> None:
+        while True:
+            data = peer.recv(1 << 20)
+            if not data:
+                return
+            received.extend(data)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    body = _ChunkedBody(ours)
+    pieces = [os.urandom(n) for n in (10, 300_000, 5, 2 << 20, 1, 70_000)]
+    for piece in pieces:
+        body.write(piece)
+    body.close()
+    ours.shutdown(socket.SHUT_WR)
+    reader.join(30)
+    assert _unchunk(bytes(received)) == b"".join(pieces)
+    ours.close()
+    peer.close()
+
+
+def test_a_peer_that_hangs_up_fails_the_writer_and_abort_never_blocks() -> None:
+    """The daemon hangs up mid-body: the next write (or close) raises the send's own error, so
+    the caller reads the daemon's answer; a peer that stops reading with the queue full does
+    not block an abort."""
+    ours, peer = socket.socketpair()
+    peer.close()
+    body = _ChunkedBody(ours)
+    with pytest.raises((BrokenPipeError, ConnectionResetError)):
+        for _ in range(100):
+            body.write(os.urandom(1 << 20))
+        body.close()
+    ours.close()
+    stalled, silent = socket.socketpair()  # never read: the kernel buffer and the queue fill up
+    body = _ChunkedBody(stalled)
+    failed: list[BaseException] = []
+
+    def write_much() -> None:
+        try:
+            for _ in range(40):
+                body.write(b"x" * (1 << 20))
+        except OSError as e:
+            failed.append(e)
+
+    writer = threading.Thread(target=write_much, daemon=True)
+    writer.start()
+    writer.join(2)  # blocked on the full queue by now
+    stalled.shutdown(socket.SHUT_RDWR)  # what ApiLoad.abort does first
+    body.stop()
+    writer.join(10)
+    assert not writer.is_alive() and failed  # the writer was told, not left blocked
+    stalled.close()
+    silent.close()
+
+
+def test_the_sinks_small_requests_go_over_the_socket_as_the_cli_would_make_them(docker_host: str,
+                                                                                tmp_path: Path) -> None:
+    """Tag, list, look up and remove through the Engine API (no docker process per request): a
+    reference with a registry port and no tag is tagged :latest, as `docker tag` does; a missing
+    image is None, removing one names the daemon's answer."""
+    bundle = make_bundle(tmp_path / "b")
+    assert run_cli("importer", str(bundle), "--docker-host", docker_host, "--no-receipt", "--force").returncode == 0
+    sink = DockerSink(docker_host)
+    assert sink.client.socket is not None
+    sink.probe()
+    held = sink.lookup("fake/app:2")
+    assert held is not None and held.image_id.startswith("sha256:")
+    sink.tag(held.image_id, "127.0.0.1:5000/team/app")
+    try:
+        assert "127.0.0.1:5000/team/app:latest" in sink.list_tags()
+        again = sink.lookup("127.0.0.1:5000/team/app:latest")
+        assert again is not None and again.image_id == held.image_id
+    finally:
+        sink.remove("127.0.0.1:5000/team/app:latest")
+    assert "127.0.0.1:5000/team/app:latest" not in sink.list_tags()
+    assert sink.lookup("no/such-image:1") is None
+    with pytest.raises(CommandFailed) as err:
+        sink.remove("no/such-image:1")
+    assert err.value.returncode == 404 and "no/such-image" in err.value.stderr_tail
+    assert sink.lookup("fake/app:2") is not None  # the tag removed, the image kept

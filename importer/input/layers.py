@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
+import threading
 import zlib
-from typing import Any, BinaryIO, Iterator, List, Tuple, Type
+from typing import Any, BinaryIO, Iterator, List, Optional, Tuple, Type
 
 from importer.errors import (
     BundleError,
@@ -21,7 +23,7 @@ from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import compression_of
 from importer.input.opened import BundleRoot, open_bundle_file
 from importer.streams.compression import _zstd_module, open_decompressed
-from importer.streams.readers import HashingReader
+from importer.streams.readers import HashingReader, Readable
 
 
 def decompress_errors() -> Tuple[Type[BaseException], ...]:
@@ -97,18 +99,90 @@ class LayerReader:
             )
 
 
+class ReadAhead(HashingReader):
+    """A :class:`HashingReader` whose reading and hashing run in a thread of its own, up to
+    ``depth`` chunks ahead of the consumer (a bounded queue: flat memory), so the blob's sha256
+    overlaps the decompression and hashing of what the consumer already has (hashlib and file
+    reads release the GIL). :meth:`stop` ends the thread early (the consumer failed)."""
+
+    def __init__(self, raw: Readable, depth: int = 4) -> None:
+        super().__init__(raw)
+        self._queue: queue.Queue[Optional[bytes]] = queue.Queue(maxsize=depth)
+        self._item = b""
+        self._pos = 0
+        self._ended = False
+        self._error: Optional[BaseException] = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._fill, name="layer read-ahead", daemon=True)
+        self._thread.start()
+
+    def _fill(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                data = bytes(self._raw.read(CHUNK))
+                if not data:
+                    break
+                self.hasher.update(data)
+                self.count += len(data)
+                self._queue.put(data)
+        except BaseException as e:  # raised by the consumer's next read
+            self._error = e
+        finally:
+            self._queue.put(None)
+
+    def read(self, n: Optional[int] = -1) -> bytes:
+        if self._pos >= len(self._item) and not self._ended:
+            item = self._queue.get()
+            if item is None:
+                self._ended = True
+                self._item, self._pos = b"", 0
+                if self._error is not None:
+                    raise self._error
+            else:
+                self._item, self._pos = item, 0
+        return self._take(n)
+
+    def _take(self, n: Optional[int]) -> bytes:
+        """Up to ``n`` bytes of the current chunk: the chunk itself when all of it is asked for."""
+        item, pos = self._item, self._pos
+        if pos == 0 and (n is None or n < 0 or n >= len(item)):
+            self._pos = len(item)
+            return item
+        end = len(item) if n is None or n < 0 else min(len(item), pos + n)
+        self._pos = end
+        return item[pos:end]
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def stop(self) -> None:
+        """End the thread (taking what it queued, so it never blocks) and wait for it."""
+        self._stopping.set()
+        while not self._ended:
+            if self._queue.get() is None:
+                self._ended = True
+        self._thread.join()
+
+
 @contextlib.contextmanager
-def open_layer(root: BundleRoot, layer: LayerRecord, what: str) -> Iterator[LayerReader]:
+def open_layer(root: BundleRoot, layer: LayerRecord, what: str, *, read_ahead: bool = False) -> Iterator[LayerReader]:
     """Open a layer blob of the bundle at ``root`` (a folder, or a tar / parts read in place)
-    for a verified, decompressing read."""
+    for a verified, decompressing read. ``read_ahead``: the blob is read and hashed by a thread
+    of its own (:class:`ReadAhead`), beside the decompression."""
     with open_bundle_file(root, layer.digest.blob_path) as f:
         with contextlib.suppress(AttributeError, OSError):
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        raw = HashingReader(f)
-        with open_decompressed(
-            raw, compression_of(layer.media_type), bound=layer.uncompressed_size, what=what
-        ) as plain:
-            yield LayerReader(raw, plain, layer, what)
+        raw = ReadAhead(f) if read_ahead else HashingReader(f)
+        try:
+            with open_decompressed(
+                raw, compression_of(layer.media_type), bound=layer.uncompressed_size, what=what
+            ) as plain:
+                yield LayerReader(raw, plain, layer, what)
+        finally:
+            if isinstance(raw, ReadAhead):
+                raw.stop()
 
 
 def check_layer(root: str, layer: LayerRecord, what: str) -> None:

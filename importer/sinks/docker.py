@@ -17,22 +17,25 @@ from __future__ import annotations
 import json
 import tarfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import urlencode
 
 from importer.format.digest import Digest
 from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.reference import split_reference
 from importer.format.refs import normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
-from importer.sinks.dockerapi import ApiLoad, socket_path
+from importer.sinks.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.sinks.dockerclient import DOCKER_HINT, DockerClient, engine_image_from_inspect
 from importer.sinks.ociarchive import write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
 _HINT = DOCKER_HINT
+_MAX_LIST = 256 * 1024 * 1024  # GET /images/json of a host with very many images
 
 
 class DockerSink(SinkBase):
@@ -46,16 +49,18 @@ class DockerSink(SinkBase):
 
     @property
     def checks_diff_ids_while_loading(self) -> bool:
-        """Classic store: the docker-archive streamed into ``docker load`` decompresses each layer
-        once and checks its diff_id and size as it passes (importer/sinks/dockerarchive.py); a mismatch
-        aborts ``docker load`` before manifest.json (the last member) arrives, so Docker creates no
-        image. So the pre-load verification checks the compressed digests only and the layers are
-        decompressed once (docs/security.md). Containerd store: the compressed layers pass through
-        untouched, so the verification before the load decompresses every layer to its diff_id."""
-        return self.image_store != "containerd"
+        """Both stores check each layer's diff_id and size while it streams into ``docker load``,
+        from the same read that sends it, and abort the load before the member that names an
+        image (manifest.json, index.json) on a mismatch, so Docker names no image. Classic
+        store: the docker-archive decompresses each layer once into the stream
+        (importer/sinks/dockerarchive.py). Containerd store: the OCI archive carries the compressed
+        blobs as they are and a thread beside the stream decompresses each one from the same read
+        (importer/input/layercheck.py). So the pre-load verification checks the compressed digests
+        only, and each layer is decompressed once by the importer (docs/security.md)."""
+        return True
 
     def __init__(self, host: Optional[str] = None) -> None:
-        self.client = DockerClient(host)
+        self.client = DockerClient(host, api=True)
         self.host = self.client.host
 
     @property
@@ -88,7 +93,7 @@ class DockerSink(SinkBase):
                 blobs = {d: None for d in layers}
                 blobs[first] = lambda tar: copy_engine_blobs(tar, argv, external, layers, on_bytes)  # type: ignore
             feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes, index_last=True,
-                                                    external=blobs))  # type: ignore[arg-type]
+                                                    external=blobs, check_layers=True))  # type: ignore[arg-type]
             return
         splice = None
         if external:
@@ -124,13 +129,34 @@ class DockerSink(SinkBase):
         return pick_holders(pairs)
 
     def tag(self, image_id: str, ref: str) -> None:
-        run(self.argv("tag", image_id, ref), what=f"tagging {image_id[:19]} as {ref}", timeout=120)
+        what = f"tagging {image_id[:19]} as {ref}"
+        if self.client.socket is not None:  # the Engine API: no docker process per request
+            name, tag, _ = split_reference(ref)
+            url = image_url(image_id, "/tag?" + urlencode([("repo", name), ("tag", tag or "latest")]))
+            self._api_ok("POST", url, what, (200, 201))
+            return
+        run(self.argv("tag", image_id, ref), what=what, timeout=120)
 
     def remove(self, image_id: str) -> None:
-        run(self.argv("image", "rm", "--no-prune", image_id), what=f"removing {image_id[:19]}", timeout=300)
+        what = f"removing {image_id[:19]}"
+        if self.client.socket is not None:
+            self._api_ok("DELETE", image_url(image_id, "?noprune=1"), what, (200,))
+            return
+        run(self.argv("image", "rm", "--no-prune", image_id), what=what, timeout=300)
+
+    def _api_ok(self, method: str, url: str, what: str, ok: Tuple[int, ...]) -> bytes:
+        assert self.client.socket is not None
+        status, raw = api_call(self.client.socket, method, url, what=what, hint=_HINT, limit=_MAX_LIST)
+        if status not in ok:
+            raise api_failed(method, url, status, raw, what=what, hint=_HINT)
+        return raw
 
     def list_tags(self) -> List[str]:
         """Every ``repository:tag`` the engine holds (for staging tags left by killed runs)."""
+        if self.client.socket is not None:
+            rows = json.loads(self._api_ok("GET", "/images/json", "listing Docker's image tags", (200,)) or b"[]")
+            return sorted({str(t) for row in rows or [] for t in (row.get("RepoTags") or [])
+                           if t and "<none>" not in str(t)})
         res = run(self.argv("image", "ls", "--format", "{{.Repository}}:{{.Tag}}"),
                   what="listing Docker's image tags", timeout=120, hint=_HINT)
         lines = res.stdout.decode("utf-8", "replace").splitlines()

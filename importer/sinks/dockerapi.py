@@ -19,9 +19,11 @@ import contextlib
 import http.client
 import json
 import os
+import queue
 import socket
-from typing import BinaryIO, Iterator, List, Optional, Sequence, cast
-from urllib.parse import urlencode
+import threading
+from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple, cast
+from urllib.parse import quote, urlencode
 
 from importer.errors import CommandFailed, EngineUnavailable
 from importer.streams.commands import Result
@@ -29,6 +31,7 @@ from importer.streams.commands import Result
 TRANSPORT_ENV = "SNEAKERNET_DOCKER_TRANSPORT"
 _BUFFER = 256 * 1024  # small writes (tar headers, padding) are gathered up to this size
 _MAX_RESPONSE = 4 * 1024 * 1024
+_DEPTH = 8  # chunks (up to 1 MiB each) waiting for the sending thread
 
 
 def socket_path(host: Optional[str]) -> Optional[str]:
@@ -64,18 +67,39 @@ def _connect(path: str, what: str, hint: Optional[str]) -> UnixHTTPConnection:
 
 
 class _ChunkedBody:
-    """A write-only file object sending HTTP/1.1 chunks: large writes go out as they are,
-    small ones are gathered first."""
+    """A write-only file object sending HTTP/1.1 chunks: large writes go out as they are, small
+    ones are gathered first. A thread of its own sends them (a bounded queue of ``_DEPTH`` chunks
+    between the two), so reading, hashing and decompressing the next chunk overlaps the send of
+    the last one; an error of the send is raised, as it was, by the next write or by close."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._buf = bytearray()
         self.closed = False
+        self._queue: queue.Queue[Optional[bytes]] = queue.Queue(maxsize=_DEPTH)
+        self._error: Optional[BaseException] = None
+        self._stopped = False
+        self._thread = threading.Thread(target=self._send_loop, name="docker load body", daemon=True)
+        self._thread.start()
+
+    def _send_loop(self) -> None:
+        while True:
+            data = self._queue.get()
+            if data is None:
+                return
+            if self._error is not None:
+                continue  # failed: take what is queued so the writer never blocks
+            try:
+                self._sock.sendall(b"%x\r\n" % len(data))
+                self._sock.sendall(data)
+                self._sock.sendall(b"\r\n")
+            except BaseException as e:  # handed to the writer by the next write or by close
+                self._error = e
 
     def _send_chunk(self, data: bytes | bytearray | memoryview) -> None:
-        self._sock.sendall(b"%x\r\n" % len(data))
-        self._sock.sendall(data)
-        self._sock.sendall(b"\r\n")
+        if self._error is not None:
+            raise self._error
+        self._queue.put(bytes(data))  # bytes(a bytes object) is that object: no copy
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         n = len(data)
@@ -95,9 +119,20 @@ class _ChunkedBody:
             self._send_chunk(self._buf)
             self._buf = bytearray()
 
+    def stop(self) -> None:
+        """Let the sending thread end (after what is queued, or at once after a failure)."""
+        if not self._stopped:
+            self._stopped = True
+            self._queue.put(None)
+        self._thread.join()
+
     def close(self) -> None:
+        """Send what is left, then the last chunk: the body is complete."""
         if not self.closed:
             self.flush()
+            self.stop()
+            if self._error is not None:
+                raise self._error
             self._sock.sendall(b"0\r\n\r\n")
             self.closed = True
 
@@ -145,7 +180,8 @@ class ApiLoad:
         (``manifest.json``, its last member, never arrives) and loads nothing."""
         with contextlib.suppress(OSError):
             if self.conn.sock is not None:
-                self.conn.sock.shutdown(socket.SHUT_RDWR)
+                self.conn.sock.shutdown(socket.SHUT_RDWR)  # a send in progress fails at once
+        self.body.stop()
         self.conn.close()
 
     def finish(self) -> Result:
@@ -167,6 +203,37 @@ class ApiLoad:
                                 "\n".join(errors) or raw.decode("utf-8", "replace")[-2000:],
                                 what=self.what, hint=self.hint)
         return Result(0, raw, "")
+
+
+def api_call(path: str, method: str, url: str, *, what: str, hint: Optional[str] = None,
+             limit: int = _MAX_RESPONSE) -> Tuple[int, bytes]:
+    """One small request (inspect, tag, remove, list, info): (HTTP status, body read within ``limit``)."""
+    conn = _connect(path, what, hint)
+    try:
+        conn.request(method, url)
+        resp = conn.getresponse()
+        return resp.status, resp.read(limit)
+    except (OSError, http.client.HTTPException) as e:
+        raise CommandFailed(["docker-engine-api", f"{method} {url}"], 1,
+                            f"the connection to unix://{path} broke: {e}", what=what, hint=hint) from e
+    finally:
+        conn.close()
+
+
+def api_failed(method: str, url: str, status: int, raw: bytes, *, what: str,
+               hint: Optional[str] = None) -> CommandFailed:
+    """The daemon's answer to a request that did not succeed, as the CLI would report it."""
+    body = raw.decode("utf-8", "replace")
+    try:
+        message = str(json.loads(body).get("message", body))
+    except (ValueError, AttributeError):
+        message = body
+    return CommandFailed(["docker-engine-api", f"{method} {url}"], status, message[-2000:], what=what, hint=hint)
+
+
+def image_url(name: str, tail: str = "") -> str:
+    """``/images/NAME[/tail]`` with NAME quoted (a reference keeps its ``/``, ``:`` and ``@``)."""
+    return f"/images/{quote(name, safe='/:@')}{tail}"
 
 
 @contextlib.contextmanager

@@ -83,7 +83,7 @@ def write_docker_archive(
                 if layer.diff_id in done or layer.external:
                     continue
                 what = f"layer {i + 1}/{len(image.layers)} of {image.name}"
-                with open_layer(root, layer, what) as reader:
+                with open_layer(root, layer, what, read_ahead=True) as reader:
                     info = _member(f"{layer.diff_id.hex}/layer.tar", layer.uncompressed_size)
                     # header by hand: addfile() without a fileobj is refused on Python 3.13+
                     assert tar.fileobj is not None

@@ -19,8 +19,9 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from importer.errors import DigestMismatch, SizeMismatch
 from importer.format.digest import CHUNK, Digest
-from importer.format.manifest import ImageRecord
+from importer.format.manifest import ImageRecord, LayerRecord
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
+from importer.input.layercheck import LayerCheck, checking
 from importer.input.opened import BundleRoot, open_bundle_file
 from importer.sinks.dockerarchive import _member
 
@@ -48,16 +49,16 @@ def index_document(named: Sequence[Tuple[ImageRecord, str]]) -> Dict[str, object
     return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}
 
 
-def _blobs(images: Sequence[ImageRecord]) -> List[Tuple[Digest, int, str]]:
-    """(digest, size, what) of every blob, small ones first, each once."""
-    seen: Dict[Digest, Tuple[Digest, int, str]] = {}
+def _blobs(images: Sequence[ImageRecord]) -> List[Tuple[Digest, int, str, Optional[LayerRecord]]]:
+    """(digest, size, what, the layer record of a layer) of every blob, small ones first, each once."""
+    seen: Dict[Digest, Tuple[Digest, int, str, Optional[LayerRecord]]] = {}
     for image in images:
         for blob, what in ((image.manifest, "manifest"), (image.config, "config")):
-            seen.setdefault(blob.digest, (blob.digest, blob.size, f"{what} of {image.name}"))
+            seen.setdefault(blob.digest, (blob.digest, blob.size, f"{what} of {image.name}", None))
     for image in images:
         for i, layer in enumerate(image.layers):
             what = f"layer {i + 1}/{len(image.layers)} of {image.name}"
-            seen.setdefault(layer.digest, (layer.digest, layer.size, what))
+            seen.setdefault(layer.digest, (layer.digest, layer.size, what, layer))
     return list(seen.values())
 
 
@@ -69,11 +70,15 @@ def write_oci_archive(
     on_bytes: Optional[ProgressFn] = None,
     external: Optional[Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]]] = None,
     index_last: bool = False,
+    check_layers: bool = False,
 ) -> None:
     """Stream an OCI archive of the (image, full reference) pairs into ``out``. ``external``
     (delta bundles): blobs the bundle does not hold, each left out (None: the engine holds it)
     or written by the given function in its place. ``index_last``: ``index.json`` after every
-    blob (``docker load``: a stream cut or aborted before its end names no image)."""
+    blob (``docker load``: a stream cut or aborted before its end names no image).
+    ``check_layers``: each layer blob is also decompressed, beside the stream and from the same
+    read, and its diff_id and uncompressed size checked before the next member is written
+    (importer/input/layercheck.py), so ``index.json`` follows only layers that all matched."""
     images = [image for image, _ in named]
     index = json.dumps(index_document(named), separators=(",", ":")).encode()
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1024 * 1024) as tar:
@@ -82,25 +87,40 @@ def write_oci_archive(
             head.append(("index.json", index))
         for name, data in head:
             tar.addfile(_member(name, len(data)), io.BytesIO(data))
-        for digest, size, what in _blobs(images):
+        for digest, size, what, layer in _blobs(images):
             if external is not None and digest in external:
                 write = external[digest]
                 if write is not None:
                     write(tar)
                 continue
-            copy_blob(tar, root, digest, size, what, on_bytes)
+            copy_blob(tar, root, digest, size, what, on_bytes, layer=layer if check_layers else None)
         if index_last:
             tar.addfile(_member("index.json", len(index)), io.BytesIO(index))
 
 
 def copy_blob(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int, what: str,
-              on_bytes: Optional[ProgressFn]) -> None:
-    """Append ``blobs/sha256/<hex>`` read from the bundle, checking digest and size as it passes."""
+              on_bytes: Optional[ProgressFn], *, layer: Optional[LayerRecord] = None) -> None:
+    """Append ``blobs/sha256/<hex>`` read from the bundle, checking digest and size as it passes;
+    ``layer``: also its diff_id, decompressed beside the stream from the same read."""
     assert tar.fileobj is not None
     info = _member(digest.blob_path, size)
     header = info.tobuf(tar.format, tar.encoding, tar.errors)
     tar.fileobj.write(header)
     tar.offset += len(header)
+    with checking(layer, what) as check:
+        _copy_checked(tar, root, digest, size, what, on_bytes, check)
+        if check is not None:
+            check.finish()
+    blocks, remainder = divmod(size, tarfile.BLOCKSIZE)
+    if remainder:
+        tar.fileobj.write(tarfile.NUL * (tarfile.BLOCKSIZE - remainder))
+        blocks += 1
+    tar.offset += blocks * tarfile.BLOCKSIZE
+
+
+def _copy_checked(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int, what: str,
+                  on_bytes: Optional[ProgressFn], check: Optional[LayerCheck]) -> None:
+    assert tar.fileobj is not None
     h = hashlib.sha256()
     left = size
     with open_bundle_file(root, digest.blob_path) as f:
@@ -110,6 +130,8 @@ def copy_blob(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int,
                 raise SizeMismatch(f"streaming {what} ({digest}): expected {size} bytes, found {size - left}",
                                    hint=_HINT)
             h.update(data)
+            if check is not None:
+                check.feed(data)
             tar.fileobj.write(data)
             left -= len(data)
             if on_bytes is not None:
@@ -119,8 +141,3 @@ def copy_blob(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int,
     found = Digest("sha256", h.hexdigest())
     if found != digest:
         raise DigestMismatch(f"streaming {what}: expected {digest}, found {found}", hint=_HINT)
-    blocks, remainder = divmod(size, tarfile.BLOCKSIZE)
-    if remainder:
-        tar.fileobj.write(tarfile.NUL * (tarfile.BLOCKSIZE - remainder))
-        blocks += 1
-    tar.offset += blocks * tarfile.BLOCKSIZE
