@@ -21,14 +21,14 @@ from typing import Any, Iterator, Optional
 from importer.format.digest import Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import compression_of
-from importer.input.layers import LayerReader
+from importer.input.layers import ChunkCursor, LayerReader
 from importer.streams.compression import open_decompressed
 from importer.streams.readers import HashingReader
 
 _DEPTH = 8  # chunks (1 MiB each at most) waiting for the checking thread
 
 
-class _Chunks:
+class _Chunks(ChunkCursor):
     """A reader over the chunks another thread hands over; ``None`` ends it."""
 
     def __init__(self, depth: int) -> None:
@@ -46,16 +46,6 @@ class _Chunks:
             else:
                 self._item, self._pos = item, 0
         return self._take(n)
-
-    def _take(self, n: Optional[int]) -> bytes:
-        """Up to ``n`` bytes of the current chunk: the chunk itself when all of it is asked for."""
-        item, pos = self._item, self._pos
-        if pos == 0 and (n is None or n < 0 or n >= len(item)):
-            self._pos = len(item)
-            return item
-        end = len(item) if n is None or n < 0 else min(len(item), pos + n)
-        self._pos = end
-        return item[pos:end]
 
     def readable(self) -> bool:
         return True

@@ -99,7 +99,25 @@ class LayerReader:
             )
 
 
-class ReadAhead(HashingReader):
+class ChunkCursor:
+    """The place in the chunk a reader is handing out, chunk by chunk from a queue another thread
+    fills: :class:`ReadAhead` here and ``layercheck``'s checking thread share it."""
+
+    _item: bytes = b""
+    _pos: int = 0
+
+    def _take(self, n: Optional[int]) -> bytes:
+        """Up to ``n`` bytes of the current chunk: the chunk itself when all of it is asked for."""
+        item, pos = self._item, self._pos
+        if pos == 0 and (n is None or n < 0 or n >= len(item)):
+            self._pos = len(item)
+            return item
+        end = len(item) if n is None or n < 0 else min(len(item), pos + n)
+        self._pos = end
+        return item[pos:end]
+
+
+class ReadAhead(HashingReader, ChunkCursor):
     """A :class:`HashingReader` whose reading and hashing run in a thread of its own, up to
     ``depth`` chunks ahead of the consumer (a bounded queue: flat memory), so the blob's sha256
     overlaps the decompression and hashing of what the consumer already has (hashlib and file
@@ -141,16 +159,6 @@ class ReadAhead(HashingReader):
             else:
                 self._item, self._pos = item, 0
         return self._take(n)
-
-    def _take(self, n: Optional[int]) -> bytes:
-        """Up to ``n`` bytes of the current chunk: the chunk itself when all of it is asked for."""
-        item, pos = self._item, self._pos
-        if pos == 0 and (n is None or n < 0 or n >= len(item)):
-            self._pos = len(item)
-            return item
-        end = len(item) if n is None or n < 0 else min(len(item), pos + n)
-        self._pos = end
-        return item[pos:end]
 
     def readinto(self, b: Any) -> int:
         data = self.read(len(b))
