@@ -229,3 +229,21 @@ def test_a_carried_index_too_large_to_check_is_refused(multi_bundle: Path, tmp_p
     code, result, err = _verify(subject)
     assert code == 3, err
     assert "limit-exceeded" in {p["id"] for p in result["problems"]}, result["problems"]
+
+
+@pytest.mark.parametrize("refs", [True, [], ["x/y:1"]])
+def test_refs_in_one_platforms_entry_are_refused(multi_bundle: Path, refs: Any) -> None:
+    """Found by the fuzzer (case 1719, seed 20261203): bundle.json's schema allows no refs in a
+    platforms entry (the image's refs name the index), but the importer dropped them unread."""
+    from tests.kit.fuzzkit import repin_file
+
+    b = multi_bundle
+    doc = json.loads((b / "bundle.json").read_text())
+    doc["images"][0]["platforms"][0]["refs"] = refs
+    (b / "bundle.json").write_text(json.dumps(doc, indent=2))
+    repin_file(b, "bundle.json")
+    code, out, err = _verify(b)
+    assert code == 4, err  # bundle.json is not a valid manifest: nothing else is read
+    assert out["error"]["id"] == "invalid-manifest", out
+    assert "images[0].platforms[0].refs: expected no refs in one platform's entry" in err
+    assert "Traceback" not in err and "internal" not in err

@@ -353,8 +353,11 @@ def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optio
     index = c.blobref(img["index"], f"{where}.index") if "index" in img else None
     others: List[ImageRecord] = []
     for k, raw_other in enumerate(c.lst(img.get("platforms", []), f"{where}.platforms")):
-        other = _check_image(c, {**c.obj(raw_other, f"{where}.platforms[{k}]"), "refs": []},
-                             f"{where}.platforms[{k}]", set())
+        entry = c.obj(raw_other, f"{where}.platforms[{k}]")
+        if "refs" in entry:  # the image's refs name its index; a platform has none of its own
+            c.fail(f"{where}.platforms[{k}].refs", "expected no refs in one platform's entry (the image's refs "
+                   "name them all), found some")
+        other = _check_image(c, {**entry, "refs": []}, f"{where}.platforms[{k}]", set())
         if other is not None:
             if not (other.platform.get("os") and other.platform.get("architecture")):
                 c.fail(f"{where}.platforms[{k}].platform", "expected os and architecture (which platform this is), "
