@@ -5,11 +5,13 @@ lied, or a digest collision) must still load nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from tests.kit.bundlegen import lying_bundle, make_bundle
+from tests.kit.bundlegen import BIG_REFS, big_bundle, lying_bundle, make_bundle
+from tests.kit.engines import DOCKER_STORES
 from tests.kit.helpers import docker, image_ids, run_cli
 
 pytestmark = pytest.mark.engine
@@ -66,3 +68,39 @@ def test_containerd_store_checks_each_diff_id_beside_the_stream_and_loads_nothin
     assert ok.returncode == 0, ok.stderr
     assert "fake/app:2" in docker(docker_host_ctrstore, "image", "ls", "--format",
                                   "{{.Repository}}:{{.Tag}}").stdout
+
+
+@pytest.mark.parametrize("docker_store", sorted(DOCKER_STORES), indirect=True)
+def test_layer_blobs_are_checked_in_the_load_stream_and_a_changed_one_loads_nothing(
+        docker_store_host: str, tmp_path: Path) -> None:
+    """Into either Docker store the verification before the load leaves the layer blobs' bytes to
+    the load stream (each read once; a stored layer hashed once for digest and diff_id): the
+    receipt counts them apart. A byte changed in a stored layer is refused as a verification
+    before the load would refuse it (exit 3, ``verification-failed``, the blob named), and the
+    engine holds nothing new: the blob's last chunk was never sent, ``index.json`` or
+    ``manifest.json`` never followed."""
+    host = docker_store_host
+    genuine = big_bundle(tmp_path / "genuine")
+    docker(host, "image", "rm", *BIG_REFS, check=False)
+    proc = run_cli("importer", str(genuine), "--verify", "--docker-host", host, "--json", "--no-receipt")
+    assert proc.returncode == 0, proc.stderr
+    verification = json.loads(proc.stdout)["verification"]
+    layers = {x["digest"]: x["size"] for img in json.loads((genuine / "bundle.json").read_text())["images"]
+              for x in img["layers"]}
+    assert verification["layersCheckedWhileLoading"] == len(layers)
+    assert verification["bytesCheckedWhileLoading"] == sum(layers.values())
+    docker(host, "image", "rm", *BIG_REFS, check=False)
+
+    changed = big_bundle(tmp_path / "changed")
+    top = json.loads((changed / "bundle.json").read_text())["images"][1]["layers"][1]
+    path = changed / "blobs" / "sha256" / top["digest"].split(":")[1]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    before = image_ids(host)
+    proc = run_cli("importer", str(changed), "--verify", "--docker-host", host, "--json", "--no-receipt")
+    assert proc.returncode == 3, proc.stderr
+    assert "error[verification-failed]" in proc.stderr and top["digest"].split(":")[1] in proc.stderr, proc.stderr
+    assert image_ids(host) == before
+    listed = docker(host, "image", "ls", "-a", "--format", "{{.Repository}}:{{.Tag}}").stdout
+    assert "sneakernet-staging" not in listed and "big/" not in listed, listed

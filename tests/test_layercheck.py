@@ -17,14 +17,16 @@ import pytest
 import zstandard
 
 from importer.errors import DecompressFailed, DiffIDMismatch, DigestMismatch, LimitExceeded, SizeMismatch
-from importer.format.digest import Digest
+from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_ZSTD
 from importer.input.layercheck import LayerCheck
 from importer.input.layers import ReadAhead, open_layer
 from importer.input.opened import open_bundle
-from importer.sinks.ociarchive import write_oci_archive
-from tests.kit.bundlegen import lying_bundle, make_bundle
+from importer.sinks.dockerarchive import write_docker_archive
+from importer.sinks.ociarchive import copy_blob, write_oci_archive
+from importer.streams.tarout import writing_tar
+from tests.kit.bundlegen import big_bundle, lying_bundle, make_bundle
 
 
 def _tar(data: bytes) -> bytes:
@@ -224,3 +226,53 @@ def test_a_lying_layer_read_ahead_is_still_refused(tmp_path: Path) -> None:
                                                           read_ahead=True) as reader:
         reader.finish()
     assert diff_id in err.value.message
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+@pytest.mark.parametrize("archive", ["oci", "docker"])
+def test_a_layer_blob_changed_after_verification_never_completes_its_member(
+        tmp_path: Path, archive: str, compression: str) -> None:
+    """Into Docker the layer blobs' bytes are checked in the load stream, not before it (each is
+    read once): so a blob's last chunk is sent only once its digest, size and diff_id matched. An
+    engine that commits a blob as soon as all its bytes arrived (containerd's content store)
+    never gets a complete one that failed, stored (digest = diff_id, hashed once) or compressed."""
+    bundle = big_bundle(tmp_path / "b", compression=compression)
+    images = open_bundle(str(bundle)).manifest().images
+    layer = images[1].layers[1]
+    assert layer.size > 2 * CHUNK
+    path = bundle / layer.digest.blob_path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    out = io.BytesIO()
+    with pytest.raises((DigestMismatch, DecompressFailed, DiffIDMismatch)) as err:
+        if archive == "oci":
+            write_oci_archive(out, str(bundle), [(img, f"docker.io/{img.refs[0]}") for img in images],
+                              index_last=True, check_layers=True)
+        else:
+            write_docker_archive(out, str(bundle), images)
+    assert str(layer.digest) in err.value.message
+    raw = out.getvalue()
+    name, size = ((layer.digest.blob_path, layer.size) if archive == "oci"
+                  else (f"{layer.diff_id.hex}/layer.tar", layer.uncompressed_size))
+    header = raw.find(name.encode())
+    assert header >= 0 and header % 512 == 0, "the member was begun: its bytes went out as they were read"
+    sent = len(raw) - header - 512
+    assert 0 <= sent < size, f"{sent} of {size} bytes of the changed blob were sent"
+    assert "index.json" not in _member_names(raw) and b"manifest.json" not in raw
+
+
+def test_a_stored_layer_whose_diff_id_is_not_its_digest_is_refused_before_its_last_chunk(tmp_path: Path) -> None:
+    """A layer stored uncompressed is its own diff_id: hashed once, its digest serves both, so a
+    bundle.json naming another diff_id (or uncompressed size) for it is refused in the stream."""
+    import dataclasses
+
+    bundle = big_bundle(tmp_path / "b")
+    layer = open_bundle(str(bundle)).manifest().images[1].layers[1]
+    for lie, error in ((dataclasses.replace(layer, diff_id=Digest("sha256", "0" * 64)), DiffIDMismatch),
+                       (dataclasses.replace(layer, uncompressed_size=layer.size + 1), SizeMismatch)):
+        out = io.BytesIO()
+        with pytest.raises(error) as err, writing_tar(out) as tar:
+            copy_blob(tar, str(bundle), lie.digest, lie.size, "layer 2/2 of big/app:2", None, layer=lie)
+        assert str(layer.digest) in err.value.message
+        assert len(out.getvalue()) < 512 + layer.size  # the last chunk was held back

@@ -63,6 +63,8 @@ class _Counted(HashingReader):
     feeds the chunks hashes them as they pass and checks the blob's digest itself
     (importer/sinks/ociarchive.py ``copy_blob``), so each byte is hashed once."""
 
+    hashes = False
+
     def __init__(self, raw: _Chunks, digest: Digest) -> None:
         super().__init__(raw)
         self._expected = digest

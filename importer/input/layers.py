@@ -9,7 +9,7 @@ import os
 import queue
 import threading
 import zlib
-from typing import Any, BinaryIO, Iterator, List, Optional, Tuple, Type
+from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Tuple, Type
 
 from importer.errors import (
     BundleError,
@@ -50,6 +50,9 @@ class LayerReader:
         self._n = 0
         self.layer = layer
         self.what = what
+        # a layer stored uncompressed: its bytes are the blob's, hashed once (by ``raw``) for both
+        # the digest and the diff_id; not where ``raw`` only counts (layercheck hashes elsewhere)
+        self._same_bytes = compression_of(layer.media_type) == "none" and raw.hashes
 
     def read(self, n: int = -1) -> bytes:
         try:
@@ -64,7 +67,8 @@ class LayerReader:
                 hint="the blob was modified or damaged in transit; re-copy the bundle",
             ) from e
         if data:
-            self._h.update(data)
+            if not self._same_bytes:
+                self._h.update(data)
             self._n += len(data)
         return data
 
@@ -91,7 +95,7 @@ class LayerReader:
                 f"uncompressed bytes, found {self._n}",
                 hint="bundle.json and the layer disagree; re-export the bundle",
             )
-        diff_id = Digest("sha256", self._h.hexdigest())
+        diff_id = got if self._same_bytes else Digest("sha256", self._h.hexdigest())
         if diff_id != layer.diff_id:
             raise DiffIDMismatch(
                 f"decompressing {self.what} ({layer.digest}): expected diff_id {layer.diff_id}, found {diff_id}",
@@ -199,12 +203,22 @@ def check_layer(root: str, layer: LayerRecord, what: str) -> None:
         reader.finish()
 
 
-def copy_stream(src: Any, dst: BinaryIO, size: int) -> None:
-    """Copy exactly ``size`` bytes (tarfile.copyfileobj semantics, fixed-size chunks)."""
+def copy_stream(src: Any, dst: BinaryIO, size: int, *, before_last: Optional[Callable[[], None]] = None) -> None:
+    """Copy exactly ``size`` bytes (tarfile.copyfileobj semantics, fixed-size chunks).
+    ``before_last``: called (and let raise) once every byte was read, before the last chunk is
+    written, so a consumer that commits a member when it is complete never completes one that
+    failed its check (a layer's digest, diff_id and size: :meth:`LayerReader.finish`)."""
     left = size
+    pending = b""
     while left > 0:
         data = src.read(min(CHUNK, left))
         if not data:
             raise SizeMismatch(f"copying: expected {size} bytes, found {size - left}")
-        dst.write(data)
+        if pending:
+            dst.write(pending)
+        pending = data
         left -= len(data)
+    if before_last is not None:
+        before_last()
+    if pending:
+        dst.write(pending)

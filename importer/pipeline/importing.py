@@ -12,15 +12,14 @@ only after post-load verification passed. On any failure what this run loaded is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from importer.errors import (
-    UsageError,
-)
+from importer.errors import IntegrityError, UsageError
 from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import Platform, parse_platform
@@ -119,11 +118,13 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
     started = time.monotonic()
     root = load_root(bundle, sink)  # the folder, or the opened tar/parts for a sink that reads them in place
 
-    # === verify every byte before touching the engine. A sink whose load stream decompresses each
-    # layer once and checks its diff_id and size on the way (aborting the load before the engine
-    # can name an image) gets the compressed digests checked here, the diff_ids during the load.
-    streams = sink.checks_diff_ids_while_loading
-    res.report = verify_or_raise(bundle, progress=progress, deep=not streams)
+    # === verify every byte before the engine commits any. A sink whose load stream checks each
+    # layer blob it sends (digest, size, diff_id; the blob's last chunk held back until they
+    # matched, and the member that names an image sent last) gets those blobs' bytes left to the
+    # stream: each layer is read once and decompressed once; the rest is checked here.
+    streams = sink.checks_layers_while_loading
+    deferred = streams and bundle.archive is None
+    res.report = verify_or_raise(bundle, progress=progress, deep=not streams, defer_layers=deferred)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
@@ -141,15 +142,17 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
         else:
             to_load.append(image)
         refuse_tag_conflicts(sink, image, engine.image_store, force)
-    if streams and bundle.archive is None:
-        # layers that will not pass through the load stream (their images are already present)
-        # still get their diff_id checked, before anything is loaded
-        verify_unstreamed_layers(bundle, manifest, to_load)
+    if deferred:
+        # the layers the load stream will not send (held images, other platforms): read and
+        # checked now, before anything is loaded
+        with _listing_every_problem(bundle, progress):
+            verify_unstreamed_layers(bundle, res.report, sink.streamed_layers(to_load))
 
     external = _delta_base(sink, manifest, to_load)
 
     # === load under staging tags, then read back and compare
-    staged, loaded_checks = _load_staged(sink, root, manifest, to_load, external, engine, res, progress)
+    with _listing_every_problem(bundle, progress, deferred):
+        staged, loaded_checks = _load_staged(sink, root, manifest, to_load, external, engine, res, progress)
     res.checks = present + loaded_checks
     refuse_mismatches(sink, res.checks, list(staged.values()), res,
                       hint="the images this run loaded were removed; report this with the receipt "
@@ -169,6 +172,21 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
     apply_tags(sink, res.checks)
     res.leftovers = cleanup(sink, list(staged.values()), [])
     res.timings["totalSeconds"] = time.monotonic() - started
+
+
+@contextlib.contextmanager
+def _listing_every_problem(bundle: OpenedBundle, progress: Optional[ProgressFactory],
+                           deferred: bool = True) -> Iterator[None]:
+    """Where a layer blob checked on its way into the engine (``deferred``) fails, nothing was
+    loaded (the stream was cut before the blob was complete): the whole bundle is verified
+    again to list every problem, as a verification before the load would have
+    (``verification-failed``, exit 3); the first error stands where that finds none."""
+    try:
+        yield
+    except IntegrityError:
+        if deferred:
+            verify_or_raise(bundle, progress=progress, deep=False)
+        raise
 
 
 def load_root(bundle: OpenedBundle, sink: Sink) -> BundleRoot:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
+from importer.format.digest import Digest
 from importer.format.manifest import ImageRecord
 from importer.input.opened import BundleRoot
 
@@ -73,7 +74,9 @@ class Sink(Protocol):
     reexports: bool
 
     @property
-    def checks_diff_ids_while_loading(self) -> bool: ...
+    def checks_layers_while_loading(self) -> bool: ...
+
+    def streamed_layers(self, images: Sequence[ImageRecord]) -> Set[Digest]: ...
 
     def archive_command(self, what: str) -> Any: ...
 
@@ -132,10 +135,15 @@ class SinkBase:
     reexports = False
 
     @property
-    def checks_diff_ids_while_loading(self) -> bool:
-        """The load stream decompresses each layer once and checks its diff_id on the way (so the
-        verification before it checks the compressed digests only)."""
+    def checks_layers_while_loading(self) -> bool:
+        """The load stream checks each layer blob it sends (digest, size, diff_id: read once,
+        decompressed once) and holds back the end of a blob until it matched, so the verification
+        before it leaves those blobs' bytes to the stream (importer/pipeline/importing.py)."""
         return False
+
+    def streamed_layers(self, images: Sequence[ImageRecord]) -> Set[Digest]:
+        """The layer blobs (digests) that loading ``images`` sends through such a checking stream."""
+        return set()
 
     def _lacks(self, what: str) -> Exception:
         from importer.errors import UsageError

@@ -22,9 +22,9 @@ from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.manifest import BundleManifest, LayerRecord
 from importer.input.layers import decompress_errors
 from importer.sinks.delta import _Prefixed, base_missing, sniff_compression, users_of
-from importer.sinks.dockerarchive import _member
 from importer.streams.commands import command_stdout
 from importer.streams.compression import open_decompressed
+from importer.streams.tarout import begin_member, end_member
 
 ProgressFn = Callable[[int], None]
 _DECOMPRESS_ERRORS = decompress_errors()
@@ -99,13 +99,10 @@ def write_unpacked_layer(tar: tarfile.TarFile, ctr_argv: List[str], source: str,
     against the layer's diff_id and uncompressed size as it passes."""
     what = f"rebuilding layer {layer.diff_id} from containerd's blob {source[:19]}"
     assert tar.fileobj is not None
-    info = _member(layer.digest.blob_path, layer.uncompressed_size)
-    header = info.tobuf(tar.format, tar.encoding, tar.errors)
     h = hashlib.sha256()
     with command_stdout([*ctr_argv, "content", "get", source], what=what) as stream:
         with _uncompressed(stream, layer, what) as plain:
-            tar.fileobj.write(header)
-            tar.offset += len(header)
+            begin_member(tar, layer.digest.blob_path, layer.uncompressed_size)
             left = layer.uncompressed_size
             while left:
                 data = _read(plain, min(CHUNK, left), what)
@@ -127,8 +124,4 @@ def write_unpacked_layer(tar: tarfile.TarFile, ctr_argv: List[str], source: str,
     if found != layer.diff_id:
         raise DiffIDMismatch(f"{what}: expected diff_id {layer.diff_id}, found {found}",
                              hint="containerd's copy of the base layer is damaged; import the base bundle again")
-    blocks, remainder = divmod(layer.uncompressed_size, tarfile.BLOCKSIZE)
-    if remainder:
-        tar.fileobj.write(tarfile.NUL * (tarfile.BLOCKSIZE - remainder))
-        blocks += 1
-    tar.offset += blocks * tarfile.BLOCKSIZE
+    end_member(tar, layer.uncompressed_size)

@@ -13,6 +13,7 @@ from importer.format.manifest import BundleManifest, LayerRecord
 from importer.input.layers import decompress_errors
 from importer.streams.commands import command_stdout
 from importer.streams.compression import open_decompressed
+from importer.streams.tarout import begin_member, end_member
 
 ProgressFn = Any
 _DECOMPRESS_ERRORS = decompress_errors()
@@ -138,10 +139,7 @@ def _copy_member(src: BinaryIO, size: int, tar: tarfile.TarFile, path: str, on_b
     info = tarfile.TarInfo(path)
     info.size = size
     info.mode = 0o644
-    assert tar.fileobj is not None
-    header = info.tobuf(tar.format, tar.encoding, tar.errors)
-    tar.fileobj.write(header)
-    tar.offset += len(header)
+    begin_member(tar, path, size, info=info)
     tee = _Tee(src, size, tar.fileobj, path, on_bytes)
     head = tee.read(4)
     kind = sniff_compression(head)
@@ -172,11 +170,7 @@ def _copy_member(src: BinaryIO, size: int, tar: tarfile.TarFile, path: str, on_b
             pass
     if tee.left:
         raise DiffIDMismatch(f"re-exporting base layers: {path} ended after {size - tee.left} of {size} bytes")
-    blocks, rem = divmod(size, tarfile.BLOCKSIZE)
-    if rem:
-        tar.fileobj.write(tarfile.NUL * (tarfile.BLOCKSIZE - rem))
-        blocks += 1
-    tar.offset += blocks * tarfile.BLOCKSIZE
+    end_member(tar, size)
     return Digest("sha256", h.hexdigest())
 
 
@@ -229,10 +223,7 @@ def copy_engine_blobs(tar: tarfile.TarFile, docker_argv: List[str], holders: Dic
                     tee = _Tee(f, member.size, tar.fileobj, member.name, on_bytes)
                     info = tarfile.TarInfo(member.name)
                     info.size, info.mode = member.size, 0o644
-                    header = info.tobuf(tar.format, tar.encoding, tar.errors)
-                    assert tar.fileobj is not None
-                    tar.fileobj.write(header)
-                    tar.offset += len(header)
+                    begin_member(tar, member.name, member.size, info=info)
                     h = hashlib.sha256()
                     while True:
                         data = tee.read(CHUNK)
@@ -244,11 +235,7 @@ def copy_engine_blobs(tar: tarfile.TarFile, docker_argv: List[str], holders: Dic
                                              f"blob {layer.digest}, found other content",
                                              hint="the engine's copy of the base layer is damaged; import the "
                                              "base bundle again")
-                    blocks, rem = divmod(member.size, tarfile.BLOCKSIZE)
-                    if rem:
-                        tar.fileobj.write(tarfile.NUL * (tarfile.BLOCKSIZE - rem))
-                        blocks += 1
-                    tar.offset += blocks * tarfile.BLOCKSIZE
+                    end_member(tar, member.size)
                     done.add(member.name)
             while stream.read(CHUNK):
                 pass

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import tarfile
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlencode
 
 from importer.format.digest import Digest
@@ -29,7 +29,7 @@ from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
-from importer.sinks.dockerarchive import write_docker_archive
+from importer.sinks.dockerarchive import archive_layers, write_docker_archive
 from importer.sinks.dockerclient import DOCKER_HINT, DockerClient, engine_image_from_inspect
 from importer.sinks.ociarchive import write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
@@ -48,16 +48,25 @@ class DockerSink(SinkBase):
     reexports = True
 
     @property
-    def checks_diff_ids_while_loading(self) -> bool:
-        """Both stores check each layer's diff_id and size while it streams into ``docker load``,
-        from the same read that sends it, and abort the load before the member that names an
-        image (manifest.json, index.json) on a mismatch, so Docker names no image. Classic
-        store: the docker-archive decompresses each layer once into the stream
-        (importer/sinks/dockerarchive.py). Containerd store: the OCI archive carries the compressed
-        blobs as they are and a thread beside the stream decompresses each one from the same read
-        (importer/input/layercheck.py). So the pre-load verification checks the compressed digests
-        only, and each layer is decompressed once by the importer (docs/security.md)."""
+    def checks_layers_while_loading(self) -> bool:
+        """Both stores check each layer blob while it streams into ``docker load``, from the read
+        that sends it: its digest and size, and its diff_id and uncompressed size (decompressed
+        once; a layer stored uncompressed is its own diff_id, hashed once), and a blob's last
+        chunk is sent only after its digest matched; a mismatch aborts the load before the member
+        that names an image (manifest.json, index.json), so Docker names no image. Classic store:
+        the docker-archive decompresses each layer into the stream (importer/sinks/dockerarchive.py).
+        Containerd store: the OCI archive carries the compressed blobs as they are and threads
+        beside the stream decompress each one from the same read (importer/input/layercheck.py).
+        So the verification before the load leaves those blobs' bytes to the stream, each layer is
+        read once and decompressed once by the importer (docs/security.md)."""
         return True
+
+    def streamed_layers(self, images: Sequence[ImageRecord]) -> Set[Digest]:
+        """The layer blobs :meth:`load` sends (and checks) for ``images``: every stored blob of an
+        OCI archive (containerd store), the first blob of each diff_id of a docker-archive."""
+        if self.image_store == "containerd" and not any(loads_as_docker_archive(x) for x in images):
+            return {x.digest for image in images for x in image.layers if not x.external}
+        return {x.digest for _, _, x in archive_layers(images)}
 
     def __init__(self, host: Optional[str] = None) -> None:
         self.client = DockerClient(host, api=True)

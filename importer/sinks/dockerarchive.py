@@ -11,25 +11,17 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from typing import BinaryIO, Callable, Dict, List, Optional, Sequence
+from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from importer.errors import DigestMismatch
 from importer.format.digest import Digest
 from importer.format.limits import MAX_CONFIG
-from importer.format.manifest import ImageRecord
+from importer.format.manifest import ImageRecord, LayerRecord
 from importer.input.layers import copy_stream, open_layer
 from importer.input.opened import BundleRoot, read_bundle_file
+from importer.streams.tarout import begin_member, end_member, member_info, writing_tar
 
 ProgressFn = Callable[[int], None]
-
-
-def _member(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mode = 0o644
-    info.mtime = 0
-    info.uname = info.gname = ""
-    return info
 
 
 def archive_manifest(images: Sequence[ImageRecord], *, with_tags: bool,
@@ -47,6 +39,18 @@ def archive_manifest(images: Sequence[ImageRecord], *, with_tags: bool,
     ]
 
 
+def archive_layers(images: Sequence[ImageRecord]) -> Iterator[Tuple[int, ImageRecord, LayerRecord]]:
+    """(index in its image, image, layer) of each layer blob the archive carries: the first stored
+    blob of each diff_id (layers a delta leaves out are spliced in from the engine)."""
+    done: Set[Digest] = set()
+    for image in images:
+        for i, layer in enumerate(image.layers):
+            if layer.diff_id in done or layer.external:
+                continue
+            done.add(layer.diff_id)
+            yield i, image, layer
+
+
 def write_docker_archive(
     out: BinaryIO,
     root: BundleRoot,
@@ -61,7 +65,7 @@ def write_docker_archive(
     Raises an IntegrityError if a layer is not what bundle.json pins; the caller must then
     abort the consumer rather than close the stream normally. ``splice`` (delta bundles) adds
     the layers the bundle leaves out and returns where it put them."""
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1024 * 1024) as tar:
+    with writing_tar(out) as tar:
         # === the configs first: small
         written: Dict[Digest, bool] = {}
         for image in images:
@@ -74,37 +78,23 @@ def write_docker_archive(
                     f"found {Digest.of_bytes(raw)}",
                     hint="the bundle changed after verification; re-copy it and import again",
                 )
-            tar.addfile(_member(f"{image.config.digest.hex}.json", len(raw)), io.BytesIO(raw))
+            tar.addfile(member_info(f"{image.config.digest.hex}.json", len(raw)), io.BytesIO(raw))
             written[image.config.digest] = True
         # === layers: decompress once into the stream, checking diff_id and size
-        done: Dict[Digest, bool] = {}
-        for image in images:
-            for i, layer in enumerate(image.layers):
-                if layer.diff_id in done or layer.external:
-                    continue
-                what = f"layer {i + 1}/{len(image.layers)} of {image.name}"
-                with open_layer(root, layer, what, read_ahead=True) as reader:
-                    info = _member(f"{layer.diff_id.hex}/layer.tar", layer.uncompressed_size)
-                    # header by hand: addfile() without a fileobj is refused on Python 3.13+
-                    assert tar.fileobj is not None
-                    header = info.tobuf(tar.format, tar.encoding, tar.errors)
-                    tar.fileobj.write(header)
-                    tar.offset += len(header)
-                    copy_stream(_Counting(reader, on_bytes), tar.fileobj, layer.uncompressed_size)  # type: ignore[arg-type]
-                    reader.finish()
-                    # pad to a full block as tarfile.addfile would
-                    blocks, remainder = divmod(layer.uncompressed_size, tarfile.BLOCKSIZE)
-                    if remainder:
-                        tar.fileobj.write(tarfile.NUL * (tarfile.BLOCKSIZE - remainder))
-                        blocks += 1
-                    tar.offset += blocks * tarfile.BLOCKSIZE
-                done[layer.diff_id] = True
+        for i, image, layer in archive_layers(images):
+            what = f"layer {i + 1}/{len(image.layers)} of {image.name}"
+            with open_layer(root, layer, what, read_ahead=True) as reader:
+                begin_member(tar, f"{layer.diff_id.hex}/layer.tar", layer.uncompressed_size)
+                # the member's last chunk goes out only once the layer matched (reader.finish)
+                copy_stream(_Counting(reader, on_bytes), tar.fileobj, layer.uncompressed_size,  # type: ignore[arg-type]
+                            before_last=reader.finish)
+                end_member(tar, layer.uncompressed_size)
         # === layers the delta leaves out, re-exported from the engine
         paths = splice(tar) if splice is not None else {}
         # === manifest.json last: `docker load` reads the whole archive before it
         raw_manifest = json.dumps(archive_manifest(images, with_tags=with_tags, paths=paths),
                                   separators=(",", ":")).encode()
-        tar.addfile(_member("manifest.json", len(raw_manifest)), io.BytesIO(raw_manifest))
+        tar.addfile(member_info("manifest.json", len(raw_manifest)), io.BytesIO(raw_manifest))
 
 
 class _Counting:

@@ -17,13 +17,13 @@ import json
 import tarfile
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
-from importer.errors import DigestMismatch, SizeMismatch
+from importer.errors import DiffIDMismatch, DigestMismatch, SizeMismatch
 from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import ImageRecord, LayerRecord
-from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
+from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION, compression_of
 from importer.input.layercheck import LayerCheck, checking
 from importer.input.opened import BundleRoot, open_bundle_file
-from importer.sinks.dockerarchive import _member
+from importer.streams.tarout import begin_member, end_member, member_info, writing_tar
 
 ProgressFn = Callable[[int], None]
 CONTAINERD_NAME_ANNOTATION = "io.containerd.image.name"
@@ -81,12 +81,12 @@ def write_oci_archive(
     (importer/input/layercheck.py), so ``index.json`` follows only layers that all matched."""
     images = [image for image, _ in named]
     index = json.dumps(index_document(named), separators=(",", ":")).encode()
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1024 * 1024) as tar:
+    with writing_tar(out) as tar:
         head = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')]
         if not index_last:
             head.append(("index.json", index))
         for name, data in head:
-            tar.addfile(_member(name, len(data)), io.BytesIO(data))
+            tar.addfile(member_info(name, len(data)), io.BytesIO(data))
         for digest, size, what, layer in _blobs(images):
             if external is not None and digest in external:
                 write = external[digest]
@@ -95,34 +95,49 @@ def write_oci_archive(
                 continue
             copy_blob(tar, root, digest, size, what, on_bytes, layer=layer if check_layers else None)
         if index_last:
-            tar.addfile(_member("index.json", len(index)), io.BytesIO(index))
+            tar.addfile(member_info("index.json", len(index)), io.BytesIO(index))
 
 
 def copy_blob(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int, what: str,
               on_bytes: Optional[ProgressFn], *, layer: Optional[LayerRecord] = None) -> None:
     """Append ``blobs/sha256/<hex>`` read from the bundle, checking digest and size as it passes;
-    ``layer``: also its diff_id, decompressed beside the stream from the same read."""
+    ``layer``: also its diff_id, decompressed beside the stream from the same read (a layer stored
+    uncompressed is its own diff_id: the one hash serves both). The member's last chunk is sent only
+    after every check passed, so an engine that commits each blob once it is complete (containerd)
+    never commits one that failed."""
     assert tar.fileobj is not None
-    info = _member(digest.blob_path, size)
-    header = info.tobuf(tar.format, tar.encoding, tar.errors)
-    tar.fileobj.write(header)
-    tar.offset += len(header)
-    with checking(layer, what) as check:
-        _copy_checked(tar, root, digest, size, what, on_bytes, check)
+    begin_member(tar, digest.blob_path, size)
+    stored = layer is not None and compression_of(layer.media_type) == "none"
+    with checking(None if stored else layer, what) as check:
+        last = _copy_checked(tar, root, digest, size, what, on_bytes, check)
         if check is not None:
             check.finish()
-    blocks, remainder = divmod(size, tarfile.BLOCKSIZE)
-    if remainder:
-        tar.fileobj.write(tarfile.NUL * (tarfile.BLOCKSIZE - remainder))
-        blocks += 1
-    tar.offset += blocks * tarfile.BLOCKSIZE
+    if stored and layer is not None:
+        _check_stored(layer, what)
+    tar.fileobj.write(last)
+    end_member(tar, size)
+
+
+def _check_stored(layer: LayerRecord, what: str) -> None:
+    """A layer stored uncompressed whose bytes matched its digest: bundle.json must name the same
+    bytes as its diff_id and size."""
+    hint = "bundle.json and the layer disagree; re-export the bundle"
+    if layer.size != layer.uncompressed_size:
+        raise SizeMismatch(f"streaming {what} ({layer.digest}): expected {layer.uncompressed_size} uncompressed "
+                           f"bytes, found {layer.size}", hint=hint)
+    if layer.diff_id != layer.digest:
+        raise DiffIDMismatch(f"streaming {what} ({layer.digest}): expected diff_id {layer.diff_id}, found "
+                             f"{layer.digest}", hint=hint)
 
 
 def _copy_checked(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int, what: str,
-                  on_bytes: Optional[ProgressFn], check: Optional[LayerCheck]) -> None:
+                  on_bytes: Optional[ProgressFn], check: Optional[LayerCheck]) -> bytes:
+    """Write all but the last chunk of the blob into the member; return that chunk once the whole
+    blob was read, its size and digest matched."""
     assert tar.fileobj is not None
     h = hashlib.sha256()
     left = size
+    pending = b""
     with open_bundle_file(root, digest.blob_path) as f:
         while left > 0:
             data = f.read(min(CHUNK, left))
@@ -132,7 +147,9 @@ def _copy_checked(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: 
             h.update(data)
             if check is not None:
                 check.feed(data)
-            tar.fileobj.write(data)
+            if pending:
+                tar.fileobj.write(pending)
+            pending = data
             left -= len(data)
             if on_bytes is not None:
                 on_bytes(len(data))
@@ -141,3 +158,4 @@ def _copy_checked(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: 
     found = Digest("sha256", h.hexdigest())
     if found != digest:
         raise DigestMismatch(f"streaming {what}: expected {digest}, found {found}", hint=_HINT)
+    return pending

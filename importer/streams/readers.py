@@ -42,7 +42,10 @@ class PrefixedReader:
 
 class HashingReader:
     """Passes reads of ``raw`` through while hashing (sha256) and counting them; each byte read
-    is also reported to ``on_bytes`` and written to ``tee`` when given."""
+    is also reported to ``on_bytes`` and written to ``tee`` when given. ``hashes``: False in a
+    subclass that only counts (its :meth:`digest` is then not computed from the bytes)."""
+
+    hashes = True
 
     def __init__(self, raw: Readable, on_bytes: Optional[ProgressFn] = None, tee: Optional[Writable] = None) -> None:
         self._raw = raw

@@ -50,6 +50,10 @@ class VerifyReport:
     files_checked: int = 0
     bytes_checked: int = 0
     layers_checked: int = 0
+    #: Layer blobs whose digest, size and diff_id the load stream checked as it sent them
+    #: (importer/pipeline/importing.py: a Docker import of a folder), not hashed beforehand.
+    layers_checked_while_loading: int = 0
+    bytes_checked_while_loading: int = 0
     seconds: float = 0.0
     signature: Optional[Dict[str, Any]] = None
     #: A schema 1/2 bundle: its images with the sizes the archive holds (config bytes, each layer
@@ -69,6 +73,9 @@ class VerifyReport:
             "seconds": round(self.seconds, 3),
             "problems": [p.to_dict() for p in self.problems],
             "signature": self.signature,
+            **({"layersCheckedWhileLoading": self.layers_checked_while_loading,
+                "bytesCheckedWhileLoading": self.bytes_checked_while_loading}
+               if self.layers_checked_while_loading else {}),
         }
 
 
@@ -121,8 +128,12 @@ def verify_bundle(
     on_bytes: Optional[ProgressFn] = None,
     raw_bundle_json: Optional[bytes] = None,
     manifest: Optional[BundleManifest] = None,
+    defer_layers: bool = False,
 ) -> VerifyReport:
     """Verify the bundle folder ``root``; returns a report listing every problem.
+    ``defer_layers``: the layer blobs are checked for presence, kind and size but not read: the
+    caller's load stream hashes them as it sends them (importer/pipeline/importing.py), and
+    whatever it will not send is checked by ``verify_unstreamed_layers``.
     ``raw_bundle_json``: the bundle.json bytes read when the bundle was opened (importer/input/opened.py),
     the ones the signature step judged; without it bundle.json is read here. ``manifest``: those
     bytes already parsed (importer/input/opened.py ``OpenedBundle.manifest``), not parsed again.
@@ -142,8 +153,11 @@ def verify_bundle(
     on_disk = _walk_files(root, unreadable)
     _check_listing(manifest, sums, on_disk, unreadable, add)
     to_hash = _files_of_right_size(expected, sizes, on_disk, unreadable, add)
+    if defer_layers:
+        deferred = {layer.digest.blob_path for layer in manifest.stored_layers()}
+        to_hash = [p for p in to_hash if p not in deferred]
     layers_by_path: Dict[str, LayerRecord] = {}
-    if deep:
+    if deep and not defer_layers:
         for layer in manifest.stored_layers():
             layers_by_path[layer.digest.blob_path] = layer
     _hash_files(root, manifest, to_hash, expected, sizes, layers_by_path, add, workers=workers, on_bytes=on_bytes)

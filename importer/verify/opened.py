@@ -6,10 +6,11 @@ signature step judged those bytes); a tar's or parts' importer copies are checke
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Set
 
 from importer.errors import BundleError, ManifestError, VerificationFailed
-from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.digest import Digest
+from importer.format.manifest import BundleManifest
 from importer.input.layers import check_layer
 from importer.input.opened import OpenedBundle
 from importer.streams.progress import close_progress
@@ -22,15 +23,17 @@ ProgressFn = Callable[[int], None]
 ProgressFactory = Callable[[str, int], ProgressFn]
 
 
-def verify_opened(bundle: OpenedBundle, *, deep: bool = True,
+def verify_opened(bundle: OpenedBundle, *, deep: bool = True, defer_layers: bool = False,
                   on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
-    """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer), a tar or
-    parts (one sequential read, always deep), against the bundle.json read when it was opened and
-    the one typed object it was parsed into (``OpenedBundle.manifest``): not parsed again here."""
+    """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer;
+    ``defer_layers``: layer blobs only checked for presence, kind and size, see
+    :func:`verify_unstreamed_layers`), a tar or parts (one sequential read, always deep), against
+    the bundle.json read when it was opened and the one typed object it was parsed into
+    (``OpenedBundle.manifest``): not parsed again here."""
     parsed = _parsed(bundle)
     if bundle.archive is None:
         report = verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
-                               manifest=parsed)
+                               manifest=parsed, defer_layers=defer_layers)
         return report
     report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
                             manifest=parsed)
@@ -50,11 +53,14 @@ def _parsed(bundle: OpenedBundle) -> Optional[BundleManifest]:
 
 
 def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory] = None,
-                    deep: bool = True) -> VerifyReport:
+                    deep: bool = True, defer_layers: bool = False) -> VerifyReport:
     """Verify the opened bundle against the bundle.json it was opened with (the signature step
-    judged those bytes); raise VerificationFailed listing every problem."""
-    on_bytes = progress("verify", _verify_total(bundle, deep)) if progress is not None else None
-    report = verify_opened(bundle, deep=deep, on_bytes=on_bytes)
+    judged those bytes); raise VerificationFailed listing every problem. ``defer_layers`` (a
+    folder; ignored for a tar or parts, always read whole): the layer blobs' bytes are left to the
+    load stream and :func:`verify_unstreamed_layers`."""
+    defer_layers = defer_layers and bundle.archive is None
+    on_bytes = progress("verify", _verify_total(bundle, deep, defer_layers)) if progress is not None else None
+    report = verify_opened(bundle, deep=deep, defer_layers=defer_layers, on_bytes=on_bytes)
     close_progress(on_bytes)
     if not report.ok:
         raise VerificationFailed(
@@ -67,15 +73,17 @@ def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory]
     return report
 
 
-def _verify_total(bundle: OpenedBundle, deep: bool) -> int:
-    """Bytes verification reads: the whole tar or parts, or every file bundle.json lists."""
+def _verify_total(bundle: OpenedBundle, deep: bool, defer_layers: bool = False) -> int:
+    """Bytes verification reads: the whole tar or parts, or every file bundle.json lists (but the
+    layer blobs, with ``defer_layers``)."""
     if bundle.archive is not None:
         return bundle.archive.size
     try:
         manifest = bundle.manifest()
     except BundleError:
         return 0  # verification raises the same error, with its message
-    return sum(f.size for f in manifest.files)
+    deferred = {x.digest.blob_path for x in manifest.stored_layers()} if defer_layers else set()
+    return sum(f.size for f in manifest.files if f.path not in deferred)
 
 
 def verify_legacy_or_raise(bundle: OpenedBundle, major: int) -> VerifyReport:
@@ -87,15 +95,23 @@ def verify_legacy_or_raise(bundle: OpenedBundle, major: int) -> VerifyReport:
     return report
 
 
-def verify_unstreamed_layers(bundle: OpenedBundle, manifest: BundleManifest, to_load: Sequence[ImageRecord]) -> None:
-    """The rest of a verification split with the load (``verify_or_raise(deep=False)`` for a sink
-    whose load stream checks each layer's diff_id): the layers that will not pass through that
-    stream (their images are already held) get their diff_id checked here, before anything is
-    loaded. A folder only (a tar or parts is always verified whole)."""
-    streamed = {x.digest for image in to_load for x in image.layers}
-    for image in manifest.images:
-        for i, layer in enumerate(image.layers):
-            if layer.external or layer.digest in streamed:
-                continue
-            check_layer(bundle.path, layer, f"layer {i + 1}/{len(image.layers)} of {image.name}")
-            streamed.add(layer.digest)
+def verify_unstreamed_layers(bundle: OpenedBundle, report: VerifyReport, streamed: Set[Digest]) -> None:
+    """The rest of a verification that deferred the layer blobs (``verify_or_raise(defer_layers=True)``)
+    to a load stream that checks each blob it sends (its digest, size and diff_id, the member's last
+    chunk held back until they matched: importer/sinks/ociarchive.py, dockerarchive.py): every
+    stored layer of the bundle, every platform, that the stream will not send (``streamed``: the
+    blob digests it will) is read and checked here, before anything is loaded; ``report`` counts
+    both kinds. A folder only (a tar or parts is always verified whole)."""
+    manifest = report.manifest
+    assert manifest is not None, "a verified report carries its bundle.json"
+    names = {x.digest: f"layer {i + 1}/{len(image.layers)} of {image.name}"
+             for image in reversed(manifest.images) for i, x in enumerate(image.layers)}
+    for layer in manifest.stored_layers():
+        if layer.digest in streamed:
+            report.layers_checked_while_loading += 1
+            report.bytes_checked_while_loading += layer.size
+            continue
+        check_layer(bundle.path, layer, names.get(layer.digest, str(layer.digest)))
+        report.files_checked += 1
+        report.layers_checked += 1
+        report.bytes_checked += layer.size

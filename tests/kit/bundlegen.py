@@ -52,6 +52,25 @@ def fleet_bundle(root: Path, seed: bytes = b"") -> Path:
     return root
 
 
+BIG_REFS = ("big/base:1", "big/app:2")  # big_bundle's images
+
+
+def big_bundle(root: Path, *, compression: str = "none", mib: int = 3) -> Path:
+    """Two images whose top layer holds ``mib`` MiB of random bytes (more than one 1 MiB chunk of
+    the load streams), the base a small text layer; ``compression="none"``: every layer stored
+    uncompressed (digest = diff_id), as ``--compression auto`` keeps random weights."""
+    import os
+
+    base = layer_tar({"etc/os-release": b"ID=big\n" * 100})
+    top = layer_tar({"weights.bin": os.urandom(mib * 1024 * 1024)})
+    images = [FakeImage(BIG_REFS[0], [base]), FakeImage(BIG_REFS[1], [base, top])]
+    root.mkdir(parents=True)
+    store = BlobStore(str(root), fsync=False)
+    found = read_docker_save(io.BytesIO(docker_save(images)), store, compression=compression)
+    write_bundle(str(root), store, found, {"kind": "test"})
+    return root
+
+
 def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
