@@ -75,7 +75,10 @@ def test_all_platforms_keeps_the_index_and_docker_gets_its_own(layout: tuple[Pat
     found = image_facts(docker_host, REF)
     assert found is not None and found[0] == facts["arch"]["amd64"]["config"]
     checked = json.loads(receipt.read_text())
-    assert checked["verification"]["filesChecked"] == len(doc["files"])  # the arm64 and ppc64le blobs too
+    verification = checked["verification"]
+    # every file, the arm64 and ppc64le blobs too: the amd64 layer's bytes in the load stream
+    assert verification["filesChecked"] + verification["layersCheckedWhileLoading"] == len(doc["files"])
+    assert verification["layersCheckedWhileLoading"] == 1
     # --check-only proves the engine holds the platform it runs
     proc = run_cli("importer", str(out), "--check-only", "--docker-host", docker_host, "--no-receipt", "-q")
     assert proc.returncode == 0, proc.stderr
