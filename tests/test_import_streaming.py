@@ -12,6 +12,7 @@ import pytest
 
 from tests.kit.bundlegen import BIG_REFS, big_bundle, lying_bundle, make_bundle
 from tests.kit.engines import DOCKER_STORES
+from tests.kit.fuzzkit import flip_byte
 from tests.kit.helpers import docker, image_ids, run_cli
 
 pytestmark = pytest.mark.engine
@@ -94,9 +95,7 @@ def test_layer_blobs_are_checked_in_the_load_stream_and_a_changed_one_loads_noth
     changed = big_bundle(tmp_path / "changed")
     top = json.loads((changed / "bundle.json").read_text())["images"][1]["layers"][1]
     path = changed / "blobs" / "sha256" / top["digest"].split(":")[1]
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_byte(path)
     before = image_ids(host)
     proc = run_cli("importer", str(changed), "--verify", "--docker-host", host, "--json", "--no-receipt")
     assert proc.returncode == 3, proc.stderr

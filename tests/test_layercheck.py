@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import tarfile
 import threading
@@ -24,9 +25,11 @@ from importer.input.layercheck import LayerCheck
 from importer.input.layers import ReadAhead, open_layer
 from importer.input.opened import open_bundle
 from importer.sinks.dockerarchive import write_docker_archive
-from importer.sinks.ociarchive import copy_blob, write_oci_archive
-from importer.streams.tarout import writing_tar
+from importer.sinks.ociarchive import write_oci_archive
 from tests.kit.bundlegen import big_bundle, lying_bundle, make_bundle
+from tests.kit.fuzzkit import flip_byte
+from tests.kit.helpers import run_cli
+from tests.kit.trustkit import regenerate_sums
 
 
 def _tar(data: bytes) -> bytes:
@@ -174,9 +177,7 @@ def test_the_oci_archive_stops_before_index_json_on_a_layer_blob_changed_after_v
     images = open_bundle(str(bundle)).manifest().images
     layer = images[0].layers[0]
     path = bundle / layer.digest.blob_path
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_byte(path)
     out = io.BytesIO()
     with pytest.raises((DigestMismatch, DecompressFailed, DiffIDMismatch)) as err:
         write_oci_archive(out, str(bundle), [(img, f"docker.io/{img.refs[0]}") for img in images],
@@ -241,9 +242,7 @@ def test_a_layer_blob_changed_after_verification_never_completes_its_member(
     layer = images[1].layers[1]
     assert layer.size > 2 * CHUNK
     path = bundle / layer.digest.blob_path
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
+    flip_byte(path)
     out = io.BytesIO()
     with pytest.raises((DigestMismatch, DecompressFailed, DiffIDMismatch)) as err:
         if archive == "oci":
@@ -262,17 +261,17 @@ def test_a_layer_blob_changed_after_verification_never_completes_its_member(
     assert "index.json" not in _member_names(raw) and b"manifest.json" not in raw
 
 
-def test_a_stored_layer_whose_diff_id_is_not_its_digest_is_refused_before_its_last_chunk(tmp_path: Path) -> None:
-    """A layer stored uncompressed is its own diff_id: hashed once, its digest serves both, so a
-    bundle.json naming another diff_id (or uncompressed size) for it is refused in the stream."""
-    import dataclasses
-
-    bundle = big_bundle(tmp_path / "b")
-    layer = open_bundle(str(bundle)).manifest().images[1].layers[1]
-    for lie, error in ((dataclasses.replace(layer, diff_id=Digest("sha256", "0" * 64)), DiffIDMismatch),
-                       (dataclasses.replace(layer, uncompressed_size=layer.size + 1), SizeMismatch)):
-        out = io.BytesIO()
-        with pytest.raises(error) as err, writing_tar(out) as tar:
-            copy_blob(tar, str(bundle), lie.digest, lie.size, "layer 2/2 of big/app:2", None, layer=lie)
-        assert str(layer.digest) in err.value.message
-        assert len(out.getvalue()) < 512 + layer.size  # the last chunk was held back
+def test_a_stored_layer_whose_diff_id_is_not_its_digest_is_refused_by_the_parser(tmp_path: Path) -> None:
+    """A layer stored uncompressed is its own diff_id, so the load streams hash it once for both:
+    bundle.json naming another diffId or uncompressedSize for it is refused when it is parsed
+    (invalid-manifest, exit 4), before any byte is read."""
+    for field, lie in (("diffId", "sha256:" + "0" * 64), ("uncompressedSize", None)):
+        bundle = big_bundle(tmp_path / field)
+        doc = json.loads((bundle / "bundle.json").read_text())
+        layer = doc["images"][1]["layers"][1]
+        layer[field] = layer["size"] + 1 if lie is None else lie
+        (bundle / "bundle.json").write_text(json.dumps(doc))
+        regenerate_sums(bundle)
+        proc = run_cli("importer", str(bundle), "--verify-only")
+        assert proc.returncode == 4 and "error[invalid-manifest]" in proc.stderr, proc.stderr
+        assert "digest = diffId" in proc.stderr, proc.stderr

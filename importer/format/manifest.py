@@ -409,8 +409,8 @@ def _check_layer(c: _Checker, raw_layer: Any, lw: str) -> Optional[LayerRecord]:
     if not isinstance(external, bool):
         c.fail(f"{lw}.external", f"expected true or false, found {external!r}"[:200])
         external = False
-    if external and mt == OCI_LAYER_TAR and (dg != did or sz != usz):
-        c.fail(lw, "an external layer described uncompressed (mediaType tar) has digest = diffId "
+    if mt == OCI_LAYER_TAR and (dg != did or sz != usz):  # stored or external: its bytes are its diff_id's
+        c.fail(lw, "a layer described uncompressed (mediaType tar) has digest = diffId "
                "and size = uncompressedSize")
     if dg is None or did is None:
         return None

@@ -17,7 +17,7 @@ import json
 import tarfile
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
-from importer.errors import DiffIDMismatch, DigestMismatch, SizeMismatch
+from importer.errors import DigestMismatch, SizeMismatch
 from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import ImageRecord, LayerRecord
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION, compression_of
@@ -102,7 +102,8 @@ def copy_blob(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int,
               on_bytes: Optional[ProgressFn], *, layer: Optional[LayerRecord] = None) -> None:
     """Append ``blobs/sha256/<hex>`` read from the bundle, checking digest and size as it passes;
     ``layer``: also its diff_id, decompressed beside the stream from the same read (a layer stored
-    uncompressed is its own diff_id: the one hash serves both). The member's last chunk is sent only
+    uncompressed is its own diff_id, bundle.json's parser holds digest = diffId for it: the one
+    hash serves both). The member's last chunk is sent only
     after every check passed, so an engine that commits each blob once it is complete (containerd)
     never commits one that failed."""
     assert tar.fileobj is not None
@@ -112,22 +113,8 @@ def copy_blob(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int,
         last = _copy_checked(tar, root, digest, size, what, on_bytes, check)
         if check is not None:
             check.finish()
-    if stored and layer is not None:
-        _check_stored(layer, what)
     tar.fileobj.write(last)
     end_member(tar, size)
-
-
-def _check_stored(layer: LayerRecord, what: str) -> None:
-    """A layer stored uncompressed whose bytes matched its digest: bundle.json must name the same
-    bytes as its diff_id and size."""
-    hint = "bundle.json and the layer disagree; re-export the bundle"
-    if layer.size != layer.uncompressed_size:
-        raise SizeMismatch(f"streaming {what} ({layer.digest}): expected {layer.uncompressed_size} uncompressed "
-                           f"bytes, found {layer.size}", hint=hint)
-    if layer.diff_id != layer.digest:
-        raise DiffIDMismatch(f"streaming {what} ({layer.digest}): expected diff_id {layer.diff_id}, found "
-                             f"{layer.digest}", hint=hint)
 
 
 def _copy_checked(tar: tarfile.TarFile, root: BundleRoot, digest: Digest, size: int, what: str,

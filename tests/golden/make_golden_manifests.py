@@ -49,9 +49,11 @@ def blob_path(dg: str) -> str:
 
 
 def layer(label: str, media_type: str, size: int, usize: int) -> Doc:
+    """A layer record; one stored uncompressed (tar) is its own diff_id (digest = diffId)."""
+    stored = media_type == LAYER_TAR
     return {
         "mediaType": media_type,
-        "digest": digest(f"{label} blob"),
+        "digest": digest(f"{label} {'tar' if stored else 'blob'}"),
         "size": size,
         "diffId": digest(f"{label} tar"),
         "uncompressedSize": usize,
