@@ -61,10 +61,16 @@ class DockerSink(SinkBase):
         read once and decompressed once by the importer (docs/security.md)."""
         return True
 
+    def _loads_oci_archive(self, images: Sequence[ImageRecord]) -> bool:
+        """Which archive :meth:`load` sends (and so which layer blobs it checks:
+        :meth:`streamed_layers` must answer from the same choice): an OCI archive of the bundle's
+        blobs into the containerd store, a docker-archive otherwise."""
+        return self.image_store == "containerd" and not any(loads_as_docker_archive(x) for x in images)
+
     def streamed_layers(self, images: Sequence[ImageRecord]) -> Set[Digest]:
         """The layer blobs :meth:`load` sends (and checks) for ``images``: every stored blob of an
         OCI archive (containerd store), the first blob of each diff_id of a docker-archive."""
-        if self.image_store == "containerd" and not any(loads_as_docker_archive(x) for x in images):
+        if self._loads_oci_archive(images):
             return {x.digest for image in images for x in image.layers if not x.external}
         return {x.digest for _, _, x in archive_layers(images)}
 
@@ -91,7 +97,7 @@ class DockerSink(SinkBase):
              external: Optional[Dict[Digest, str]] = None) -> None:
         """``external`` (delta bundles): diff_id -> engine image holding it, re-exported and spliced in."""
         cmd = self.archive_command("loading the bundle into Docker")
-        if self.image_store == "containerd" and not any(loads_as_docker_archive(x) for x in images):
+        if self._loads_oci_archive(images):
             named = [(image, normalize(ref)) for image in images for ref in image.refs]
             named += [(image, "") for image in images if not image.refs]
             blobs = None
