@@ -6,11 +6,12 @@ lied, or a digest collision) must still load nothing."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.kit.bundlegen import BIG_REFS, big_bundle, lying_bundle, make_bundle
+from tests.kit.bundlegen import BIG_REFS, big_bundle, bomb_bundle, lying_bundle, make_bundle
 from tests.kit.engines import DOCKER_STORES
 from tests.kit.fuzzkit import flip_byte
 from tests.kit.helpers import docker, image_ids, run_cli
@@ -47,28 +48,58 @@ def test_a_lying_layer_of_an_image_already_present_is_still_caught(docker_host: 
     assert image_ids(docker_host) == before
 
 
-def test_containerd_store_checks_each_diff_id_beside_the_stream_and_loads_nothing_on_a_lie(
+def test_containerd_store_checks_each_diff_id_beside_the_unpack_and_keeps_nothing_on_a_lie(
         docker_host_ctrstore: str, tmp_path: Path) -> None:
     """Docker's containerd store gets the layers as carried (compressed, byte for byte); the
-    importer decompresses each one beside the stream from the same read, so the verification
-    before the load no longer decompresses (it passes a bundle whose digests all match), and the
-    lie is found while streaming: index.json is never sent, the engine names nothing."""
+    verification before the load no longer decompresses (it passes a bundle whose digests all
+    match), the stream checks every blob's digest, and the diff_ids are checked from a second read
+    while the engine unpacks (importer/input/unpackcheck.py). The lie is found there: the engine
+    had named the image under this run's staging tag only, and that name is gone, also a while
+    later (the engine names what it imports when the stream ends, so the importer waits for the
+    names before it cuts the load and removes them)."""
     bundle, diff_id = lying_bundle(tmp_path / "lying")
     docker(docker_host_ctrstore, "image", "rm", "fake/app:2", "fake/base:1", check=False)
     before = image_ids(docker_host_ctrstore)
     proc = run_cli("importer", str(bundle), "--verify", "--docker-host", docker_host_ctrstore, "--no-receipt")
     assert proc.returncode == 3, proc.stderr
     assert "error[diffid-mismatch]" in proc.stderr and diff_id in proc.stderr, proc.stderr
-    assert "streaming" in proc.stderr or "decompressing" in proc.stderr, proc.stderr
-    assert image_ids(docker_host_ctrstore) == before  # no image, no staging tag
-    listed = docker(docker_host_ctrstore, "image", "ls", "-a", "--format", "{{.Repository}}:{{.Tag}}").stdout
-    assert "sneakernet-staging" not in listed and "fake/app" not in listed, listed
+    assert "decompressing" in proc.stderr, proc.stderr
+    _nothing_named_a_while(docker_host_ctrstore, before)
     # the true bundle loads through the same path, and its images are what bundle.json says
     genuine = make_bundle(tmp_path / "genuine")
     ok = run_cli("importer", str(genuine), "--verify", "--docker-host", docker_host_ctrstore, "--no-receipt")
     assert ok.returncode == 0, ok.stderr
     assert "fake/app:2" in docker(docker_host_ctrstore, "image", "ls", "--format",
                                   "{{.Repository}}:{{.Tag}}").stdout
+
+
+def _nothing_named_a_while(host: str, before: object) -> None:
+    """No image and no staging tag this run made, now and for two seconds on (a name the engine
+    made after the importer cleaned up would show up late)."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        assert image_ids(host) == before  # no image, no staging tag
+        listed = docker(host, "image", "ls", "-a", "--format", "{{.Repository}}:{{.Tag}}").stdout
+        assert "sneakernet-staging" not in listed and "fake/app" not in listed, listed
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.25)
+
+
+@pytest.mark.parametrize("docker_store", sorted(DOCKER_STORES), indirect=True)
+def test_a_bomb_past_its_recorded_size_is_refused_and_keeps_nothing(docker_store_host: str, tmp_path: Path) -> None:
+    """A layer whose diff_id is true but whose bundle.json size is a quarter of what it holds:
+    an engine that checks only diff_ids would store it all. Into either Docker store the import
+    decompresses within the recorded size and refuses it (exit 3, ``limit-exceeded``); into the
+    classic store before manifest.json is sent, into the containerd store while the engine unpacks
+    (the load is cut); either way nothing this run named is left."""
+    bundle, _ = bomb_bundle(tmp_path / "bomb")
+    docker(docker_store_host, "image", "rm", "fake/app:2", "fake/base:1", check=False)
+    before = image_ids(docker_store_host)
+    proc = run_cli("importer", str(bundle), "--verify", "--docker-host", docker_store_host, "--no-receipt")
+    assert proc.returncode == 3, proc.stderr
+    assert "error[limit-exceeded]" in proc.stderr and "recorded uncompressed size" in proc.stderr, proc.stderr
+    _nothing_named_a_while(docker_store_host, before)
 
 
 @pytest.mark.parametrize("docker_store", sorted(DOCKER_STORES), indirect=True)

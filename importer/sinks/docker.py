@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import json
 import tarfile
+import threading
+import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlencode
 
+from importer.errors import CommandFailed
 from importer.format.digest import Digest
 from importer.format.identity import loads_as_docker_archive
-from importer.format.manifest import BundleManifest, ImageRecord
+from importer.format.manifest import BundleManifest, ImageRecord, LayerRecord
+from importer.format.mediatypes import compression_of
 from importer.format.reference import split_reference
 from importer.format.refs import normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
+from importer.input.unpackcheck import UnpackCheck
 from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
@@ -36,6 +41,7 @@ from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
 _HINT = DOCKER_HINT
 _MAX_LIST = 256 * 1024 * 1024  # GET /images/json of a host with very many images
+_NAMING_WAIT = 60.0  # seconds a failed layer check waits for the engine to name what it loads
 
 
 class DockerSink(SinkBase):
@@ -107,6 +113,10 @@ class DockerSink(SinkBase):
                 argv = self.argv()
                 blobs = {d: None for d in layers}
                 blobs[first] = lambda tar: copy_engine_blobs(tar, argv, external, layers, on_bytes)  # type: ignore
+            after = self._unpack_check(root, images) if blobs is None else None
+            if after is not None:
+                self._load_checking_beside_unpack(cmd, root, named, after, on_bytes)
+                return
             feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes, index_last=True,
                                                     external=blobs, check_layers=True))  # type: ignore[arg-type]
             return
@@ -116,6 +126,55 @@ class DockerSink(SinkBase):
                 return splice_engine_layers(tar, self.argv(), external, on_bytes)
         feed(cmd, lambda out: write_docker_archive(out, root, images, with_tags=True, on_bytes=on_bytes,
                                                    splice=splice))
+
+    def _load_checking_beside_unpack(self, cmd: Any, root: BundleRoot, named: Sequence[Tuple[ImageRecord, str]],
+                                     after: UnpackCheck, on_bytes: Optional[ProgressFn]) -> None:
+        """The OCI archive with every blob's digest checked in the stream, then ``after`` checking
+        the diff_ids while the engine unpacks; its verdict comes before the engine's answer."""
+        ended = threading.Event()
+        refs = [ref for _, ref in named]
+        after.on_fail = lambda: self._cut_once_named(cmd, refs, ended)
+        try:
+            feed(cmd, lambda out: write_oci_archive(out, root, named, on_bytes=on_bytes, index_last=True,
+                                                    before_index=after.start))
+        except BaseException as e:
+            ended.set()
+            if after.started and (after.error is not None or isinstance(e, (CommandFailed, OSError))):
+                after.finish()  # the engine's answer, or the cut: the layer check's verdict comes first
+            else:
+                after.stop()  # interrupted, or the stream failed before index.json: nothing unpacks
+            raise
+        ended.set()
+        after.finish()
+
+    def _cut_once_named(self, cmd: Any, refs: Sequence[str], ended: threading.Event) -> None:
+        """A layer failed while the engine unpacks: cut the load (Docker cancels the unpack, which
+        may be writing a bomb), but only once the engine named every image of the archive, or
+        answered: it names them when the stream ends, whether or not the client is still there,
+        and a name made after the caller removed this run's names would outlive the removal."""
+        deadline = time.monotonic() + _NAMING_WAIT
+        try:
+            while not ended.is_set() and time.monotonic() < deadline:
+                if all(self.lookup(ref) is not None for ref in refs):
+                    break
+                ended.wait(0.05)
+        finally:
+            cmd.abort()
+
+    @staticmethod
+    def _unpack_check(root: BundleRoot, images: Sequence[ImageRecord]) -> Optional[UnpackCheck]:
+        """The check of each compressed layer's diff_id beside the engine's unpack (after the
+        stream, from a second read: importer/input/unpackcheck.py), where a failure can remove
+        everything the load named: every image is loaded under a (staging) name. None: an image
+        loaded untagged, checked in the stream instead (nothing is named before its layers matched)."""
+        if not images or not all(image.refs for image in images):
+            return None
+        layers: Dict[Digest, Tuple[LayerRecord, str]] = {}
+        for image in images:
+            for i, layer in enumerate(image.layers):
+                if not layer.external and compression_of(layer.media_type) != "none":
+                    layers.setdefault(layer.digest, (layer, f"layer {i + 1}/{len(image.layers)} of {image.name}"))
+        return UnpackCheck(root, list(layers.values()))
 
     def archive_command(self, what: str) -> Any:
         """Something whose ``stdin`` takes a docker-archive for ``docker load`` (``finish``,

@@ -71,6 +71,7 @@ def write_oci_archive(
     external: Optional[Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]]] = None,
     index_last: bool = False,
     check_layers: bool = False,
+    before_index: Optional[Callable[[], None]] = None,
 ) -> None:
     """Stream an OCI archive of the (image, full reference) pairs into ``out``. ``external``
     (delta bundles): blobs the bundle does not hold, each left out (None: the engine holds it)
@@ -78,7 +79,9 @@ def write_oci_archive(
     blob (``docker load``: a stream cut or aborted before its end names no image).
     ``check_layers``: each layer blob is also decompressed, beside the stream and from the same
     read, and its diff_id and uncompressed size checked before the next member is written
-    (importer/input/layercheck.py), so ``index.json`` follows only layers that all matched."""
+    (importer/input/layercheck.py), so ``index.json`` follows only layers that all matched.
+    ``before_index``: called once every blob was written, before ``index.json`` (``index_last``):
+    the Docker sink starts the check beside the engine's unpack there (importer/input/unpackcheck.py)."""
     images = [image for image, _ in named]
     index = json.dumps(index_document(named), separators=(",", ":")).encode()
     with writing_tar(out) as tar:
@@ -95,6 +98,8 @@ def write_oci_archive(
                 continue
             copy_blob(tar, root, digest, size, what, on_bytes, layer=layer if check_layers else None)
         if index_last:
+            if before_index is not None:
+                before_index()
             tar.addfile(member_info("index.json", len(index)), io.BytesIO(index))
 
 

@@ -129,3 +129,16 @@ def lying_bundle(root: Path) -> tuple[Path, str]:
     (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
     regenerate_sums(bundle)
     return bundle, layer["diffId"]
+
+
+def bomb_bundle(root: Path, *, compression: str = "zstd") -> tuple[Path, str]:
+    """A bundle, consistent in every digest it lists, whose last layer of the last image records a
+    quarter of its real uncompressed size (a decompression bomb as bundle.json sees it; config and
+    diff_id true, so an engine that checks only diff_ids loads it); returns it and that layer's digest."""
+    bundle = make_bundle(root, compression=compression)
+    doc = json.loads((bundle / "bundle.json").read_text())
+    layer = doc["images"][-1]["layers"][-1]
+    layer["uncompressedSize"] = max(1, layer["uncompressedSize"] // 4)
+    (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(bundle)
+    return bundle, str(layer["digest"])
