@@ -168,6 +168,11 @@ class BundleManifest:
     def stored_layers(self) -> List[LayerRecord]:
         return [x for x in self.unique_layers() if not x.external]
 
+    def stored_layer_paths(self) -> Set[str]:
+        """The bundle paths of the layer blobs it holds: what a verification that leaves the
+        layers to the load stream (``defer_layers``) does not read, and does not count."""
+        return {x.digest.blob_path for x in self.stored_layers()}
+
     def external_layers(self) -> List[LayerRecord]:
         """Layers a delta bundle leaves out: the host must hold them (by diff_id)."""
         return [x for x in self.unique_layers() if x.external]

@@ -154,7 +154,7 @@ def verify_bundle(
     _check_listing(manifest, sums, on_disk, unreadable, add)
     to_hash = _files_of_right_size(expected, sizes, on_disk, unreadable, add)
     if defer_layers:
-        deferred = {layer.digest.blob_path for layer in manifest.stored_layers()}
+        deferred = manifest.stored_layer_paths()
         to_hash = [p for p in to_hash if p not in deferred]
     layers_by_path: Dict[str, LayerRecord] = {}
     if deep and not defer_layers:

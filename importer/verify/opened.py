@@ -82,7 +82,7 @@ def _verify_total(bundle: OpenedBundle, deep: bool, defer_layers: bool = False) 
         manifest = bundle.manifest()
     except BundleError:
         return 0  # verification raises the same error, with its message
-    deferred = {x.digest.blob_path for x in manifest.stored_layers()} if defer_layers else set()
+    deferred = manifest.stored_layer_paths() if defer_layers else set()
     return sum(f.size for f in manifest.files if f.path not in deferred)
 
 
