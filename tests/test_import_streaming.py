@@ -5,12 +5,17 @@ lied, or a digest collision) must still load nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
 import pytest
 
+from importer.errors import DiffIDMismatch
+from importer.input.opened import open_bundle
+from importer.sinks.docker import DockerSink
+from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad
 from tests.kit.bundlegen import BIG_REFS, big_bundle, bomb_bundle, lying_bundle, make_bundle
 from tests.kit.engines import DOCKER_STORES
 from tests.kit.fuzzkit import flip_byte
@@ -48,29 +53,65 @@ def test_a_lying_layer_of_an_image_already_present_is_still_caught(docker_host: 
     assert image_ids(docker_host) == before
 
 
+@pytest.mark.parametrize("transport", ["api", "cli"])
 def test_containerd_store_checks_each_diff_id_beside_the_unpack_and_keeps_nothing_on_a_lie(
-        docker_host_ctrstore: str, tmp_path: Path) -> None:
+        docker_host_ctrstore: str, tmp_path: Path, transport: str) -> None:
     """Docker's containerd store gets the layers as carried (compressed, byte for byte); the
     verification before the load no longer decompresses (it passes a bundle whose digests all
     match), the stream checks every blob's digest, and the diff_ids are checked from a second read
     while the engine unpacks (importer/input/unpackcheck.py). The lie is found there: the engine
     had named the image under this run's staging tag only, and that name is gone, also a while
     later (the engine names what it imports when the stream ends, so the importer waits for the
-    names before it cuts the load and removes them)."""
+    names before it cuts the load and removes them). The cut is the same over the Engine API
+    socket and through the docker CLI (``SNEAKERNET_DOCKER_TRANSPORT=cli``: the CLI is stopped)."""
     bundle, diff_id = lying_bundle(tmp_path / "lying")
     docker(docker_host_ctrstore, "image", "rm", "fake/app:2", "fake/base:1", check=False)
     before = image_ids(docker_host_ctrstore)
-    proc = run_cli("importer", str(bundle), "--verify", "--docker-host", docker_host_ctrstore, "--no-receipt")
+    env = {TRANSPORT_ENV: "cli"} if transport == "cli" else None
+    proc = run_cli("importer", str(bundle), "--verify", "--docker-host", docker_host_ctrstore, "--no-receipt",
+                   env=env)
     assert proc.returncode == 3, proc.stderr
     assert "error[diffid-mismatch]" in proc.stderr and diff_id in proc.stderr, proc.stderr
     assert "decompressing" in proc.stderr, proc.stderr
     _nothing_named_a_while(docker_host_ctrstore, before)
     # the true bundle loads through the same path, and its images are what bundle.json says
     genuine = make_bundle(tmp_path / "genuine")
-    ok = run_cli("importer", str(genuine), "--verify", "--docker-host", docker_host_ctrstore, "--no-receipt")
+    ok = run_cli("importer", str(genuine), "--verify", "--docker-host", docker_host_ctrstore, "--no-receipt",
+                 env=env)
     assert ok.returncode == 0, ok.stderr
     assert "fake/app:2" in docker(docker_host_ctrstore, "image", "ls", "--format",
                                   "{{.Repository}}:{{.Tag}}").stdout
+
+
+def test_the_load_is_cut_only_once_the_engine_named_what_it_imports(
+        docker_host_ctrstore: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Docker names the images of an archive when its stream ends, whether or not the client is
+    still connected: a load cut before that would get its staging names after the importer removed
+    them. So a failed check waits for the names (or the engine's answer) before it cuts, and every
+    staging name exists at the cut; the sink raises the layer's own error, never the engine's."""
+    bundle, diff_id = lying_bundle(tmp_path / "lying")
+    sink = DockerSink(docker_host_ctrstore)
+    sink.probe()
+    images = list(open_bundle(str(bundle)).manifest().images)
+    refs = [f"sneakernet-staging/0123456789ab:{n}" for n in range(len(images))]
+    staged = [dataclasses.replace(image, refs=(ref,)) for image, ref in zip(images, refs)]
+    named_at_cut: list[list[bool]] = []
+    cut = ApiLoad.abort
+
+    def recording_cut(self: ApiLoad) -> None:
+        named_at_cut.append([sink.lookup(ref) is not None for ref in refs])
+        cut(self)
+
+    monkeypatch.setattr(ApiLoad, "abort", recording_cut)
+    try:
+        with pytest.raises(DiffIDMismatch) as err:
+            sink.load(str(bundle), staged, None)
+        assert diff_id in err.value.message
+        assert named_at_cut and named_at_cut[0] == [True] * len(refs), named_at_cut
+    finally:
+        for ref in refs:
+            docker(docker_host_ctrstore, "image", "rm", ref, check=False)
+    assert not [ref for ref in refs if sink.lookup(ref) is not None]
 
 
 def _nothing_named_a_while(host: str, before: object) -> None:
