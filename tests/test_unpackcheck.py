@@ -15,7 +15,7 @@ from typing import List
 
 import pytest
 
-from importer.errors import DecompressFailed, DiffIDMismatch, DigestMismatch, LimitExceeded
+from importer.errors import DecompressFailed, DiffIDMismatch, DigestMismatch, LimitExceeded, SizeMismatch
 from importer.format.manifest import ImageRecord
 from importer.input.opened import open_bundle
 from importer.input.unpackcheck import UnpackCheck
@@ -72,15 +72,22 @@ def test_a_bomb_past_the_recorded_size_is_refused_at_the_bound(tmp_path: Path) -
     assert next(what for x, what in check.layers if str(x.digest) == digest) in err.value.message
 
 
-def test_a_blob_changed_between_the_two_reads_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("change", ["flip", "truncate", "extend"])
+def test_a_blob_changed_between_the_two_reads_is_refused(tmp_path: Path, change: str) -> None:
     """The stream checked the digest of what it sent; this read checks it again, so the bytes
     decompressed here are the bytes the engine got, or the import fails."""
     bundle = make_bundle(tmp_path / "b")
     check = _check(bundle)
     layer = check.layers[-1][0]
-    flip_byte(bundle / layer.digest.blob_path)
+    path = bundle / layer.digest.blob_path
+    if change == "flip":
+        flip_byte(path)
+    elif change == "truncate":
+        path.write_bytes(path.read_bytes()[: layer.size // 2])
+    else:
+        path.write_bytes(path.read_bytes() + b"\0" * 4096)
     check.on_fail = calls = _Calls()
-    with pytest.raises((DigestMismatch, DecompressFailed)) as err:
+    with pytest.raises((DigestMismatch, DecompressFailed, SizeMismatch)) as err:
         check.finish()  # never started: finish starts it (a check is never skipped)
     assert str(layer.digest) in err.value.message and calls.n == 1
 
