@@ -56,15 +56,17 @@ class DockerSink(SinkBase):
     @property
     def checks_layers_while_loading(self) -> bool:
         """Both stores check each layer blob while it streams into ``docker load``, from the read
-        that sends it: its digest and size, and its diff_id and uncompressed size (decompressed
-        once; a layer stored uncompressed is its own diff_id, hashed once), and a blob's last
-        chunk is sent only after its digest matched; a mismatch aborts the load before the member
-        that names an image (manifest.json, index.json), so Docker names no image. Classic store:
+        that sends it: its digest and size (a layer stored uncompressed is its own diff_id, hashed
+        once), and a blob's last chunk is sent only after its digest matched; a mismatch aborts the
+        load before the member that names an image (manifest.json, index.json), so Docker names no
+        image; and each layer's diff_id and uncompressed size (decompressed once). Classic store:
         the docker-archive decompresses each layer into the stream (importer/sinks/dockerarchive.py).
-        Containerd store: the OCI archive carries the compressed blobs as they are and threads
-        beside the stream decompress each one from the same read (importer/input/layercheck.py).
-        So the verification before the load leaves those blobs' bytes to the stream, each layer is
-        read once and decompressed once by the importer (docs/security.md)."""
+        Containerd store: the OCI archive carries the compressed blobs as they are; the diff_ids
+        are checked while the engine unpacks, from a second read of each blob (its digest checked
+        again), before any user tag (importer/input/unpackcheck.py), or, for an image loaded
+        untagged, by a thread beside the stream from the same read (importer/input/layercheck.py).
+        So the verification before the load leaves those blobs' bytes to the load, and each layer
+        is decompressed once by the importer (docs/security.md)."""
         return True
 
     def _loads_oci_archive(self, images: Sequence[ImageRecord]) -> bool:
