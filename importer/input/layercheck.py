@@ -1,7 +1,9 @@
 """Checking a layer's diff_id beside a stream that carries it compressed.
 
 A load that hands the engine a layer as carried (the bundle's gzip/zstd blob, byte for byte: an
-OCI archive into Docker's containerd store) reads each blob once; :class:`LayerCheck` takes the
+OCI archive into Docker's containerd store, where an image loads untagged or a delta's left-out
+blobs are copied in; a load whose images all have staging names checks the diff_ids while the
+engine unpacks instead, importer/input/unpackcheck.py) reads each blob once; :class:`LayerCheck` takes the
 same chunks and, in a thread of its own, decompresses them within the recorded uncompressed size
 and hashes the result (zlib, zstandard and hashlib release the GIL, so on two cores this runs
 beside the send instead of in a pass of its own before it). :meth:`LayerCheck.finish` raises the
