@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 from importer.errors import CommandFailed
 from importer.format.digest import Digest
 from importer.format.identity import loads_as_docker_archive
-from importer.format.manifest import BundleManifest, ImageRecord, LayerRecord
+from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import compression_of
 from importer.format.reference import split_reference
 from importer.format.refs import normalize
@@ -36,7 +36,7 @@ from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, 
 from importer.sinks.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
 from importer.sinks.dockerarchive import archive_layers, write_docker_archive
 from importer.sinks.dockerclient import DOCKER_HINT, DockerClient, engine_image_from_inspect
-from importer.sinks.ociarchive import write_oci_archive
+from importer.sinks.ociarchive import archive_blobs, write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
 
 _HINT = DOCKER_HINT
@@ -171,12 +171,9 @@ class DockerSink(SinkBase):
         loaded untagged, checked in the stream instead (nothing is named before its layers matched)."""
         if not images or not all(image.refs for image in images):
             return None
-        layers: Dict[Digest, Tuple[LayerRecord, str]] = {}
-        for image in images:
-            for i, layer in enumerate(image.layers):
-                if not layer.external and compression_of(layer.media_type) != "none":
-                    layers.setdefault(layer.digest, (layer, f"layer {i + 1}/{len(image.layers)} of {image.name}"))
-        return UnpackCheck(root, list(layers.values()))
+        return UnpackCheck(root, [(layer, what) for _, _, what, layer in archive_blobs(images)
+                                  if layer is not None and not layer.external
+                                  and compression_of(layer.media_type) != "none"])
 
     def archive_command(self, what: str) -> Any:
         """Something whose ``stdin`` takes a docker-archive for ``docker load`` (``finish``,

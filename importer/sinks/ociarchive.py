@@ -49,8 +49,9 @@ def index_document(named: Sequence[Tuple[ImageRecord, str]]) -> Dict[str, object
     return {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}
 
 
-def _blobs(images: Sequence[ImageRecord]) -> List[Tuple[Digest, int, str, Optional[LayerRecord]]]:
-    """(digest, size, what, the layer record of a layer) of every blob, small ones first, each once."""
+def archive_blobs(images: Sequence[ImageRecord]) -> List[Tuple[Digest, int, str, Optional[LayerRecord]]]:
+    """(digest, size, what, the layer record of a layer) of every blob the archive carries, small
+    ones first, each once, in the order they are written (the unpack check names layers alike)."""
     seen: Dict[Digest, Tuple[Digest, int, str, Optional[LayerRecord]]] = {}
     for image in images:
         for blob, what in ((image.manifest, "manifest"), (image.config, "config")):
@@ -90,7 +91,7 @@ def write_oci_archive(
             head.append(("index.json", index))
         for name, data in head:
             tar.addfile(member_info(name, len(data)), io.BytesIO(data))
-        for digest, size, what, layer in _blobs(images):
+        for digest, size, what, layer in archive_blobs(images):
             if external is not None and digest in external:
                 write = external[digest]
                 if write is not None:

@@ -131,11 +131,11 @@ def lying_bundle(root: Path) -> tuple[Path, str]:
     return bundle, layer["diffId"]
 
 
-def bomb_bundle(root: Path, *, compression: str = "zstd") -> tuple[Path, str]:
+def bomb_bundle(root: Path) -> tuple[Path, str]:
     """A bundle, consistent in every digest it lists, whose last layer of the last image records a
     quarter of its real uncompressed size (a decompression bomb as bundle.json sees it; config and
     diff_id true, so an engine that checks only diff_ids loads it); returns it and that layer's digest."""
-    bundle = make_bundle(root, compression=compression)
+    bundle = make_bundle(root)
     doc = json.loads((bundle / "bundle.json").read_text())
     layer = doc["images"][-1]["layers"][-1]
     layer["uncompressedSize"] = max(1, layer["uncompressedSize"] // 4)
