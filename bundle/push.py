@@ -94,12 +94,13 @@ def _push(manifest: BundleManifest, root: BundleRoot, target: RegistryTarget, ss
         with RegistryClient(target, connect_to=connect, insecure=insecure, credentials=credentials,
                             chunk_size=chunk_size, log=log, realm_credentials=realm_credentials) as client:
             client.ping()
+            artifacts: List[Dict[str, Any]] = []  # handed on before the tags, read back after them
             report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress,
-                                 local=done.files)
+                                 local=done.files,
+                                 before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, client)))
             outcome = PushOutcome(report, f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None,
                                   client.scheme, client.api_version, compression, dict(done.renamed))
-            if report.ok:
-                outcome.artifacts = push_artifacts(root, manifest, client)
+            outcome.artifacts = artifacts
     if not report.ok:
         bad = [r for r in report.refs if not r.readback.ok]
         raise PostLoadMismatch(

@@ -12,7 +12,13 @@ an image, carried byte for byte beside it.
 
 Each record names the artifact's manifest and every blob it holds (config, layers; an index's
 manifests are records of their own); all of them are files of the bundle like any blob, so
-verification covers them. Older 3.x importers ignore the field."""
+verification covers them. Older 3.x importers ignore the field.
+
+No field of a record is signed: ``kind``, ``subject``, ``tag`` and ``repository`` are inputs to
+check, never evidence. A record's ``tag`` can only be the name derived from its own subject
+(:func:`derived_tag`: ``sha256-<hex>.sig|.att|.sbom`` by kind, ``sha256-<hex>`` for the referrers
+fallback index, none for the rest), and its subject must be a manifest of its own image
+(importer/format/manifest.py): a record can never move or shadow an image's tag."""
 
 from __future__ import annotations
 
@@ -56,6 +62,23 @@ class ArtifactRecord:
 
 
 Fail = Callable[[str, str], None]
+
+
+def derived_tag(kind: str, subject: Digest) -> str:
+    """The only tag a record of ``kind`` about ``subject`` may carry and be handed on under:
+    cosign's ``sha256-<hex>.sig``/``.att``/``.sbom``, the referrers fallback ``sha256-<hex>``;
+    "" for a kind that is handed on by digest only (a referrer, an index)."""
+    base = f"{subject.algorithm}-{subject.hex}"
+    if kind in TAG_SUFFIXES:
+        return base + TAG_SUFFIXES[kind]
+    return base if kind == "referrers-index" else ""
+
+
+def handed_on_reference(art: ArtifactRecord) -> str:
+    """What a registry, a layout or ``serve`` names ``art`` by: its derived tag when it had one,
+    else its digest. Never ``art.tag`` itself (bundle.json's word, unsigned)."""
+    tag = derived_tag(art.kind, art.subject) if art.tag else ""
+    return tag or str(art.manifest.digest)
 
 
 def _text(fail: Fail, value: Any, where: str, *, required: bool = True) -> str:
@@ -111,6 +134,10 @@ def check_artifacts(fail: Fail, raw: Any, where: str) -> Tuple[ArtifactRecord, .
         tag = _text(fail, item.get("tag"), f"{at}.tag", required=False)
         artifact_type = _text(fail, item.get("artifactType"), f"{at}.artifactType", required=False)
         repository = _text(fail, item.get("repository"), f"{at}.repository", required=False)
+        if tag and kind in KINDS and is_digest(subject) and tag != derived_tag(str(kind), Digest.parse(subject)):
+            want = derived_tag(str(kind), Digest.parse(subject))
+            fail(f"{at}.tag", f"expected {'no tag' if not want else repr(want) + ' (derived from its subject) or none'}"
+                 f" for a {kind}, found {tag!r}"[:300])
         if kind in KINDS and is_digest(subject) and manifest is not None and all(b is not None for b in blobs):
             out.append(ArtifactRecord(str(kind), Digest.parse(subject), manifest,
                                       tuple(b for b in blobs if b is not None), tag, artifact_type, repository))

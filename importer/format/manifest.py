@@ -15,11 +15,12 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from importer import SCHEMA_MAJOR
 from importer.errors import ManifestError, UnsupportedSchemaVersion
-from importer.format.artifacts import ArtifactRecord, check_artifacts
+from importer.format.artifacts import ArtifactRecord, check_artifacts, derived_tag
 from importer.format.digest import BlobRef as BlobRef  # the descriptor type: defined beside Digest
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import parse_json
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
+from importer.format.reference import split_reference
 
 BUNDLE_MEDIA_TYPE = "application/vnd.sneakernet.bundle.v3+json"
 BUNDLE_JSON = "bundle.json"
@@ -313,6 +314,7 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
             images.append(image)
     files = _check_files(c, c.lst(top.get("files"), "files"))
     _check_listed(c, images, files, importer_rec)
+    _check_artifact_tags(c, images)
     if c.issues:
         return None, c.issues
     model = BundleManifest(
@@ -373,8 +375,32 @@ def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optio
             others.append(other)
     cuda = _check_cuda(c, img["cuda"], f"{where}.cuda") if "cuda" in img else None
     artifacts = check_artifacts(c.fail, img["artifacts"], f"{where}.artifacts") if "artifacts" in img else ()
+    _check_subjects(c, artifacts, [manifest, *(o.manifest for o in others)] + ([index] if index else []),
+                    f"{where}.artifacts")
     return ImageRecord(tuple(refs), manifest, config, tuple(layers), platform, index=index, others=tuple(others),
                        cuda=cuda, artifacts=artifacts)
+
+
+def _check_subjects(c: _Checker, artifacts: Tuple[ArtifactRecord, ...], manifests: List[BlobRef],
+                    where: str) -> None:
+    """Each artifact is about this image: its subject is one of the image's manifests, its index, or
+    the index one platform was picked from (a record of kind ``index``, subject itself)."""
+    own = {m.digest for m in manifests} | {a.manifest.digest for a in artifacts
+                                            if a.kind == "index" and a.subject == a.manifest.digest}
+    for k, art in enumerate(artifacts):
+        if art.subject not in own:
+            c.fail(f"{where}[{k}].subject", f"expected a manifest or index of this image, found {art.subject}")
+
+
+def _check_artifact_tags(c: _Checker, images: List[ImageRecord]) -> None:
+    """No image is tagged with a name an artifact is handed on under (``sha256-<hex>.sig``...):
+    handing the artifact on would move that image's tag."""
+    derived = {derived_tag(a.kind, a.subject) for img in images for a in img.artifacts if a.tag}
+    for i, img in enumerate(images):
+        for j, ref in enumerate(img.refs):
+            if isinstance(ref, str) and split_reference(ref)[1] in derived:
+                c.fail(f"images[{i}].refs[{j}]", f"expected an image tag, found {ref!r}, the name an artifact "
+                       "of the bundle is handed on under"[:300])
 
 
 _CUDA_FIELDS = {"cudaVersion": (str, type(None)), "torchCuda": (str, type(None)), "disableRequire": (bool,),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from importer.errors import PostLoadMismatch
 from importer.format.identity import OCI
@@ -72,9 +72,10 @@ def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPla
         sys.stderr.write(f"note: {zstd_warning('--engine registry')} with `bundle push`\n")
     t_push = time.monotonic()
     try:
+        artifacts: List[Dict[str, Any]] = []  # schema 3.5: handed on before the tags, read back after them
         report = push_bundle(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,
-                             progress=progress)
-        artifacts = push_artifacts(root, manifest, sink.client) if report.ok else []  # schema 3.5
+                             progress=progress,
+                             before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, sink.client)))
     finally:
         sink.close()
     sink.last_push = report

@@ -4,8 +4,10 @@ A delta bundle first has every layer it leaves out found in the registry (import
 HEAD, else a repository to mount it from; none anywhere: exit 9, nothing pushed), then mounted.
 Order: every blob the registry lacks (HEAD each; a blob shared by several repositories is
 uploaded once and mounted into the others), then each manifest by its digest with its exact
-bytes and media type, then the tags (last: a tag never names an incomplete image), then read
-back every tag: the manifest's bytes must hash to the bundle's manifest digest, the config must
+bytes and media type, then what the caller hands on before the tags (``before_tags``: the
+carried signatures and SBOMs, importer/registry/push_artifacts.py), then the tags (last: a tag
+never names an incomplete image, and nothing pushed after it can move it), then read back every
+tag: the manifest's bytes must hash to the bundle's manifest digest, the config must
 be the bundle's config (its diff_ids too), and every layer must be there with its size."""
 
 from __future__ import annotations
@@ -183,10 +185,12 @@ def push_bundle(
     move_tags: bool = True,
     progress: Optional[ProgressFactory] = None,
     local: Optional[Dict[str, str]] = None,
+    before_tags: Optional[Callable[[], None]] = None,
 ) -> PushReport:
     """Push every tagged image of ``manifest`` (already verified) from ``root`` to the client's
     registry. ``move_tags=False`` refuses to move a tag that names another manifest. ``local``:
-    blobs recompressed for this push (digest -> file; ``manifest`` then names them)."""
+    blobs recompressed for this push (digest -> file; ``manifest`` then names them).
+    ``before_tags``: called once every manifest is in by digest and before the first tag."""
     started = time.monotonic()
     local = dict(local or {})
     report = PushReport(target=str(client.target))
@@ -212,7 +216,10 @@ def push_bundle(
         report.blobs_present += report.delta.count("present")
         report.blobs_mounted += report.delta.count("mounted")
         missing += report.delta.pairs("mounted")
-    _put_manifests(client, refs, raw_manifests, missing, report)
+    _put_manifests(client, refs, raw_manifests)
+    if before_tags is not None:
+        before_tags()
+    _put_tags(client, refs, raw_manifests, missing, report)
 
     # read back
     for r, rb in zip(refs, _each(workers, lambda r: read_back(client, r, sizes), refs, client.cancel)):
@@ -297,9 +304,9 @@ def _send_blobs(open_blob: Callable[[Digest], BinaryIO], client: RegistryClient,
     report.bytes_uploaded += sum(sizes[d] for (_, d), m in zip(others, mounted) if not m)
 
 
-def _put_manifests(client: RegistryClient, refs: List[PushedRef], raw_manifests: Dict[Digest, Tuple[bytes, str]],
-                   missing: List[Tuple[str, Digest]], report: PushReport) -> None:
-    """Manifests by digest, then the tags; each ref's status."""
+def _put_manifests(client: RegistryClient, refs: List[PushedRef],
+                   raw_manifests: Dict[Digest, Tuple[bytes, str]]) -> None:
+    """Every manifest by its digest (every platform's before the index naming them)."""
     sent_manifests = set()
     for r in refs:
         for blob, _ in _manifest_blobs(r.image):  # every platform's manifest before the index naming them
@@ -310,6 +317,11 @@ def _put_manifests(client: RegistryClient, refs: List[PushedRef], raw_manifests:
             if client.manifest_digest(r.destination.repository, str(blob.digest)) is None:
                 raw, media_type = raw_manifests[blob.digest]
                 client.put_manifest(r.destination.repository, str(blob.digest), raw, media_type)
+
+
+def _put_tags(client: RegistryClient, refs: List[PushedRef], raw_manifests: Dict[Digest, Tuple[bytes, str]],
+              missing: List[Tuple[str, Digest]], report: PushReport) -> None:
+    """The tags, last; each ref's status."""
     for r in refs:
         want = str(top_digest(r.image))
         if r.tag_was == want:

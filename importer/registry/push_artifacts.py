@@ -1,10 +1,12 @@
 """Hand the carried artifacts on to a registry (bundle schema 3.5 ``artifacts``): after the
-images (importer/registry/push.py), every signature, attestation, SBOM and referrer of a pushed
+images' manifests and before their tags (importer/registry/push.py calls it between the two, so a
+tag is written last and read back after every artifact), every signature, attestation, SBOM and referrer of a pushed
 image goes into each repository the image went to, byte for byte: its blobs (skipped when the
 registry holds them), then its manifest under its cosign tag (``sha256-<hex>.sig``: a tag names
-the subject by digest, and the push keeps the image's digest) or by digest, the ``sha256-<hex>``
-fallback index last (a registry with the Referrers API indexes the referrers itself; the fallback
-tag is what clients look up on one without). So ``cosign verify --key cosign.pub`` and admission
+the subject by digest, and the push keeps the image's digest; the name is derived from the
+record's subject, never taken from bundle.json, format/artifacts.py ``handed_on_reference``) or
+by digest, the ``sha256-<hex>`` fallback index last (a registry with the Referrers API indexes
+the referrers itself; the fallback tag is what clients look up on one without). So ``cosign verify --key cosign.pub`` and admission
 controllers find them in the offline registry."""
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 from typing import Any, Dict, List
 
 from importer.errors import DigestMismatch
-from importer.format.artifacts import HANDED_ON, ArtifactRecord
+from importer.format.artifacts import HANDED_ON, ArtifactRecord, handed_on_reference
 from importer.format.digest import Digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import BundleManifest
@@ -49,14 +51,15 @@ def push_artifacts(root: BundleRoot, manifest: BundleManifest, client: RegistryC
         ordered = sorted((a for a in image.artifacts if a.kind in HANDED_ON), key=lambda a: a.kind == "referrers-index")
         for repo in repos:
             for art in ordered:
-                what = f"pushing the {art.kind} {art.tag or art.manifest.digest.short} of {image.name} to {repo}"
+                reference = handed_on_reference(art)
+                what = f"pushing the {art.kind} {reference} of {image.name} to {repo}"
                 for blob in art.blobs:
                     if client.blob_size(repo, blob.digest) is None:
                         client.upload_blob(repo, blob.digest, blob.size,
                                            lambda b=blob: open_bundle_file(root, b.digest.blob_path))  # type: ignore[misc]
                 raw = _manifest(root, art, what)
-                client.put_manifest(repo, art.tag or str(art.manifest.digest), raw, _media_type(art, raw))
+                client.put_manifest(repo, reference, raw, _media_type(art, raw))
                 pushed.append({"image": image.name, "repository": repo, "kind": art.kind,
-                               "reference": art.tag or str(art.manifest.digest),
+                               "reference": reference,
                                "digest": str(art.manifest.digest)})
     return pushed

@@ -12,12 +12,11 @@ import json
 import re
 from typing import Any, Dict, List, Set
 
-from importer.format.artifacts import HANDED_ON, ArtifactRecord
+from importer.format.artifacts import HANDED_ON, ArtifactRecord, handed_on_reference
 from importer.format.manifest import ImageRecord
 from importer.format.mediatypes import OCI_INDEX
 
 REFERRERS_RE = re.compile(r"^/v2/(?P<name>.+)/referrers/(?P<digest>[^/]+)$")
-_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
 class ServedArtifacts:
@@ -38,9 +37,10 @@ class ServedArtifacts:
             blobs.add(digest)
             blobs.update(add_blob(b.digest, b.size, b.media_type) for b in art.blobs)
             self.manifests[digest] = digest
-            if art.tag and _TAG_RE.fullmatch(art.tag):
-                self.manifests[art.tag] = digest
-                self.tags.add(art.tag)
+            reference = handed_on_reference(art)  # its derived tag, never bundle.json's word
+            if reference != str(art.manifest.digest):
+                self.manifests[reference] = digest
+                self.tags.add(reference)
             if art.kind == "referrer":
                 self._referrer(art)
         return blobs

@@ -16,6 +16,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Set
 
 from importer.errors import DigestMismatch, EngineUnavailable, ManifestError, SinkError, SizeMismatch
+from importer.format.artifacts import handed_on_reference
 from importer.format.digest import CHUNK, Digest, hash_file, is_digest
 from importer.format.identity import OCI
 from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
@@ -234,6 +235,7 @@ class OciLayoutSink(SinkBase):
                     done[digest] = True
         fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
         index = self._index()
+        self._load_artifacts(root, images, done, index)  # before the refs: an image's ref is put last
         for image in images:
             desc: Dict[str, Any] = {"mediaType": image.manifest.media_type, "digest": str(image.manifest.digest),
                                     "size": image.manifest.size}
@@ -245,7 +247,6 @@ class OciLayoutSink(SinkBase):
                 _put(index, desc, ref)
             if not image.refs and not any(e.get("digest") == desc["digest"] for e in index["manifests"]):
                 index["manifests"].append(desc)
-        self._load_artifacts(root, images, done, index)
         self._write_index(index)
 
     def _load_artifacts(self, root: str, images: Sequence[ImageRecord], done: Dict[Digest, bool],
@@ -263,7 +264,7 @@ class OciLayoutSink(SinkBase):
                 if art.artifact_type:
                     desc["artifactType"] = art.artifact_type
                 if art.kind in ("signature", "attestation", "sbom") and art.tag:
-                    _put(index, desc, art.tag)
+                    _put(index, desc, handed_on_reference(art))  # derived from its subject, never bundle.json's tag
                 elif art.kind == "referrer" and not any(e.get("digest") == desc["digest"] for e in index["manifests"]):
                     index["manifests"].append(desc)
         fsync_dir(os.path.join(self.dir, "blobs", "sha256"))

@@ -266,6 +266,14 @@ def _artifacts_unlisted(_: Doc) -> Doc:
     return doc
 
 
+def _artifacts_image_tagged_as_signature(_: Doc) -> Doc:
+    """A second image tagged with the name the first image's signature is handed on under."""
+    doc = attached_artifacts()
+    sig_tag = doc["images"][0]["artifacts"][0]["tag"]
+    other = image("impostor", [f"registry.example/team/app:{sig_tag}"], [layer("impostor layer", LAYER_GZIP, 10, 20)])
+    return bundle([doc["images"][0], other], version="3.5")
+
+
 def minimal() -> Doc:
     """Only what readers require: no importer, no platform, an image without layers."""
     doc = bundle([image("minimal", ["minimal:1"], [])], with_importer=False)
@@ -479,6 +487,15 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "artifacts-blob-without-size": _artifacts_with(lambda a: a["blobs"][0].pop("size")),
     "artifacts-not-a-list": _artifacts_with(lambda a: a.update(blobs={"a": 1})),
     "xref-artifacts-blob-not-listed": _artifacts_unlisted,
+    # 3.5: a record's tag is only ever the name derived from its own subject, its subject is this
+    # image's, and no image carries that name (handing the record on would move an image's tag)
+    "artifacts-tag-an-image-tag": _artifacts_with(lambda a: a.update(tag="1")),
+    "xref-artifacts-tag-of-another-subject": _artifacts_with(
+        lambda a: a.update(tag="sha256-" + hexof("another image") + ".sig")),
+    "xref-artifacts-tag-of-another-kind": _artifacts_with(lambda a: a.update(tag=a["tag"][:-4] + ".att")),
+    "xref-artifacts-subject-not-this-image": _artifacts_with(
+        lambda a: a.update(subject=digest("another image"), tag="sha256-" + hexof("another image") + ".sig")),
+    "xref-artifacts-tag-names-an-image": _artifacts_image_tagged_as_signature,
     # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
     "stdlib-size-float": _size_everywhere(1469.0),
 }
