@@ -15,8 +15,8 @@ from importer.cli.fleet import add_sign_receipt_arguments, sign_receipts
 from importer.cli.output import emit, success
 from importer.errors import UsageError
 from importer.input.opened import open_bundle
+from importer.verify.keyfiles import InvalidKey
 from importer.verify.opened import verify_or_raise
-from importer.verify.signature import InvalidKey
 
 MAX_PASSPHRASE = 4096
 

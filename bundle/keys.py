@@ -21,7 +21,8 @@ from importer.format.digest import Digest
 from importer.format.limits import MAX_BUNDLE_JSON, read_file_limited
 from importer.format.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir
-from importer.verify.signature import InvalidKey, encode_signature, fingerprint, public_key_pem
+from importer.verify.keyfiles import InvalidKey
+from importer.verify.signature import encode_signature, fingerprint, public_key_pem
 
 MAX_PRIVATE_KEY = 64 * 1024
 

@@ -27,7 +27,8 @@ from importer.verify.cosign import (
     load_cosign_keys,
     parse_cosign_key,
 )
-from importer.verify.signature import BACKEND_ENV, InvalidKey
+from importer.verify.keyfiles import InvalidKey
+from importer.verify.signature import BACKEND_ENV
 from tests.kit import supplykit
 from tests.kit.fuzzkit import mutate_json
 
@@ -215,3 +216,224 @@ def test_mutated_signature_documents_give_typed_refusals_only(key: tuple[Any, Pa
         except KeyError:
             outcomes.add("blob-not-in-bundle")  # the mutated manifest names a blob this in-memory bundle lacks
     assert {"image-signature-invalid", "image-unsigned"} <= outcomes, outcomes
+
+
+# ============================================================ the policy's rule (issue 38 class 1)
+
+OTHER = Digest.of_bytes(b"the other platform's manifest")
+
+
+def _signature_record(blobs: Blobs, signer: Any, digest: Digest, reference: str = REPO, *,
+                      repository: str = REPO) -> ArtifactRecord:
+    body = supplykit.payload(str(digest), reference)
+    layer = blobs.put(body)
+    manifest = blobs.put(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": supplykit.SIMPLE_SIGNING, "digest": str(layer.digest), "size": layer.size,
+         "annotations": {"dev.cosignproject.cosign/signature":
+                         base64.b64encode(supplykit.sign_bytes(signer, body)).decode()}}]}).encode())
+    return ArtifactRecord("signature", digest, manifest, (layer,), "", "", repository)
+
+
+def _multi(blobs: Blobs, *, index_lists: tuple[Digest, ...] | None = (SUBJECT, OTHER), carried_index: bool = True,
+           artifacts: tuple[ArtifactRecord, ...] = ()) -> tuple[ImageRecord, Digest]:
+    """A two-platform image (SUBJECT amd64, OTHER arm64); its index lists ``index_lists``."""
+    index = blobs.put(json.dumps({"schemaVersion": 2, "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": str(d), "size": 1}
+        for d in index_lists or ()]}).encode())
+    first = BlobRef("application/vnd.oci.image.manifest.v1+json", SUBJECT, 18)
+    second = ImageRecord((), BlobRef("application/vnd.oci.image.manifest.v1+json", OTHER, 18), first, (),
+                         {"os": "linux", "architecture": "arm64"})
+    if not carried_index:
+        index_rec = ArtifactRecord("index", index.digest, index)
+        return ImageRecord((f"{REPO}:1",), first, first, (), {"os": "linux", "architecture": "amd64"},
+                           others=(second,), artifacts=(*artifacts, index_rec)), index.digest
+    return ImageRecord((f"{REPO}:1",), first, first, (), {"os": "linux", "architecture": "amd64"}, index=index,
+                       others=(second,), artifacts=artifacts), index.digest
+
+
+def _admitted(image: ImageRecord, keys: Any, blobs: Blobs) -> bool:
+    try:
+        check_image(image, keys, blobs.read, "testing")
+    except ImageSignatureInvalid:
+        return False
+    return True
+
+
+def test_one_signed_platform_never_vouches_for_its_sibling(backend: str, key: tuple[Any, Path]) -> None:
+    """The oracle over every way to sign a two-platform image: admitted exactly when every carried
+    manifest (both platforms and the index) is signed itself or listed by a signed index."""
+    signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    for signed_first, signed_other, signed_index in [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]:
+        blobs = Blobs()
+        image, index = _multi(blobs)
+        arts = tuple(_signature_record(blobs, signer, d) for d, on in
+                     ((SUBJECT, signed_first), (OTHER, signed_other), (index, signed_index)) if on)
+        if not arts:
+            continue
+        image, _ = _multi(blobs, artifacts=arts)
+        covered = {d for d, on in ((SUBJECT, signed_first), (OTHER, signed_other), (index, signed_index)) if on}
+        if signed_index:
+            covered |= {SUBJECT, OTHER}  # what the signed index lists
+        want = {SUBJECT, OTHER, index} <= covered
+        assert _admitted(image, keys, blobs) == want, (signed_first, signed_other, signed_index)
+
+
+def test_a_signed_index_covers_only_what_it_lists(key: tuple[Any, Path]) -> None:
+    signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    blobs = Blobs()
+    _, index = _multi(blobs, index_lists=(SUBJECT,))
+    image, _ = _multi(blobs, index_lists=(SUBJECT,), artifacts=(_signature_record(blobs, signer, index),))
+    with pytest.raises(ImageSignatureInvalid) as e:
+        check_image(image, keys, blobs.read, "testing")
+    assert "linux/arm64" in (e.value.context or "") and "1 of 3" in e.value.message
+
+
+def test_the_index_one_platform_was_picked_from(key: tuple[Any, Path]) -> None:
+    """An ``index`` record says where the signed index's bytes are; what they vouch for is what
+    the signature over their digest covers, and only the manifests they list."""
+    signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    blobs = Blobs()
+    _, index = _multi(blobs, carried_index=False)
+    image, _ = _multi(blobs, carried_index=False, artifacts=(_signature_record(blobs, signer, index),))
+    signed = check_image(image, keys, blobs.read, "testing")
+    assert signed.digest == str(index) and dict(signed.covers) == {str(SUBJECT): str(index), str(OTHER): str(index)}
+    # the same index record, but the signature is over something else: nothing is covered
+    image, _ = _multi(blobs, carried_index=False,
+                      artifacts=(_signature_record(blobs, signer, Digest.of_bytes(b"elsewhere")),))
+    assert not _admitted(image, keys, blobs)
+    # a signed index that lists only the first platform never covers the second
+    blobs = Blobs()
+    _, short = _multi(blobs, carried_index=False, index_lists=(SUBJECT,))
+    image, _ = _multi(blobs, carried_index=False, index_lists=(SUBJECT,),
+                      artifacts=(_signature_record(blobs, signer, short),))
+    assert not _admitted(image, keys, blobs)
+
+
+def test_the_records_repository_is_not_evidence(key: tuple[Any, Path]) -> None:
+    """A signature for another repository stays refused whatever the (unsigned) record claims."""
+    signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    blobs = Blobs()
+    other_repo = "registry.example:5000/team/base"
+    art = _signature_record(blobs, signer, SUBJECT, other_repo, repository=other_repo)
+    ref = BlobRef("application/vnd.oci.image.manifest.v1+json", SUBJECT, 18)
+    with pytest.raises(ImageSignatureInvalid) as e:
+        check_image(ImageRecord((f"{REPO}:1",), ref, ref, (), artifacts=(art,)), keys, blobs.read, "testing")
+    assert "names the repository" in (e.value.context or "")
+
+
+def test_the_policy_work_is_bounded(key: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signature manifest with more layers than cosign reads is refused; a fan-out of records
+    naming junk is weighed without a single verification, each payload read once; more distinct
+    signatures than the bound is refused (limit-exceeded), never minutes of work."""
+    from importer.errors import LimitExceeded
+    from importer.verify import cosign
+
+    _signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    blobs = Blobs()
+    junk = blobs.put(supplykit.payload(str(Digest.of_bytes(b"junk")), REPO))
+    layer = {"mediaType": supplykit.SIMPLE_SIGNING, "digest": str(junk.digest), "size": junk.size,
+             "annotations": {"dev.cosignproject.cosign/signature": base64.b64encode(b"x" * 64).decode()}}
+    too_many = blobs.put(json.dumps({"schemaVersion": 2, "layers": [layer] * 1001}).encode())
+    ref = BlobRef("application/vnd.oci.image.manifest.v1+json", SUBJECT, 18)
+    with pytest.raises(LimitExceeded):
+        check_image(ImageRecord((f"{REPO}:1",), ref, ref, (), artifacts=(
+            ArtifactRecord("signature", SUBJECT, too_many),)), keys, blobs.read, "testing")
+    calls = {"verify": 0, "read": 0}
+    real_verify = cosign.verify_payload
+
+    def counting_verify(*a: Any) -> bool:
+        calls["verify"] += 1
+        return real_verify(*a)
+
+    def counting_read(digest: Digest, limit: int) -> bytes:
+        calls["read"] += 1
+        return blobs.read(digest, limit)
+
+    monkeypatch.setattr(cosign, "verify_payload", counting_verify)
+    same = blobs.put(json.dumps({"schemaVersion": 2, "layers": [layer] * 1000}).encode())
+    fan_out = tuple(ArtifactRecord("signature", SUBJECT, same) for _ in range(256))
+    with pytest.raises(ImageSignatureInvalid):
+        check_image(ImageRecord((f"{REPO}:1",), ref, ref, (), artifacts=fan_out), keys, counting_read, "testing")
+    assert calls == {"verify": 0, "read": 2}  # the manifest once, the payload once
+    distinct = blobs.put(json.dumps({"schemaVersion": 2, "layers": [
+        {**layer, "annotations": {"dev.cosignproject.cosign/signature": base64.b64encode(b"%d" % i).decode()}}
+        for i in range(1000)]}).encode())
+    other = blobs.put(json.dumps({"schemaVersion": 2, "layers": [
+        {**layer, "annotations": {"dev.cosignproject.cosign/signature": base64.b64encode(b"o%d" % i).decode()}}
+        for i in range(10)]}).encode())
+    with pytest.raises(LimitExceeded):
+        check_image(ImageRecord((f"{REPO}:1",), ref, ref, (), artifacts=(
+            ArtifactRecord("signature", SUBJECT, distinct), ArtifactRecord("signature", SUBJECT, other))),
+            keys, blobs.read, "testing")
+
+
+def _off_curve_p256() -> bytes:
+    from importer.verify.cosign import _P256_PREFIX
+    point = b"\x04" + (1).to_bytes(32, "big") + (1).to_bytes(32, "big")
+    return _pem(_P256_PREFIX + point)
+
+
+def _not_ed25519_point() -> bytes:
+    from importer.verify.cosign import _ED25519_PREFIX
+    from importer.verify.keyfiles import ed25519_point_ok
+    y = 2
+    while ed25519_point_ok(y.to_bytes(32, "little")):
+        y += 1
+    return _pem(_ED25519_PREFIX + y.to_bytes(32, "little"))
+
+
+def _pem(der: bytes) -> bytes:
+    return b"-----BEGIN PUBLIC KEY-----\n" + base64.encodebytes(der) + b"-----END PUBLIC KEY-----\n"
+
+
+@pytest.mark.parametrize("make", [_off_curve_p256, _not_ed25519_point], ids=["p256-off-curve", "ed25519-no-point"])
+def test_a_point_that_is_no_key_is_refused_when_read(backend: str, make: Callable[[], bytes], tmp_path: Path) -> None:
+    """Before: accepted here, then `internal` (ValueError) at the first signature checked."""
+    path = tmp_path / "k.pub"
+    path.write_bytes(make())
+    with pytest.raises(InvalidKey) as e:
+        load_cosign_keys([str(path)])
+    assert e.value.reference == "invalid-key" and str(path) in e.value.message
+
+
+def test_real_keys_are_on_their_curves(tmp_path: Path) -> None:
+    for _ in range(20):
+        for make in (supplykit.ecdsa_key, supplykit.ed25519_key):
+            _, pub = make(tmp_path)
+            assert load_cosign_keys([str(pub)])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device", "huge"])
+def test_key_files_that_are_no_files_fail_at_once(kind: str, tmp_path: Path) -> None:
+    """A FIFO nobody writes used to hang the run; every loader of key files refuses them at once."""
+    import os
+    import signal
+
+    from importer.verify.signature import load_trusted_keys
+
+    path = tmp_path / "k.pub"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+        (path / "inner").write_text("x")
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path.write_bytes(b"-" * (64 * 1024 + 1))
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail(f"reading a {kind} as a key hung"))
+    signal.alarm(10)
+    try:
+        with pytest.raises(InvalidKey) as e:
+            load_cosign_keys([str(path)])
+        assert str(path) in e.value.message
+        if kind != "folder":  # --trust takes a folder of *.pub files
+            with pytest.raises(InvalidKey):
+                load_trusted_keys([str(path)])
+    finally:
+        signal.alarm(0)

@@ -29,20 +29,27 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from importer.errors import DigestMismatch, PolicyRejected
+from importer.errors import DigestMismatch, LimitExceeded, PolicyRejected
 from importer.format.artifacts import ArtifactRecord
 from importer.format.digest import Digest, is_digest
-from importer.format.limits import MAX_CONFIG
+from importer.format.limits import MAX_CONFIG, MAX_INDEX
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.reference import split_reference
 from importer.input.opened import OpenedBundle
 from importer.streams.commands import run
-from importer.verify.signature import BACKEND_ENV, InvalidKey, SignatureVerifierUnavailable, _openssl, public_key_der
+from importer.verify.keyfiles import InvalidKey, ed25519_point_ok, p256_point_ok, read_key_file
+from importer.verify.signature import BACKEND_ENV, SignatureVerifierUnavailable, _openssl, public_key_der
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 MAX_KEY_FILE = 64 * 1024
 MAX_PAYLOAD = 1024 * 1024
+#: cosign's own bound on the layers of one signature manifest (pkg/oci/remote/signatures.go, maxLayers)
+MAX_SIGNATURE_LAYERS = 1000
+#: distinct (payload, signature) pairs weighed for one image, and the bytes its check reads: a
+#: hostile bundle cannot make the policy run for minutes
+MAX_SIGNATURES_PER_IMAGE = 1000
+MAX_POLICY_BYTES = 64 * 1024 * 1024
 #: DER prefixes of SubjectPublicKeyInfo: EC P-256 (id-ecPublicKey, prime256v1; an uncompressed
 #: point of 65 bytes follows) and Ed25519 (RFC 8410; 32 bytes follow)
 _P256_PREFIX = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200")
@@ -89,9 +96,15 @@ class CosignKey:
 
 def parse_cosign_key(data: bytes, path: str) -> CosignKey:
     der = public_key_der(data)
-    if len(der) == len(_P256_PREFIX) + 65 and der.startswith(_P256_PREFIX) and der[len(_P256_PREFIX)] == 4:
+    if len(der) == len(_P256_PREFIX) + 65 and der.startswith(_P256_PREFIX):
+        if not p256_point_ok(der[len(_P256_PREFIX):]):
+            raise InvalidKey(f"reading the signing public key {path}: expected a point on the P-256 curve, found "
+                             "one off it", hint="the key file is damaged or forged; get cosign.pub from its publisher")
         return CosignKey(path, der, ECDSA_P256)
     if len(der) == len(_ED25519_PREFIX) + 32 and der.startswith(_ED25519_PREFIX):
+        if not ed25519_point_ok(der[len(_ED25519_PREFIX):]):
+            raise InvalidKey(f"reading the signing public key {path}: expected an Ed25519 point, found bytes that "
+                             "decode to none", hint="the key file is damaged or forged; get the key from its publisher")
         return CosignKey(path, der, ED25519)
     raise InvalidKey(f"reading the signing public key {path}: expected an ECDSA P-256 or Ed25519 public key "
                      "(PEM, '-----BEGIN PUBLIC KEY-----'), found something else",
@@ -101,15 +114,8 @@ def parse_cosign_key(data: bytes, path: str) -> CosignKey:
 def load_cosign_keys(paths: Sequence[str]) -> Tuple[CosignKey, ...]:
     keys: List[CosignKey] = []
     for path in paths:
-        try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_KEY_FILE + 1)
-        except OSError as e:
-            raise InvalidKey(f"reading the signing public key {path}: expected a readable file, found "
-                             f"{e.strerror or e}", hint="check the path given to --require-signed") from e
-        if len(data) > MAX_KEY_FILE:
-            raise InvalidKey(f"reading the signing public key {path}: expected at most {MAX_KEY_FILE} bytes, "
-                             "found more", hint="give the cosign.pub file, not something else")
+        data = read_key_file(path, MAX_KEY_FILE, "the signing public key",
+                             "give the cosign.pub file to --require-signed, not something else")
         keys.append(parse_cosign_key(data, path))
     return tuple(keys)
 
@@ -177,15 +183,19 @@ def _verify_openssl(openssl: str, key: CosignKey, signature: bytes, payload: byt
 @dataclass(frozen=True)
 class SignedImage:
     image: str
-    digest: str
+    digest: str  # the digest the signature names: the image's manifest, or the index listing it
     key: CosignKey
     signature: str  # the digest of the signature manifest
     identity: str
+    #: every manifest the bundle carries for the image, and the signed digest that covers it
+    #: (itself, or the signed index that lists it)
+    covers: Tuple[Tuple[str, str], ...] = ()
 
     def to_dict(self) -> Dict[str, Any]:
         return {"image": self.image, "digest": self.digest, "keyPath": self.key.path,
                 "keyFingerprint": self.key.fingerprint, "algorithm": self.key.algorithm,
-                "signatureManifest": self.signature, "identity": self.identity}
+                "signatureManifest": self.signature, "identity": self.identity,
+                "manifests": [{"digest": d, "signedAs": by} for d, by in self.covers]}
 
 
 def repository_of(ref: str) -> str:
@@ -193,23 +203,20 @@ def repository_of(ref: str) -> str:
     return split_reference(ref)[0]
 
 
-def _subjects(image: ImageRecord, read: BlobReader) -> Set[str]:
-    """The digests a signature may name for ``image``: its manifests, its carried index, and an
-    index one platform was picked from (artifact kind ``index``) when it lists a carried manifest."""
-    found = {str(v.manifest.digest) for v in image.variants}
-    if image.index is not None:
-        found.add(str(image.index.digest))
-    for art in image.artifacts:
-        if art.kind != "index" or art.subject != art.manifest.digest:
-            continue
-        try:
-            doc = json.loads(read(art.manifest.digest, MAX_CONFIG).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            continue
-        listed = doc.get("manifests") if isinstance(doc, dict) else None
-        if isinstance(listed, list) and found & {d.get("digest") for d in listed if isinstance(d, dict)}:
-            found.add(str(art.manifest.digest))
-    return found
+def needed_manifests(image: ImageRecord) -> List[Digest]:
+    """Every manifest of ``image`` that an import may load, write or push and a tag may name:
+    each platform carried, and the carried index naming them. The policy's rule: each must be
+    named by a verified signature, or listed by digest in an index whose own signature verified."""
+    found = [v.manifest.digest for v in image.variants]
+    return found + ([image.index.digest] if image.index is not None else [])
+
+
+def _index_candidates(image: ImageRecord) -> Set[Digest]:
+    """Where a signed index may be read from: the image's carried index, and the index one platform
+    was picked from (kind ``index``). The record only says where the bytes are; what they vouch
+    for comes from the signature over their digest, and the bytes are hashed as they are read."""
+    found = {a.manifest.digest for a in image.artifacts if a.kind == "index" and a.subject == a.manifest.digest}
+    return found | ({image.index.digest} if image.index is not None else set())
 
 
 def _payload_claims(payload: bytes) -> Tuple[str, str]:
@@ -227,51 +234,145 @@ def _payload_claims(payload: bytes) -> Tuple[str, str]:
     return (digest if isinstance(digest, str) else ""), (ref if isinstance(ref, str) else "")
 
 
-def _signature_layers(art: ArtifactRecord, read: BlobReader) -> List[Tuple[Dict[str, Any], Digest]]:
-    """The simple-signing layers of one signature manifest: (descriptor, payload digest)."""
+def _json_object(raw: bytes) -> Dict[str, Any]:
     try:
-        doc = json.loads(read(art.manifest.digest, MAX_CONFIG).decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return []
-    layers = doc.get("layers") if isinstance(doc, dict) else None
-    return [(d, Digest.parse(d["digest"])) for d in (layers if isinstance(layers, list) else [])
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+class _Reads:
+    """The blobs one check reads, each once by digest, within the policy's bounds."""
+
+    def __init__(self, read: BlobReader, doing: str) -> None:
+        self.read, self.doing = read, doing
+        self.cache: Dict[Tuple[Digest, int], bytes] = {}
+        self.total = 0
+
+    def blob(self, digest: Digest, limit: int) -> bytes:
+        key = (digest, limit)
+        if key not in self.cache:
+            data = self.read(digest, limit)
+            self.total += len(data)
+            if self.total > MAX_POLICY_BYTES:
+                raise LimitExceeded(f"{self.doing}: expected the signatures of one image to hold at most "
+                                    f"{MAX_POLICY_BYTES} bytes, found more", hint=_LIMIT_HINT)
+            self.cache[key] = data
+        return self.cache[key]
+
+
+_LIMIT_HINT = "the bundle carries more signature material than any publisher writes; do not use it"
+
+
+def _signature_layers(art: ArtifactRecord, reads: _Reads) -> List[Tuple[Dict[str, Any], Digest]]:
+    """The simple-signing layers of one signature manifest: (descriptor, payload digest); more
+    than cosign reads (MAX_SIGNATURE_LAYERS, its ``maxLayers``) is refused."""
+    layers = _json_object(reads.blob(art.manifest.digest, MAX_CONFIG)).get("layers")
+    layers = layers if isinstance(layers, list) else []
+    if len(layers) > MAX_SIGNATURE_LAYERS:
+        raise LimitExceeded(f"{reads.doing}: expected at most {MAX_SIGNATURE_LAYERS} layers in the signature "
+                            f"manifest {art.manifest.digest.short}, found {len(layers)}", hint=_LIMIT_HINT)
+    return [(d, Digest.parse(d["digest"])) for d in layers
             if isinstance(d, dict) and d.get("mediaType") == SIMPLE_SIGNING and is_digest(d.get("digest"))]
 
 
-def check_image(image: ImageRecord, keys: Sequence[CosignKey], read: BlobReader, doing: str) -> SignedImage:
-    """The first signature carried with ``image`` that one of ``keys`` verifies for it; else
-    ImageUnsigned (none carried) or ImageSignatureInvalid (every reason why not)."""
-    subjects = _subjects(image, read)
+@dataclass(frozen=True)
+class _Proof:
+    key: CosignKey
+    signature: str  # the signature manifest's digest
+    identity: str
+
+
+def _proofs(image: ImageRecord, keys: Sequence[CosignKey], reads: _Reads,
+            why: List[str]) -> Tuple[int, Dict[str, _Proof]]:
+    """(signature layers carried, signed digest -> the first verified signature naming it). A
+    payload is believed only when a key verifies it, it names a digest this image may need, and
+    its identity is the repository of one of the image's names (bundle.json's ``repository``
+    fields are not evidence). Each (payload, signature) pair is weighed once."""
+    wanted = {str(d) for d in needed_manifests(image)} | {str(d) for d in _index_candidates(image)}
     identities = {repository_of(r) for r in image.refs}
-    why: List[str] = []
+    proofs: Dict[str, _Proof] = {}
+    seen: Set[Tuple[Digest, str]] = set()
     carried = 0
-    for art in image.artifacts:
-        layers = _signature_layers(art, read) if art.kind in ("signature", "referrer") else []
-        for desc, payload_digest in layers:
+    for art in (a for a in image.artifacts if a.kind in ("signature", "referrer")):
+        for desc, payload_digest in _signature_layers(art, reads):
             carried += 1
             annotations: Dict[str, Any] = desc["annotations"] if isinstance(desc.get("annotations"), dict) else {}
+            encoded = str(annotations.get(SIGNATURE_ANNOTATION, ""))
+            if (payload_digest, encoded) in seen:
+                continue
+            seen.add((payload_digest, encoded))
+            if len(seen) > MAX_SIGNATURES_PER_IMAGE:
+                raise LimitExceeded(f"{reads.doing}: expected at most {MAX_SIGNATURES_PER_IMAGE} signatures carried "
+                                    f"with {image.name}, found more", hint=_LIMIT_HINT)
+            signed_digest, reference = _payload_claims(reads.blob(payload_digest, MAX_PAYLOAD))
+            where = f"{art.manifest.digest.short} ({art.tag or art.kind})"
+            if signed_digest not in wanted:
+                why.append(f"{where}: signs {signed_digest[:19] or 'no digest'}, not this image's manifest")
+                continue
+            if reference not in identities:
+                why.append(f"{where}: names the repository {reference!r}, not {', '.join(sorted(identities)) or '?'}")
+                continue
             try:
-                sig = base64.b64decode(str(annotations.get(SIGNATURE_ANNOTATION, "")), validate=True)
+                sig = base64.b64decode(encoded, validate=True)
             except (binascii.Error, ValueError):
                 sig = b""
-            payload = read(payload_digest, MAX_PAYLOAD)
+            payload = reads.blob(payload_digest, MAX_PAYLOAD)
             key = next((k for k in keys if sig and verify_payload(k, sig, payload)), None)
-            signed_digest, reference = _payload_claims(payload)
-            where = f"{art.manifest.digest.short} ({art.tag or art.kind})"
             if key is None:
                 why.append(f"{where}: does not verify by any of the {len(keys)} key(s)")
-            elif signed_digest not in subjects:
-                why.append(f"{where}: signs {signed_digest[:19] or 'no digest'}, not this image's manifest")
-            elif reference not in identities | ({art.repository} if art.repository else set()):
-                why.append(f"{where}: names the repository {reference!r}, not "
-                           f"{', '.join(sorted(identities)) or art.repository or '?'}")
             else:
-                return SignedImage(image.name, signed_digest, key, str(art.manifest.digest), reference)
+                proofs.setdefault(signed_digest, _Proof(key, str(art.manifest.digest), reference))
+    return carried, proofs
+
+
+def _coverage(image: ImageRecord, proofs: Dict[str, _Proof], reads: _Reads) -> Dict[str, str]:
+    """Needed manifest digest -> the signed digest that covers it: itself, or a signed index (its
+    bytes read by the signed digest, hashed) that lists it by digest."""
+    needed = {str(d) for d in needed_manifests(image)}
+    covered = {d: d for d in needed if d in proofs}
+    for index in sorted(_index_candidates(image), key=str):
+        if str(index) not in proofs:
+            continue
+        listed = _json_object(reads.blob(index, MAX_INDEX)).get("manifests")
+        for entry in listed if isinstance(listed, list) else []:
+            digest = entry.get("digest") if isinstance(entry, dict) else None
+            if isinstance(digest, str) and digest in needed:
+                covered.setdefault(digest, str(index))
+    return covered
+
+
+def check_image(image: ImageRecord, keys: Sequence[CosignKey], read: BlobReader, doing: str) -> SignedImage:
+    """``image`` admitted by ``keys``: every manifest it carries (needed_manifests) is named by a
+    verified signature or listed in a signed index; else ImageUnsigned (no signature carried) or
+    ImageSignatureInvalid (every reason why not, and which manifests no signature covers)."""
+    reads = _Reads(read, doing)
+    why: List[str] = []
+    carried, proofs = _proofs(image, keys, reads, why)
     if not carried:
         raise ImageUnsigned(
             f"{doing}: expected {image.name} to carry a cosign signature by {_key_names(keys)}, found none",
             hint="sign the image in the source registry (cosign sign --key cosign.key REG/REPO@DIGEST) and "
             "export it again (without --no-referrers)")
+    covered = _coverage(image, proofs, reads)
+    needed = [str(d) for d in needed_manifests(image)]
+    unsigned = [d for d in needed if d not in covered]
+    if not unsigned:
+        top = needed[-1] if image.index is not None else needed[0]
+        proof = proofs[covered[top]]
+        return SignedImage(image.name, covered[top], proof.key, proof.signature, proof.identity,
+                           tuple((d, covered[d]) for d in needed))
+    if proofs:
+        names = {str(v.manifest.digest): v.platform_text() for v in image.variants}
+        why.insert(0, "signed by none of them: " + ", ".join(
+            f"{d[:19]} ({names.get(d, 'index')})" for d in unsigned[:10]))
+        raise ImageSignatureInvalid(
+            f"{doing}: expected every manifest of {image.name} to be signed by {_key_names(keys)} (or listed by a "
+            f"signed index), found {len(unsigned)} of {len(needed)} that no verified signature covers",
+            context="\n".join(why[:20]),
+            hint="one signed platform never vouches for another: sign the index (cosign sign on the tag) or each "
+            "platform, or export only the signed platforms (--platform)")
     raise ImageSignatureInvalid(
         f"{doing}: expected a cosign signature on {image.name} by {_key_names(keys)}, found {carried} that "
         "do not verify for it", context="\n".join(why[:20]),

@@ -35,9 +35,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from importer.errors import BundleError, CommandFailed, UsageError
 from importer.format.digest import Digest
 from importer.streams.fsutil import atomic_write_bytes
+from importer.verify.keyfiles import InvalidKey
 from importer.verify.signature import (
     ALGORITHM,
-    InvalidKey,
     TrustedKey,
     fingerprint,
     parse_public_key_pem,

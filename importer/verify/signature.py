@@ -36,11 +36,11 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from importer.errors import BadSignature, BundleError, PolicyRejected, UsageError
+from importer.errors import BadSignature, BundleError, PolicyRejected
 from importer.format.digest import Digest
-from importer.format.limits import read_limited
 from importer.format.manifest import BUNDLE_JSON, SIGNATURE_FILE
 from importer.streams.commands import run
+from importer.verify.keyfiles import InvalidKey, ed25519_point_ok, read_key_file
 
 if TYPE_CHECKING:
     from importer.input.opened import OpenedBundle
@@ -76,10 +76,6 @@ class SignatureVerifierUnavailable(BundleError):
     exit_code = 2
 
 
-class InvalidKey(UsageError):
-    """A key file given on the command line cannot be used."""
-
-    reference = "invalid-key"
 
 
 # ============================================================================ keys
@@ -111,7 +107,8 @@ def public_key_der(data: bytes) -> bytes:
 def parse_public_key_pem(data: bytes, what: str) -> bytes:
     """The raw 32 bytes of an Ed25519 public key in PEM SubjectPublicKeyInfo form."""
     der = public_key_der(data)
-    if len(der) != len(_SPKI_PREFIX) + 32 or not der.startswith(_SPKI_PREFIX):
+    if len(der) != len(_SPKI_PREFIX) + 32 or not der.startswith(_SPKI_PREFIX) or \
+            not ed25519_point_ok(der[len(_SPKI_PREFIX):]):
         raise InvalidKey(
             f"reading the public key {what}: expected an Ed25519 public key "
             "(PEM, '-----BEGIN PUBLIC KEY-----'), found something else",
@@ -142,12 +139,7 @@ def load_trusted_keys(paths: Sequence[str]) -> Tuple[TrustedKey, ...]:
                 raise InvalidKey(f"reading trusted keys from {given}: expected *.pub files, found none",
                                  hint=_TRUST_HINT)
         for path in files:
-            try:
-                with open(path, "rb") as f:
-                    data = read_limited(f, MAX_KEY_FILE, path)
-            except OSError as e:
-                raise InvalidKey(f"reading the public key {path}: expected a readable file, found {e}",
-                                 hint=_TRUST_HINT) from e
+            data = read_key_file(path, MAX_KEY_FILE, "the public key", _TRUST_HINT)
             keys.append(TrustedKey(path, parse_public_key_pem(data, path)))
     return tuple(keys)
 
