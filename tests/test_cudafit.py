@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -35,6 +36,7 @@ from importer.format.cudafit import (
     needs_from_env,
 )
 from importer.smoke.tree import write_tree
+from tests.kit.gpukit import HOSTILE_VERSIONS
 from tests.kit.imagegen import CUDA_IMAGES, cuda_env
 
 H100 = GPU("NVIDIA H100 80GB HBM3", "NVIDIA", "9.0", True)
@@ -211,3 +213,61 @@ def test_the_smoke_gate_reads_the_compat_libraries_version(tmp_path: Path) -> No
     (old / "libcuda.so.570.124.06").write_bytes(b"")
     fresh = decide_compat(device="cuda", host_cuda=(11, 4), image_cuda=(12, 8), datacenter=True, compat_dir=str(old))
     assert (fresh.mode, fresh.status, fresh.use_compat_libs) == (MODE_FORWARD, "PASS", True)
+
+
+# ============================== digits outside ASCII 0-9 are no version (issue 38, class 6)
+HOSTILE = pytest.mark.parametrize("bad", list(HOSTILE_VERSIONS.values()), ids=list(HOSTILE_VERSIONS))
+
+
+@HOSTILE
+def test_a_version_with_non_ascii_digits_is_unparseable(bad: str) -> None:
+    assert cudafit.parse_version(bad) is None and cudafit.major_minor(bad) is None
+    assert cuda_of_driver(bad) is None
+    assert cudafit.parse_version(f"v{bad}") is None and cudafit.parse_version(f" {bad} (r550)") is None
+
+
+#: where a version comes from: (image env, host driver, host CUDA); "{v}" marks the value tried
+SOURCES = {
+    "CUDA_VERSION": (["CUDA_VERSION={v}"], "550.54.15", "12.4"),
+    "NVIDIA_REQUIRE_CUDA cuda>=": (["NVIDIA_REQUIRE_CUDA=cuda>={v} brand=tesla,driver>=470,driver<471"], "550.54.15",
+                                   "12.4"),
+    "NVIDIA_REQUIRE_CUDA driver>=": (["CUDA_VERSION=12.2.0", "NVIDIA_REQUIRE_CUDA=driver>={v}"], "550.54.15", "12.4"),
+    "driver version (nvidia-smi, NVML, inventory)": (["CUDA_VERSION=12.4.1"], "{v}", ""),
+    "driver's CUDA version": (["CUDA_VERSION=12.4.1"], "550.54.15", "{v}"),
+    "compat library": (["CUDA_VERSION=12.8.1"], "535.104.05", "12.2"),
+}
+
+
+@HOSTILE
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_non_ascii_digits_decide_as_any_unparseable_value(source: str, bad: str) -> None:
+    """Whatever carries the version, the decision is the one 'abc' in its place gives."""
+    env, driver, cuda = SOURCES[source]
+
+    def decision(value: str) -> cudafit.Fit:
+        libs = (value,) if source == "compat library" else ()
+        needs = needs_from_env([e.format(v=value) for e in env], compat_libs=libs, torch_cuda=None)
+        target = Target(driver.format(v=value), cuda.format(v=value) or None, (H100,) * 2, "legacy")
+        return decide(needs, target)
+
+    got = decision(bad)
+    assert replace(got, reason=got.reason.replace(bad, "abc")) == decision("abc")  # the reason quotes the value
+    assert got.status in cudafit.STATUSES
+    torch_only = needs_from_env([], torch_cuda=bad)
+    assert torch_only.wanted() == (None, "") and decide(torch_only, host(H100, "550.54.15", "12.4")).status == NO_CUDA
+
+
+@HOSTILE
+def test_an_inventory_with_non_ascii_digits_reads_as_one_with_garbage(bad: str) -> None:
+    def target(value: str) -> Target:
+        return cudafit.target_from_gpu_doc({"driverVersion": value, "cudaDriverVersion": value,
+                                            "gpus": [{"name": "NVIDIA H100", "computeCapability": value}]})
+
+    needs = image("12.4.1-runtime-ubuntu22.04")
+    assert target(bad).driver_cuda() is None
+    got = decide(needs, target(bad))
+    assert replace(got, reason=got.reason.replace(bad, "abc")) == decide(needs, target("abc"))
+    at = host(H100, "550.54.15", "12.4")
+    admitted, why = admission(ImageNeeds(require={"NVIDIA_REQUIRE_ARCH": f"arch>={bad}"}), at)
+    assert (admitted, why.replace(bad, "abc")) == admission(ImageNeeds(require={"NVIDIA_REQUIRE_ARCH": "arch>=abc"}),
+                                                            host(H100, "550.54.15", "12.4"))

@@ -217,7 +217,11 @@ def test_a_registry_host_named_like_a_transport_is_exported_from_docker() -> Non
 
 @pytest.mark.parametrize("host, split", [("127.0.0.1:5000", ("127.0.0.1", 5000)), ("[::1]:5000", ("::1", 5000)),
                                          ("[::1]", ("::1", None)), ("reg.example", ("reg.example", None)),
-                                         ("::1", ("::1", None))])
+                                         ("::1", ("::1", None)),
+                                         # another script's digits are no port ("reg", 5000; or a crash before)
+                                         ("reg:\u0665\u0660\u0660\u0660", ("reg:\u0665\u0660\u0660\u0660", None)),
+                                         ("reg:\u00b2", ("reg:\u00b2", None)), ("[::1]:\u00b2", ("::1", None)),
+                                         ("[::1]:x", ("::1", None))])
 def test_a_registry_host_splits_into_address_and_port_in_one_place(host: str, split: tuple) -> None:
     from importer.format.reference import split_host_port
     assert split_host_port(host) == split

@@ -179,3 +179,15 @@ def test_files_that_are_not_receipts_and_paths_that_name_nothing(fleet: dict[str
     proc = run_cli("importer", "fleet-report", str(tmp_path / "nowhere"), "--json")
     assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["id"] == "file-access"
     validate("fleet-report", json.loads(proc.stdout))
+
+
+@pytest.mark.parametrize("spec", ["node[\u00b2]", "node[0\u0661-02]", "node[01-\uff10\uff12]", "node[\u00b9-\u00b3]"])
+def test_a_host_range_in_other_digits_is_a_usage_error(spec: str) -> None:
+    """Issue 38: a range is ASCII digits; another script's (or a superscript, which isdigit()
+    takes and int() refuses) is a usage error naming it, never a crash or a silent rewrite."""
+    from importer.errors import UsageError
+    from importer.receipts.fleet import expand_hostlist
+
+    assert expand_hostlist("node[01-02]") == ["node01", "node02"]
+    with pytest.raises(UsageError, match="expected numbers"):
+        expand_hostlist(spec)

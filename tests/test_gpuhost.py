@@ -13,7 +13,7 @@ import pytest
 
 from importer.format import cudafit
 from importer.inventory.gpuhost import parse_compute_caps, parse_smi_q
-from tests.kit.gpukit import HOSTS, SMI_DIR, fake_nvml, gpu_env, no_gpu_env
+from tests.kit.gpukit import HOSTILE_VERSIONS, HOSTS, SMI_DIR, fake_nvml, gpu_env, no_gpu_env
 from tests.kit.helpers import REPO
 
 PROBE = "import json; from importer.inventory.gpuhost import probe; print(json.dumps(probe()))"
@@ -71,3 +71,38 @@ def test_inventory_gpu_object_with_hostile_values(gpu: object) -> None:
     target = cudafit.target_from_gpu_doc(gpu)
     fit = cudafit.decide(cudafit.ImageNeeds(cuda="12.4.1"), target)
     assert fit.status in (cudafit.UNKNOWN, cudafit.NO_GPU) and not fit.refused
+
+
+# ============================== digits outside ASCII 0-9 are no version (issue 38, class 6)
+HOSTILE = pytest.mark.parametrize("bad", list(HOSTILE_VERSIONS.values()), ids=list(HOSTILE_VERSIONS))
+
+
+def _fit(doc: dict, bad: str = "") -> tuple:  # type: ignore[type-arg]
+    """The decision on this GPU side for a 12.4 image, the hostile value written as 'abc'."""
+    fit = cudafit.decide(cudafit.ImageNeeds(cuda="12.4.1"), cudafit.target_from_gpu_doc(doc))
+    return fit.status, fit.reason.replace(bad, "abc") if bad else fit.reason, fit.admitted
+
+
+@HOSTILE
+def test_nvidia_smi_with_non_ascii_digits_reads_as_garbage(bad: str, tmp_path: Path) -> None:
+    """nvidia-smi printing another script's digits for the driver, its CUDA, the compute
+    capability and the toolkit's version: each is as unparseable as 'abc', nothing crashes."""
+    caps = f"0, {bad}\n{bad}, 9.0\n\u00b2, 9.0\n"
+    got = _probe(gpu_env(tmp_path / "bad", "h100-r550", driver=bad, cuda=bad, ctk_version=bad, caps=caps))
+    abc = _probe(gpu_env(tmp_path / "abc", "h100-r550", driver="abc", cuda="abc", ctk_version="abc",
+                         caps="0, abc\nabc, 9.0\nx, 9.0\n"))
+    assert (got["driverVersion"], got["cudaDriverVersion"]) == (bad, bad)  # recorded as printed, judged unparseable
+    assert [g["computeCapability"] for g in got["gpus"]] == [g["computeCapability"] for g in abc["gpus"]]
+    assert got["toolkit"]["ctkVersion"] is None and abc["toolkit"]["ctkVersion"] is None
+    assert cudafit.target_from_gpu_doc(got).driver_cuda() is None
+    assert _fit(got, bad) == _fit(abc)
+    assert parse_compute_caps(caps) == {}
+
+
+@HOSTILE
+def test_nvml_driver_with_non_ascii_digits_reads_as_garbage(bad: str, tmp_path: Path) -> None:
+    env = {**no_gpu_env(tmp_path), "SNEAKERNET_NVML_LIBRARY": str(fake_nvml(tmp_path, driver=bad))}
+    doc = _probe(env)
+    assert doc["source"] == "nvml" and cudafit.parse_version(doc["driverVersion"]) is None
+    assert doc["cudaDriverVersion"] == "12.4"  # NVML's integer, not text
+    assert cudafit.cuda_of_driver(doc["driverVersion"]) is None

@@ -104,6 +104,23 @@ def test_a_content_length_beyond_the_declared_size_is_refused_unread(fake: FakeR
     assert fake.sent < 16 << 20, f"the registry managed to send {fake.sent} bytes"
 
 
+@pytest.mark.parametrize("declared", ["\u00b2", "\u00b9\u00b2\u00b3", "1\u00b2"])
+@pytest.mark.parametrize("what", ["manifest", "layer"])
+def test_a_content_length_in_superscript_digits_is_no_number(fake: FakeRegistry, tmp_path: Path, declared: str,
+                                                             what: str) -> None:
+    """Issue 38: str.isdigit() takes '\u00b2', int() refuses it: the Content-Length is no number (the
+    body is bounded as one without), never a crash."""
+    desc = fake.image("team/app", "1")
+    layer = desc["layer"]["digest"]
+    path, prefix = ((f"/v2/team/app/blobs/{layer}", fake.blobs[layer]) if what == "layer"
+                    else ("/v2/team/app/manifests/1", b""))
+    fake.override[path] = lambda req: send_endless(req, content_length=declared, prefix=prefix)
+    proc, doc = export(tmp_path, f"docker://{fake.addr}/team/app:1")
+    err = error_of(proc, doc)
+    assert err["id"] == "limit-exceeded", proc.stderr
+    assert fake.sent < 64 << 20, f"the registry managed to send {fake.sent} bytes"
+
+
 @pytest.mark.parametrize("how", ["padded", "endless", "lying-length"])
 def test_a_manifest_past_the_cap_is_refused(fake: FakeRegistry, tmp_path: Path, how: str) -> None:
     """MAX_MANIFEST (4 MiB, as distribution caps them): a 5 MiB manifest (valid JSON), an endless

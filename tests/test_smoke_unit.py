@@ -35,6 +35,7 @@ from importer.smoke.worker.compat import (
     version_from_nvml,
 )
 from importer.smoke.worker.protocol import SELECTABLE, result
+from tests.kit.gpukit import HOSTILE_VERSIONS
 from tests.kit.helpers import REPO, run_cli, run_zipapp
 from tests.kit.smokekit import schema_errors
 
@@ -534,3 +535,29 @@ def test_suite_judges_an_undeclared_image_by_its_torch(tmp_path: Path) -> None:
     s.finish_compat(decision, facts, 0.1)  # the table says no, CUDA says yes: a warning, not a verdict
     res = s.results["compat"]
     assert res["status"] == "WARN" and res["error"] is None and "yet CUDA initialised" in res["detail"]
+
+
+# ============================== digits outside ASCII 0-9 are no version (issue 38, class 6)
+@pytest.mark.parametrize("bad", list(HOSTILE_VERSIONS.values()), ids=list(HOSTILE_VERSIONS))
+def test_the_suite_reads_versions_in_ascii_digits_only(bad: str) -> None:
+    """CUDA_VERSION, NVIDIA_REQUIRE_CUDA and nvidia-smi's CUDA Version in another script's digits
+    read as 'abc' does: no version, nothing crashes."""
+    assert parse_version(bad) is None and parse_version("abc") is None
+    for env in ({"CUDA_VERSION": bad}, {"NVIDIA_REQUIRE_CUDA": f"cuda>={bad} brand=tesla,driver>=470"},
+                {"CUDA_VERSION": bad, "NVIDIA_REQUIRE_CUDA": f"cuda >= {bad}"}):
+        assert image_cuda_from_env(env) == image_cuda_from_env({k: "abc" for k in env}) == (None, None)
+    assert image_cuda_from_env({"CUDA_VERSION": bad, "NVIDIA_REQUIRE_CUDA": f"cuda>={bad} cuda>=12.4"}) == (
+        (12, 4), "NVIDIA_REQUIRE_CUDA")  # the first term that is a version
+    assert parse_smi_cuda(f"| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: {bad}     |") is None
+    driver, gpus = parse_smi_query(f"{bad}, NVIDIA H200, GPU-a, 143771, 00000000:18:00.0, 550.54.15\n"
+                                   f"\u00b2, NVIDIA H200, GPU-b, 143771, 00000000:2A:00.0, 550.54.15\n"
+                                   f"1, NVIDIA H200, GPU-c, {bad}, 00000000:3A:00.0, {bad}\n")
+    assert [(g.index, g.uuid, g.memory_total) for g in gpus] == [(1, "GPU-c", 0)] and driver == bad
+
+
+@pytest.mark.parametrize("kw", [{"gpus": "\u0660,\u0661"}, {"gpus": "\u00b2"}, {"gpus": "\uff10"},
+                                {"fault": "segv:\u00b2"}, {"fault": "hang:\u0661"}])
+def test_smoke_options_in_other_digits_are_configuration_errors(kw: dict[str, Any]) -> None:
+    with pytest.raises(SmokeConfigError) as e:
+        _settings(**kw)
+    assert e.value.exit_code == 2 and e.value.reference == "smoke-config"

@@ -291,3 +291,6 @@ def test_auto_compression_is_gzip_for_an_engine_that_reads_no_zstd(tmp_path: Pat
     assert engine_reads_zstd("docker", "9" * 5000) is None
     assert engine_reads_zstd("docker", "1" * 5 + ".1") is None
     assert engine_reads_zstd("other", "30.0") is None
+    # another script's digits are no version (issue 38): as 'dev', not Docker 23 or containerd 1.5
+    for version in ("\u0662\u0663.\u0660", "\uff12\uff13.\uff10", "2\u0663.0", "23.\u00b9", "\u00b2\u00b3.0"):
+        assert engine_reads_zstd("docker", version) is None and engine_reads_zstd("containerd", version) is None

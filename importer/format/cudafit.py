@@ -49,17 +49,32 @@ TOOLKIT_DRIVER: Dict[Tuple[int, int], str] = {
     (12, 8): "570.26", (12, 9): "575.51.03", (13, 0): "580.65.06",
 }
 
-_NUM = re.compile(r"^\s*v?(\d{1,9}(?:\.\d{1,9}){0,5})(?![\d.]*\d)")
+# ASCII digits only: int() and \d also take other scripts' digits (Arabic-Indic, fullwidth), which no driver
+# or toolkit writes; such a value is as unparseable as 'abc'. The lookahead refuses a number that
+# runs on into more digits, ASCII or not.
+_NUM = re.compile(r"^\s*v?([0-9]{1,9}(?:\.[0-9]{1,9}){0,5})(?![0-9.]*[0-9])")
+_TOKEN = re.compile(r"\S*")  # what runs on from the number up to the next space
+_REQUIRE_CUDA = re.compile(r"(?:^|\s)cuda>=([^\s,]*)")
 _CONSTRAINT = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|==|=|>|<)(.+)$")
 _DISABLED = ("", "0", "false", "no")
 
 
 def parse_version(text: Any) -> Optional[Version]:
-    """"535.104.05" -> (535, 104, 5); "12.4" -> (12, 4); None for anything else."""
+    """"535.104.05" -> (535, 104, 5); "12.4" -> (12, 4); None for anything else, and for a
+    version written with any digit outside ASCII 0-9 (Arabic-Indic or fullwidth digits, a superscript)."""
     if text is None:
         return None
-    m = _NUM.match(str(text)[:80])
-    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+    text = str(text)[:80]
+    m = _NUM.match(text)
+    if m is None or _foreign_digit(_TOKEN.match(text, m.end()).group()):  # type: ignore[union-attr]
+        return None
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+def _foreign_digit(text: str) -> bool:
+    """Whether ``text`` holds a digit or number sign other than ASCII 0-9 (any script's digits,
+    superscripts, fractions), or a byte that did not decode (U+FFFD: NVML's driver string)."""
+    return any((c.isnumeric() and not "0" <= c <= "9") or c == "\ufffd" for c in text)
 
 
 def major_minor(text: Any) -> Optional[Tuple[int, int]]:
@@ -110,9 +125,10 @@ class ImageNeeds:
         v = major_minor(self.cuda)
         if v is not None:
             return v, "CUDA_VERSION"
-        m = re.search(r"(?:^|\s)cuda>=(\d+\.\d+)", self.require.get("NVIDIA_REQUIRE_CUDA", ""))
-        if m:
-            return major_minor(m.group(1)), "NVIDIA_REQUIRE_CUDA"
+        for m in _REQUIRE_CUDA.finditer(self.require.get("NVIDIA_REQUIRE_CUDA", "")):
+            v = major_minor(m.group(1))
+            if v is not None:
+                return v, "NVIDIA_REQUIRE_CUDA"
         v = major_minor(self.torch_cuda)
         return (v, "torch") if v is not None else (None, "")
 

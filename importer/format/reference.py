@@ -12,6 +12,8 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 from importer.errors import InvalidReference
 
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: isdigit() also takes superscripts, int() other scripts' digits
+
 MAX_REFERENCE = 255  # Docker's NameTotalLengthMax
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
@@ -85,9 +87,9 @@ def split_host_port(host: str) -> Tuple[str, Optional[int]]:
     """``127.0.0.1:5000`` -> ("127.0.0.1", 5000); ``[::1]:5000`` -> ("::1", 5000)."""
     if host.startswith("["):
         addr, _, rest = host[1:].partition("]")
-        return addr, int(rest[1:]) if rest.startswith(":") else None
+        return addr, int(rest[1:]) if rest.startswith(":") and _DIGITS.fullmatch(rest[1:]) else None
     name, sep, port = host.rpartition(":")
-    if sep and port.isdigit() and ":" not in name:
+    if sep and _DIGITS.fullmatch(port) and ":" not in name:
         return name, int(port)
     return host, None
 

@@ -26,7 +26,11 @@ BRANDS = {0: "UNKNOWN", 1: "QUADRO", 2: "TESLA", 3: "NVS", 4: "GRID", 5: "GEFORC
           7: "NVIDIA_VAPPS", 8: "NVIDIA_VPC", 9: "NVIDIA_VCS", 10: "NVIDIA_VWS", 11: "NVIDIA_CLOUD_GAMING",
           12: "QUADRO_RTX", 13: "NVIDIA_RTX", 14: "NVIDIA", 15: "GEFORCE_RTX", 16: "TITAN_RTX"}
 _FIELD = re.compile(r"^(\s*)([A-Za-z][A-Za-z0-9 ()/.-]*?)\s*:\s*(.*?)\s*$")
-_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+# ASCII digits only (int() and \d also take Arabic-Indic and fullwidth digits, isdigit()
+# superscripts): anything else is no version
+_VERSION = re.compile(r"([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
+_GPU_INDEX = re.compile(r"[0-9]{1,3}")
+_COMPUTE_CAP = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 _MODE = re.compile(r'^\s*mode\s*=\s*"([A-Za-z-]+)"', re.M)
 
 
@@ -46,7 +50,7 @@ def from_nvml(lib: Any) -> Dict[str, Any]:
     try:
         buf = ctypes.create_string_buffer(96)
         call("nvmlSystemGetDriverVersion", buf, 96)
-        driver = buf.value.decode("ascii", "replace")
+        driver = buf.value.decode("utf-8", "replace")  # recorded as it is; cudafit reads ASCII digits only
         cuda = ctypes.c_int()
         call("nvmlSystemGetCudaDriverVersion", ctypes.byref(cuda))
         count = ctypes.c_uint()
@@ -100,7 +104,7 @@ def parse_compute_caps(text: str) -> Dict[int, str]:
     found = {}
     for line in text.splitlines()[:64]:
         cols = [c.strip() for c in line.split(",")]
-        if len(cols) == 2 and cols[0].isdigit() and re.fullmatch(r"\d{1,3}\.\d{1,3}", cols[1]):
+        if len(cols) == 2 and _GPU_INDEX.fullmatch(cols[0]) and _COMPUTE_CAP.fullmatch(cols[1]):
             found[int(cols[0])] = cols[1]
     return found
 
@@ -133,8 +137,13 @@ def _version_of(tool: str) -> Optional[str]:
         res = run([path, "--version"], what=f"asking {tool} for its version", timeout=30, check=False)
     except BundleError:
         return None
-    m = _VERSION.search(res.stdout.decode("utf-8", "replace"))
-    return m.group(1) if m and res.returncode == 0 else None
+    text = res.stdout.decode("utf-8", "replace")
+    m = _VERSION.search(text)
+    if m is None or res.returncode != 0 or cudafit.parse_version(text[m.start():]) is None:
+        return None  # none, or one running on into other digits (any script's)
+    if m.start() and (text[m.start() - 1].isnumeric() or text[m.start() - 1] == "."):
+        return None  # one that other digits run into
+    return m.group(1)
 
 
 def toolkit() -> Dict[str, Any]:

@@ -9,10 +9,10 @@ need to complete it (docs/deltas.md)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from importer.errors import ManifestError, UsageError
+from importer.format.cudafit import major_minor
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import MAX_ENGINE_JSON, parse_json, read_file_limited
 from importer.format.manifest import BlobRef
@@ -132,13 +132,12 @@ def zstd_is_fast_on(paths: Sequence[str]) -> Optional[bool]:
 def engine_reads_zstd(kind: str, version: str) -> Optional[bool]:
     """Whether an engine pulls and loads zstd layers: Docker from 23.0, containerd from 1.5
     (podman, OCI layouts and registries do); None when the version says nothing."""
-    m = re.match(r"\s*v?(\d{1,4})\.(\d{1,4})", version)
     if kind in ("podman", "oci", "registry"):
         return True
-    if m is None or kind not in ("docker", "containerd"):
+    v = major_minor(version)  # ASCII digits only: Arabic-Indic '23.0' says nothing, as 'abc' does
+    if v is None or max(v) > 9999 or kind not in ("docker", "containerd"):
         return None
-    major, minor = int(m.group(1)), int(m.group(2))
-    return major >= 23 if kind == "docker" else (major, minor) >= (1, 5)
+    return v[0] >= 23 if kind == "docker" else v >= (1, 5)
 
 
 def engines_read_zstd(paths: Sequence[str]) -> Optional[Tuple[bool, str]]:

@@ -43,6 +43,8 @@ from importer.verify.receiptsig import (
 )
 from importer.verify.signature import TrustedKey
 
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: isdigit() also takes superscripts, int() other scripts' digits
+
 REPORT_VERSION = "1.0"
 MAX_RECEIPT = 32 * 1024 * 1024
 PROOF_KINDS = ("import", "check-only")
@@ -202,7 +204,7 @@ def _expand_one(item: str) -> List[str]:
     names: List[str] = []
     for piece in spec.split(","):
         lo, sep, hi = piece.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
+        if not _DIGITS.fullmatch(lo) or (sep and not _DIGITS.fullmatch(hi)):
             raise UsageError(f"reading the host list: expected numbers in {item!r}, found {piece!r}")
         first, last = int(lo), int(hi) if sep else int(lo)
         if last < first or last - first > MAX_FILES:

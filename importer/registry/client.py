@@ -44,6 +44,8 @@ from importer.format.reference import split_host_path, split_host_port, split_re
 from importer.registry.auth import Credentials, credentials_from_docker_config, fetch_token, parse_challenge
 from importer.registry.redirects import REDIRECTS, Origin, open_url
 
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: isdigit() also takes superscripts, int() other scripts' digits
+
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 MANIFEST_ACCEPT = ", ".join((OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST))
 DEFAULT_CHUNK = 16 * 1024 * 1024
@@ -338,7 +340,7 @@ class RegistryClient:
             conn.request(method, path, body=body, headers=hdrs)
             r = conn.getresponse()
             declared = (r.getheader("Content-Length") or "").strip()
-            too_big = method != "HEAD" and declared.isdigit() and int(declared) > limit  # refused unread
+            too_big = method != "HEAD" and bool(_DIGITS.fullmatch(declared)) and int(declared) > limit  # refused unread
             data = b"" if too_big else r.read(limit + 1)  # also for HEAD: reading (nothing) frees the connection
         except BaseException:
             self._drop()
@@ -357,7 +359,7 @@ class RegistryClient:
         delay = min(8.0, self.backoff * (2 ** max(0, attempt - 1)))
         delay *= 0.75 + random.random() / 2  # noqa: S311 - jitter, not cryptography
         retry_after = resp.header("Retry-After") if resp is not None else None
-        if retry_after and retry_after.strip().isdigit():
+        if retry_after and _DIGITS.fullmatch(retry_after.strip()):
             delay = max(delay, min(60.0, float(retry_after.strip())))
         if self.cancelled.wait(delay):
             self._check_cancelled()
@@ -482,7 +484,7 @@ class RegistryClient:
         if r.status == 404:
             return None
         length = r.header("Content-Length")
-        return int(length) if length and length.isdigit() and r.status == 200 else -1
+        return int(length) if length and _DIGITS.fullmatch(length) and r.status == 200 else -1
 
     def manifest_digest(self, repo: str, reference: str) -> Optional[str]:
         r = self.request("HEAD", f"/v2/{repo}/manifests/{reference}", ok=(200, 404), repo=repo,
@@ -713,7 +715,7 @@ def _check_length(r: http.client.HTTPResponse, size: Optional[int], start: int, 
     """A blob answer whose Content-Length is more than the descriptor's size allows is refused
     before its body is read."""
     declared = (r.getheader("Content-Length") or "").strip()
-    if size is None or not declared.isdigit() or int(declared) <= size - start:
+    if size is None or not _DIGITS.fullmatch(declared) or int(declared) <= size - start:
         return
     r.close()
     conn.close()

@@ -105,7 +105,9 @@ def facts_from_nvml(nvml: Any) -> HostFacts:
             nvml.nvmlShutdown()
 
 
-_SMI_CUDA = re.compile(r"CUDA Version:\s*([0-9]+\.[0-9]+)")
+_SMI_CUDA = re.compile(r"CUDA Version:\s*(\S*)")
+# ASCII digits: int() also takes Arabic-Indic and fullwidth digits, isdigit() superscripts
+_COUNT = re.compile(r"[0-9]{1,12}")
 
 
 def parse_smi_query(text: str) -> Tuple[Optional[str], List[HostGPU]]:
@@ -115,18 +117,19 @@ def parse_smi_query(text: str) -> Tuple[Optional[str], List[HostGPU]]:
     gpus = []
     for line in text.splitlines():
         cols = [c.strip() for c in line.split(",")]
-        if len(cols) < 6 or not cols[0].isdigit():
+        if len(cols) < 6 or not _COUNT.fullmatch(cols[0]):
             continue
-        mib = int(cols[3]) if cols[3].isdigit() else 0
+        mib = int(cols[3]) if _COUNT.fullmatch(cols[3]) else 0
         gpus.append(HostGPU(int(cols[0]), cols[1], cols[2], mib * 1024 * 1024, cols[4]))
         driver = cols[5]
     return driver, gpus
 
 
 def parse_smi_cuda(text: str) -> Optional[str]:
-    """The "CUDA Version: 12.4" of plain ``nvidia-smi`` output."""
+    """The "CUDA Version: 12.4" of plain ``nvidia-smi`` output; None when it is not a version
+    (ASCII digits only, importer/format/cudafit.py)."""
     m = _SMI_CUDA.search(text)
-    return m.group(1) if m else None
+    return compat.fmt(compat.parse_version(m.group(1))) if m else None
 
 
 def facts_from_smi(smi: str) -> HostFacts:

@@ -14,6 +14,8 @@ from importer.sinks.choose import OPTION_ENGINE, check_own_options, implied_engi
 from importer.sinks.dockerclient import docker_host_url
 from importer.smoke.worker.protocol import FAULTS, SELECTABLE
 
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: isdigit() also takes superscripts, int() other scripts' digits
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: Applied unless the job sets them: NCCL RAS (on by default since NCCL 2.24) has crashed
@@ -130,10 +132,8 @@ def read_env_file(path: str) -> List[Tuple[str, str]]:
 def parse_gpus(text: Optional[str]) -> Optional[List[int]]:
     if text is None:
         return None
-    try:
-        gpus = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        gpus = []
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    gpus = [int(x) for x in parts] if all(_DIGITS.fullmatch(x) for x in parts) else []
     if not gpus or any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
         raise SmokeConfigError(f"reading --gpus: expected distinct GPU indices like 0,1, found {text!r}")
     return gpus
@@ -153,7 +153,7 @@ def parse_fault(text: Optional[str]) -> Tuple[Optional[str], int]:
     if not text:
         return None, 0
     name, _, rank = text.partition(":")
-    if name not in FAULTS or (rank and not rank.isdigit()):
+    if name not in FAULTS or (rank and not _DIGITS.fullmatch(rank)):
         raise SmokeConfigError(f"reading --inject-fault: expected one of wrong-sum, segv[:RANK], hang[:RANK], "
                                f"found {text!r}")
     return name, int(rank or 0)

@@ -125,12 +125,13 @@ def send_json(req: BaseHTTPRequestHandler, status: int, doc: Any, headers: dict[
     send(req, status, json.dumps(doc).encode(), {"Content-Type": "application/json", **(headers or {})})
 
 
-def send_endless(req: BaseHTTPRequestHandler, *, content_length: int | None = None, limit: int = ENDLESS,
+def send_endless(req: BaseHTTPRequestHandler, *, content_length: int | str | None = None, limit: int = ENDLESS,
                  prefix: bytes = b"") -> None:
-    """A body that does not end (``limit`` bytes at most): chunked, or after a (lying) Content-Length;
-    ``prefix`` (e.g. the real blob) and then zeros (which gzip takes for padding)."""
+    """A body that does not end (``limit`` bytes at most): chunked, or after a (lying) Content-Length
+    (a number, or any text such as a superscript ``"\u00b2"``); ``prefix`` (e.g. the real blob)
+    and then zeros (which gzip takes for padding)."""
     if req.command == "HEAD":
-        send(req, 200, b"", content_length=content_length or 0)
+        send(req, 200, b"", content_length=content_length if isinstance(content_length, int) else 0)
         return
     req.send_response(200)
     req.send_header("Content-Type", "application/octet-stream")

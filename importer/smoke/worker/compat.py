@@ -26,15 +26,14 @@ MODE_FORWARD = "forward-compat"
 MODE_NOT_APPLICABLE = "not-applicable"
 MODE_UNKNOWN = "unknown"
 
-_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)")
-_REQUIRE_RE = re.compile(r"cuda\s*>=\s*(\d+)\.(\d+)")
+_REQUIRE_RE = re.compile(r"cuda\s*>=\s*([^\s,]*)")
 
 def parse_version(text: Optional[str]) -> Optional[Version]:
-    """"12.4.1" -> (12, 4); None for anything else."""
+    """"12.4.1" -> (12, 4); None for anything else, and for digits outside ASCII 0-9 (the
+    parser of importer/format/cudafit.py, which `bundle-import` uses too)."""
     if not text:
         return None
-    m = _VERSION_RE.match(str(text))
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return cudafit.major_minor(text)
 
 
 def version_from_nvml(value: Optional[int]) -> Optional[Version]:
@@ -54,9 +53,10 @@ def image_cuda_from_env(environ: Mapping[str, str]) -> Tuple[Optional[Version], 
     v = parse_version(environ.get("CUDA_VERSION"))
     if v is not None:
         return v, "CUDA_VERSION"
-    m = _REQUIRE_RE.search(environ.get("NVIDIA_REQUIRE_CUDA", ""))
-    if m:
-        return (int(m.group(1)), int(m.group(2))), "NVIDIA_REQUIRE_CUDA"
+    for m in _REQUIRE_RE.finditer(environ.get("NVIDIA_REQUIRE_CUDA", "")):
+        v = cudafit.major_minor(m.group(1))
+        if v is not None:
+            return v, "NVIDIA_REQUIRE_CUDA"
     return None, None
 
 
