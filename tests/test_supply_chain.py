@@ -25,10 +25,10 @@ from tests.kit import engines, supplykit
 from tests.kit.clijson import export_json as export
 from tests.kit.clijson import validate
 from tests.kit.engines import Registry
-from tests.kit.helpers import run_cli, run_pyz
+from tests.kit.helpers import forget, image_ids, run_cli, run_pyz
 from tests.kit.servekit import serving
 from tests.kit.transferkit import FlakyProxy
-from tests.kit.trustkit import error_id, python38
+from tests.kit.trustkit import error_id, python38, regenerate_sums
 
 pytestmark = pytest.mark.engine
 
@@ -516,3 +516,136 @@ def test_a_signed_index_covers_the_platform_carried(registry: dict[str, Any], ke
                      str(keys["pub"]))
     assert proc.returncode == 0, proc.stderr
     assert [a["kind"] for a in bundle_json(every)["images"][0]["artifacts"]] == ["signature"]
+
+
+# ============================================= issue 38: what the policy admits, and what records may name
+
+
+@pytest.fixture(scope="module")
+def half_signed(registry: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
+    """sn/half:1, a two-platform index whose index is unsigned and only this host's platform
+    manifest carries a signature (what `cosign sign REG/REPO@PLATFORM-DIGEST` leaves)."""
+    addr = registry["addr"]
+    mine = host().architecture
+    other = "s390x" if mine != "s390x" else "arm64"
+    built = supplykit.push_multi(addr, "sn/half", "1", [mine, other])
+    supplykit.cosign_sign(addr, "sn/half", built["platforms"][mine]["digest"], keys["signer"])
+    return {"built": built, "mine": mine, "other": other}
+
+
+def test_require_signed_export_refuses_an_unsigned_sibling_platform(registry: dict[str, Any], keys: dict[str, Any],
+                                                                   half_signed: dict[str, Any],
+                                                                   tmp_path: Path) -> None:
+    """The signed platform alone is admitted; with --all-platforms the unsigned sibling (and the
+    unsigned index) refuse the export, nothing left behind. Before: one verified signature
+    admitted the whole image."""
+    ref = f"docker://{registry['addr']}/sn/half:1"
+    one, doc = export(ref, "-o", str(tmp_path / "one"), "--require-signed", str(keys["pub"]))
+    assert one.returncode == 0, one.stderr
+    [signed] = doc["imageSignatures"]
+    mine = half_signed["built"]["platforms"][half_signed["mine"]]["digest"]
+    assert signed["digest"] == mine and signed["manifests"] == [{"digest": mine, "signedAs": mine}]
+    every, doc = export(ref, "-o", str(tmp_path / "every"), "--all-platforms", "--require-signed", str(keys["pub"]))
+    assert every.returncode == 7 and doc["error"]["id"] == "image-signature-invalid", every.stderr
+    assert f"linux/{half_signed['other']}" in doc["error"]["context"], doc["error"]
+    assert not (tmp_path / "every").exists() and not list(tmp_path.glob("every.partial-*"))
+
+
+@pytest.fixture(scope="module")
+def half_bundle(registry: dict[str, Any], half_signed: dict[str, Any],
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """sn/half:1 with every platform, exported without a policy."""
+    out = tmp_path_factory.mktemp("half") / "b"
+    proc, _ = export(f"docker://{registry['addr']}/sn/half:1", "-o", str(out), "--all-platforms")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.parametrize("target", ["oci", "registry", "docker"])
+def test_require_signed_import_refuses_an_unsigned_sibling_platform(half_bundle: Path, keys: dict[str, Any],
+                                                                   mirror: Registry, target: str,
+                                                                   request: pytest.FixtureRequest,
+                                                                   tmp_path: Path) -> None:
+    """Every target (Docker 20.10, an OCI layout, a registry) refuses the bundle before anything is
+    written: the signature of one platform does not vouch for the other, nor for the index."""
+    layout = tmp_path / "layout"
+    docker_host = request.getfixturevalue("docker_host") if target == "docker" else None
+    args = {"oci": ["--engine", "oci", "--oci-dir", str(layout)],
+            "registry": ["--engine", "registry", "--registry", f"{mirror.addr}/half"], "docker": []}[target]
+    before = image_ids(docker_host) if docker_host else set()
+    proc = run_pyz(half_bundle, *args, "--require-signed", str(keys["pub"]), "--no-receipt", docker_host=docker_host)
+    assert proc.returncode == 7 and error_id(proc.stderr) == "image-signature-invalid", proc.stderr
+    assert not layout.exists()
+    if target == "registry":
+        with supplykit.client(mirror.addr) as c:
+            assert c.manifest_digest("half/sn/half", "1") is None
+    if docker_host:
+        assert image_ids(docker_host) == before
+    passing = run_pyz(half_bundle, *args, "--no-receipt", docker_host=docker_host)  # the same run, no policy
+    assert passing.returncode == 0, passing.stderr
+    if docker_host:
+        forget(docker_host, *bundle_json(half_bundle)["images"][0]["refs"])
+
+
+def _forged(src: Path, dst: Path, change: Any) -> Path:
+    """A copy of ``src`` whose bundle.json ``change`` edited, SHA256SUMS made again (what an
+    attacker with the bundle can do; nothing signed covers bundle.json's records)."""
+    subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
+    doc = bundle_json(dst)
+    change(doc)
+    (dst / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(dst)
+    return dst
+
+
+def _signature_record(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(a for a in doc["images"][0]["artifacts"] if a["kind"] == "signature")
+
+
+@pytest.mark.parametrize("forge", ["image-tag", "other-subject-tag", "kind-attestation"])
+def test_a_forged_artifact_record_never_moves_an_image_tag(bundles: dict[str, Path], registry: dict[str, Any],
+                                                          mirror: Registry, forge: str, tmp_path: Path) -> None:
+    """A record that would be handed on under the image's own tag (or any name not derived from
+    its subject) is refused before anything is written: the mirror's tag stays where it was, by
+    push, by --engine registry (--force) and into an OCI layout."""
+    def change(doc: dict[str, Any]) -> None:
+        sig = _signature_record(doc)
+        if forge == "image-tag":
+            sig["tag"] = "1"
+        elif forge == "other-subject-tag":
+            sig["tag"] = "sha256-" + "0" * 64 + ".sig"
+        else:
+            sig["kind"] = "attestation"  # keeps the .sig tag: not the name an attestation is handed on under
+
+    bundle = _forged(bundles["app"], tmp_path / "forged", change)
+    namespace = f"{mirror.addr}/forged-{forge}"
+    first = run_cli("bundle", "push", str(bundles["app"]), namespace, "--json")
+    assert first.returncode == 0, first.stderr
+    with supplykit.client(mirror.addr) as c:
+        tag_before = c.manifest_digest(f"forged-{forge}/sn/app", "1")
+    assert tag_before == registry["app"]["digest"]
+    pushed = run_cli("bundle", "push", str(bundle), namespace, "--json")
+    assert pushed.returncode == 4 and json.loads(pushed.stdout)["error"]["id"] == "invalid-manifest", pushed.stderr
+    imported = run_pyz(bundle, "--engine", "registry", "--registry", namespace, "--force", "--no-receipt")
+    assert imported.returncode == 4 and error_id(imported.stderr) == "invalid-manifest", imported.stderr
+    assert "artifacts[" in imported.stderr
+    layout = tmp_path / "layout"
+    into_oci = run_pyz(bundle, "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
+    assert into_oci.returncode == 4 and not layout.exists(), into_oci.stderr
+    with supplykit.client(mirror.addr) as c:
+        assert c.manifest_digest(f"forged-{forge}/sn/app", "1") == tag_before
+
+
+def test_the_records_repository_field_is_not_evidence(bundles: dict[str, Path], keys: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    """The image renamed in bundle.json (refs and index.json) and the signature record's
+    ``repository`` edited to match: the signature still names the repository it was made for, and
+    --require-signed refuses the image under its new name."""
+    def change(doc: dict[str, Any]) -> None:
+        doc["images"][0]["refs"] = ["registry.example/evil/app:1"]
+        _signature_record(doc)["repository"] = "registry.example/evil/app"
+
+    bundle = _forged(bundles["app"], tmp_path / "renamed", change)
+    proc = run_pyz(bundle, "--verify-only", "--require-signed", str(keys["pub"]))
+    assert proc.returncode == 7 and error_id(proc.stderr) == "image-signature-invalid", proc.stderr
+    assert "names the repository" in proc.stderr
