@@ -8,17 +8,27 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
-from importer.errors import PostLoadMismatch
+from importer.errors import PolicyRejected, PostLoadMismatch
 from importer.format.manifest import BundleManifest
 from importer.input.opened import BundleRoot, open_bundle
 from importer.registry.auth import Credentials
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, RegistryTarget, parse_target
 from importer.registry.push import PushReport, push_bundle
 from importer.registry.push_artifacts import push_artifacts
-from importer.registry.transcode import Transcoded, has_zstd, new_workdir, remove_workdir, transcode, zstd_warning
+from importer.registry.transcode import (
+    Transcoded,
+    has_zstd,
+    new_workdir,
+    remove_workdir,
+    signatures_lost,
+    signed_and_rewritten,
+    transcode,
+    zstd_warning,
+)
+from importer.verify.cosign import images_signed
 from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -34,12 +44,15 @@ class PushOutcome:
     renamed: Dict[str, str] = field(default_factory=dict)  # the bundle's manifest/index digest -> the pushed one
     #: schema 3.5: the signatures, attestations, SBOMs and referrers pushed beside the images
     artifacts: List[Dict[str, Any]] = field(default_factory=list)
+    #: --require-signed: which key signed which image (None without it)
+    image_signatures: Optional[List[Dict[str, Any]]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         doc = self.report.to_dict()
         doc["compression"] = self.compression
         doc["renamedManifests"] = dict(self.renamed)
         doc["artifacts"] = self.artifacts
+        doc["imageSignatures"] = self.image_signatures
         doc["via"] = self.via
         doc["scheme"] = self.scheme
         doc["apiVersion"] = self.api_version
@@ -68,10 +81,27 @@ def push(
     progress: Optional[ProgressFactory] = None,
     log: Optional[Callable[[str], None]] = None,
     compression: str = "keep",
+    require_signed: Sequence[str] = (),
+    allow_recompressed_signed: bool = False,
 ) -> PushOutcome:
+    """``require_signed``: cosign keys one of which must sign every image (as at import), checked
+    before any byte is verified or sent; ``allow_recompressed_signed``: let ``compression`` rewrite
+    signed images under it (their signatures then name digests the registry never gets)."""
     target = parse_target(registry)
     opened = open_bundle(bundle)
     root = opened.root
+    signed: List[Dict[str, Any]] = []
+    if require_signed:
+        major = opened.schema_major()
+        signed = images_signed(opened, require_signed, major if major in (1, 2) else None, quiet=log is None,
+                               on_notice=log or (lambda _line: None), doing="pushing with --require-signed")
+    lost = signed_and_rewritten(opened.manifest(), compression) if opened.schema_major() == 3 else []
+    if lost and require_signed and not allow_recompressed_signed:
+        raise PolicyRejected(signatures_lost("pushing with --require-signed", compression, lost),
+                             hint="push with --compression keep (Docker before 23.0 reads no zstd: pull those "
+                             "nodes through `bundle-import serve`), or pass --allow-recompressed-signed")
+    if lost and log is not None:
+        log(signatures_lost("push", compression, lost))
     manifest = verify_or_raise(opened, progress=progress).manifest
     assert manifest is not None
     workdir = new_workdir("sneakernet-push-") if compression != "keep" else ""
@@ -79,8 +109,10 @@ def push(
         done = transcode(root, manifest, compression, workdir)
         if log is not None and any(has_zstd(image) for image in done.images):
             log(zstd_warning("push"))
-        return _push(done.manifest(manifest), root, target, ssh, insecure, concurrency, chunk_size, credentials,
-                     progress, log, done, compression, realm_credentials=realm_credentials)
+        outcome = _push(done.manifest(manifest), root, target, ssh, insecure, concurrency, chunk_size, credentials,
+                        progress, log, done, compression, realm_credentials=realm_credentials)
+        outcome.image_signatures = signed if require_signed else None
+        return outcome
     finally:
         remove_workdir(workdir)
 

@@ -74,6 +74,12 @@ def add_transfer_commands(sub: Any) -> None:
                     help="the layers' compression in the registry: keep (default; a default bundle's are zstd, read "
                     f"by {ZSTD_READERS}), gzip (for Docker before 23.0) or zstd; recompressed on the way, each "
                     "layer's diff_id checked: same image IDs, new manifest digests (in --json: renamedManifests)")
+    ps.add_argument("--require-signed", action="append", default=[], metavar="KEY.pub",
+                    help="push only if every image carries a cosign signature by one of these public keys (as "
+                    "bundle-import --require-signed checks it; repeatable), checked before anything is sent")
+    ps.add_argument("--allow-recompressed-signed", action="store_true",
+                    help="with --require-signed: let --compression rewrite signed images (their signatures then "
+                    "name digests the registry does not get, so `cosign verify` refuses the pushed images)")
     ps.add_argument("--username", metavar="USER", help="registry user (default: ~/.docker/config.json, else none)")
     ps.add_argument("--password-stdin", action="store_true", help="read the registry password from stdin")
     ps.add_argument("--allow-realm-credentials", action="store_true", help=REALM_HELP)
@@ -160,7 +166,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     outcome = push(args.bundle, args.registry, insecure=args.insecure, concurrency=args.concurrency,
                    chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096),
                    credentials=credentials_from_args(args), ssh=ssh, realm_credentials=args.allow_realm_credentials,
-                   progress=_progress(args), log=_log(args), compression=args.compression)
+                   progress=_progress(args), log=_log(args), compression=args.compression,
+                   require_signed=args.require_signed, allow_recompressed_signed=args.allow_recompressed_signed)
     rep = outcome.report
     if args.json:
         emit(success(outcome.to_dict()))

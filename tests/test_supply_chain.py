@@ -649,3 +649,35 @@ def test_the_records_repository_field_is_not_evidence(bundles: dict[str, Path], 
     proc = run_pyz(bundle, "--verify-only", "--require-signed", str(keys["pub"]))
     assert proc.returncode == 7 and error_id(proc.stderr) == "image-signature-invalid", proc.stderr
     assert "names the repository" in proc.stderr
+
+
+def test_push_says_what_recompression_does_to_signatures(bundles: dict[str, Path], keys: dict[str, Any],
+                                                        registry: dict[str, Any], mirror: Registry) -> None:
+    """Recompressed, a signed image gets manifests no signature names: `bundle push` says so before
+    it pushes; under --require-signed it refuses (nothing sent) unless explicitly allowed; the
+    signatures are checked as at import (another key: refused before anything is sent)."""
+    namespace = f"{mirror.addr}/recompressed"
+    with supplykit.client(mirror.addr) as c:
+        def there() -> str | None:
+            return c.manifest_digest("recompressed/sn/app", "1")
+
+        refused = run_cli("bundle", "push", str(bundles["app"]), namespace, "--compression", "zstd",
+                          "--require-signed", str(keys["pub"]), "--json")
+        assert refused.returncode == 7, refused.stderr
+        error = json.loads(refused.stdout)["error"]
+        assert error["id"] == "policy-rejected" and "no signature names" in error["message"], error
+        assert "--allow-recompressed-signed" in error["hint"] and there() is None
+        other = run_cli("bundle", "push", str(bundles["app"]), namespace, "--require-signed", str(keys["other_pub"]))
+        assert other.returncode == 7 and error_id(other.stderr) == "image-signature-invalid", other.stderr
+        assert there() is None
+        allowed = run_cli("bundle", "push", str(bundles["app"]), namespace, "--compression", "zstd",
+                          "--require-signed", str(keys["pub"]), "--allow-recompressed-signed", "--json")
+        assert allowed.returncode == 0, allowed.stderr
+        assert "no signature names" in allowed.stderr
+        doc = json.loads(allowed.stdout)
+        validate("push", doc)
+        assert doc["imageSignatures"][0]["digest"] == registry["app"]["digest"]
+        assert there() == doc["renamedManifests"][registry["app"]["digest"]] != registry["app"]["digest"]
+        kept = run_cli("bundle", "push", str(bundles["app"]), f"{mirror.addr}/kept", "--require-signed",
+                       str(keys["pub"]))
+        assert kept.returncode == 0 and "no signature names" not in kept.stderr, kept.stderr

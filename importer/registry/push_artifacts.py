@@ -6,8 +6,8 @@ registry holds them), then its manifest under its cosign tag (``sha256-<hex>.sig
 the subject by digest, and the push keeps the image's digest; the name is derived from the
 record's subject, never taken from bundle.json, format/artifacts.py ``handed_on_reference``) or
 by digest, the ``sha256-<hex>`` fallback index last (a registry with the Referrers API indexes
-the referrers itself; the fallback tag is what clients look up on one without). So ``cosign verify --key cosign.pub`` and admission
-controllers find them in the offline registry."""
+the referrers itself; the fallback tag is what clients look up on one without). So ``cosign
+verify --key cosign.pub`` and admission controllers find them in the offline registry."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from importer.errors import DigestMismatch, EngineUnavailable, UsageError
+from importer.format.artifacts import HANDED_ON
 from importer.format.digest import CHUNK, Digest
 from importer.format.limits import MAX_INDEX, MAX_MANIFEST
 from importer.format.manifest import BlobRef, BundleManifest, ImageRecord, LayerRecord
@@ -83,14 +84,37 @@ def transcode(root: BundleRoot, manifest: BundleManifest, to: str, workdir: str,
     return out
 
 
+def _recompresses(v: ImageRecord, layer: LayerRecord, to: str) -> bool:
+    """Whether recompression to ``to`` rewrites ``layer`` of platform ``v`` (and so its manifest)."""
+    if to not in _TYPES or (to == "zstd" and v.manifest.media_type != OCI_MANIFEST):
+        return False  # keep; or a Docker schema 2 manifest, which names no zstd layer type
+    return not layer.external and compression_of(layer.media_type) not in (to, "none")
+
+
+def signed_and_rewritten(manifest: BundleManifest, to: str) -> List[str]:
+    """The images whose carried signatures, attestations or referrers (bundle schema 3.5) name a
+    manifest that recompression to ``to`` rewrites: the destination gets manifests no signature
+    names (said before recompressing; refused under ``--require-signed`` unless allowed)."""
+    return [image.name for image in manifest.images
+            if any(a.kind in HANDED_ON for a in image.artifacts)
+            and any(_recompresses(v, x, to) for v in image.variants for x in v.layers)]
+
+
+def signatures_lost(what: str, to: str, names: List[str]) -> str:
+    """The line said before ``what`` recompresses signed images."""
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"{what}: --compression {to} gives {shown} new manifest digests that no signature names: "
+            "their signatures and attestations are handed on as carried and name the bundle's digests, so "
+            "`cosign verify` and admission policies refuse the recompressed images (keep the compression, "
+            "or re-sign them in the destination)")
+
+
 def _variant(root: BundleRoot, v: ImageRecord, to: str, workdir: str, done: Dict[Digest, LayerRecord],
              out: Transcoded, on_layer: Optional[Callable[[LayerRecord], None]]) -> ImageRecord:
     """One platform: its layers recompressed (each once), its manifest rewritten when one changed."""
-    if to == "zstd" and v.manifest.media_type != OCI_MANIFEST:
-        return v  # a Docker schema 2 manifest names no zstd layer type
     layers: List[LayerRecord] = []
     for layer in v.layers:
-        if layer.external or compression_of(layer.media_type) in (to, "none"):
+        if not _recompresses(v, layer, to):
             layers.append(layer)
             continue
         if layer.digest not in done:

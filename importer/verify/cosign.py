@@ -403,12 +403,12 @@ def check_bundle(manifest: BundleManifest, keys: Sequence[CosignKey], read: Blob
 
 
 def images_signed(bundle: OpenedBundle, keys: Sequence[str], major: Optional[int], *,
-                  quiet: bool, on_notice: Callable[[str], None]) -> List[Dict[str, Any]]:
+                  quiet: bool, on_notice: Callable[[str], None],
+                  doing: str = "importing with --require-signed") -> List[Dict[str, Any]]:
     """``--require-signed`` (the walk's ``image-signatures`` step, before the engine is asked
     anything): every image of the opened bundle carries a cosign signature by one of ``keys``, its
     blobs hashed as they are read; the receipt's ``imageSignatures``. A schema 1/2 bundle
     (``major``) carries none."""
-    doing = "importing with --require-signed"
     cosign_keys = load_cosign_keys(keys)
     if major is not None:
         raise ImageUnsigned(f"{doing}: expected a schema 3.5 bundle carrying image signatures, found schema {major}",
