@@ -223,6 +223,8 @@ def describe_tag(client: RegistryClient, repo: str, tag: str, configs: Dict[str,
         return out
     rootfs = cfg.get("rootfs") if isinstance(cfg, dict) else None
     ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
+    if ids is None and isinstance(rootfs, dict) and rootfs.get("type") == "layers":
+        ids = []  # an image with no layers (FROM scratch plus a LABEL): Docker leaves diff_ids out
     if not isinstance(ids, list) or not all(is_digest(d) for d in ids):
         out.problems.append("the config lists no diff_ids (not a container image?)")
         return out

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
+from importer.errors import BundleError
 from importer.format.digest import Digest
 from importer.format.manifest import ImageRecord
 from importer.input.opened import BundleRoot
@@ -193,3 +195,35 @@ def folder_of(root: BundleRoot, kind: str) -> str:
     if not isinstance(root, str):
         raise AssertionError(f"the {kind} sink loads from a bundle folder only")  # pragma: no cover
     return root
+
+
+#: how many images one ``docker|podman image inspect`` asks about
+INSPECT_BATCH = 100
+
+
+def inspect_each(ids: Sequence[str], inspect: Callable[[Sequence[str]], Optional[bytes]],
+                 describe: Callable[[Any], EngineImage]) -> List[EngineImage]:
+    """Every image of ``ids`` as ``describe`` reads one object of ``image inspect``'s JSON array,
+    asked ``INSPECT_BATCH`` at a time. What the host holds besides the bundle never fails the run:
+    a batch the engine refuses (``inspect`` returns None: an image removed since it was listed)
+    is asked again one image at a time, and an image it still refuses, or whose description is
+    not an image (no ``Id``), is left out, as one it does not hold. Left out, its layers count as
+    absent: a delta then carries them, never assumes them (docs/deltas.md)."""
+    images: List[EngineImage] = []
+    for start in range(0, len(ids), INSPECT_BATCH):
+        batch = list(ids[start:start + INSPECT_BATCH])
+        raw = inspect(batch)
+        if raw is None and len(batch) > 1:
+            for one in batch:
+                images += inspect_each([one], inspect, describe)
+            continue
+        try:
+            docs = json.loads((raw or b"[]").decode("utf-8", "replace") or "[]")
+        except ValueError:
+            docs = []
+        for doc in docs if isinstance(docs, list) else []:
+            try:
+                images.append(describe(doc))
+            except BundleError:
+                continue
+    return images

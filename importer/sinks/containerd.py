@@ -18,7 +18,7 @@ import re
 import tarfile
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from importer.errors import CommandFailed, EngineUnavailable, SinkError
+from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
 from importer.format.digest import Digest, is_digest
 from importer.format.identity import OCI, chain_ids
 from importer.format.manifest import BundleManifest, ImageRecord
@@ -36,7 +36,7 @@ DEFAULT_SNAPSHOTTER = "overlayfs"
 UNTAGGED_REPO = "docker.io/sneakernet/untagged"
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                 "application/vnd.docker.distribution.manifest.list.v2+json")
-_STATUS_RE = re.compile(r"\b(complete|incomplete|missing|unavailable)\b(?: \((\d+)/(\d+)\))?")
+_STATUS_RE = re.compile(r"\b(complete|incomplete|missing|unavailable)\b(?: \(([0-9]+)/([0-9]+)\))?")
 
 
 class ContainerdSink(SinkBase):
@@ -93,6 +93,9 @@ class ContainerdSink(SinkBase):
         """Manifest -> config -> diff_ids of the image whose target is ``digest``."""
         manifest_digest = digest
         doc = self.client.content_json(digest, f"reading the manifest {digest[:19]} from containerd")
+        if not isinstance(doc, dict):
+            return EngineImage(digest, [], names, manifest_digest=digest,
+                               problems=["the manifest is not a JSON object"])
         if media_type in _INDEX_TYPES or isinstance(doc.get("manifests"), list):
             chosen = pick_platform_manifest(doc)
             if chosen is None:
@@ -252,7 +255,12 @@ class ContainerdSink(SinkBase):
         snapshots = self._snapshots()
         images: List[EngineImage] = []
         for digest, (media_type, names) in sorted(by_digest.items()):
-            image = self._describe(digest, media_type, sorted(names))
+            try:
+                image = self._describe(digest, media_type, sorted(names))
+            except BundleError as e:  # one image's content gone or unreadable: that image's problem, not the run's
+                images.append(EngineImage(digest, [], sorted(names), manifest_digest=digest,
+                                          problems=[f"could not be read: {e.message}"[:500]]))
+                continue
             for name in image.tags:
                 row = checks.get(name)
                 if row is not None and (row[0] != "complete" or row[1] != row[2]):

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlencode
 
 from importer.errors import CommandFailed
-from importer.format.digest import Digest
+from importer.format.digest import Digest, is_digest
 from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import compression_of
@@ -31,7 +31,7 @@ from importer.format.refs import normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.input.unpackcheck import UnpackCheck
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, inspect_each
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
 from importer.sinks.dockerarchive import archive_layers, write_docker_archive
@@ -188,18 +188,25 @@ class DockerSink(SinkBase):
         return require_base(manifest, self.held_diff_ids())
 
     def held_diff_ids(self) -> Dict[Digest, str]:
-        """Every layer diff_id the engine holds -> the image (with the fewest layers) holding it."""
-        res = run(self.argv("images", "-a", "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
-        ids = sorted({x for x in res.stdout.decode().split() if x.startswith("sha256:")})
-        pairs: List[Tuple[str, List[str]]] = []
-        for start in range(0, len(ids), 100):
-            batch = ids[start:start + 100]
-            out = run(self.argv("image", "inspect", "--format", "{{.Id}} {{json .RootFS.Layers}}", *batch),
-                      what="reading the layers of Docker's images", timeout=300).stdout.decode()
-            for line in out.splitlines():
-                image_id, _, layers_json = line.partition(" ")
-                pairs.append((image_id, [str(x) for x in json.loads(layers_json or "[]") or []]))
-        return pick_holders(pairs)
+        """Every layer diff_id the engine holds -> the image (with the fewest layers) holding it.
+        Read from ``image inspect``'s whole JSON, not a ``--format`` template: a template naming
+        ``.RootFS.Layers`` fails the whole call on an image with no layers (``FROM scratch`` plus
+        a ``LABEL``), whose RootFS has no Layers key (issue 38)."""
+        return pick_holders((x.image_id, x.diff_ids) for x in self._inspect_all(all_images=True))
+
+    def _inspect_all(self, *, all_images: bool) -> List[EngineImage]:
+        """Every image Docker lists (``-a``: intermediate ones too) as ``image inspect`` describes
+        it; one it no longer holds, or cannot describe, is left out (sinks.inspect_each)."""
+        flags = ["-a"] if all_images else []
+        res = run(self.argv("image", "ls", *flags, "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
+        ids = sorted({x for x in res.stdout.decode("utf-8", "replace").split() if is_digest(x)})
+
+        def inspect(batch: Sequence[str]) -> Optional[bytes]:
+            out = run(self.argv("image", "inspect", *batch), what="inspecting Docker's images", timeout=600,
+                      check=False)
+            return out.stdout if out.returncode == 0 else None
+
+        return inspect_each(ids, inspect, lambda doc: engine_image_from_inspect(doc, self.image_store))
 
     def tag(self, image_id: str, ref: str) -> None:
         what = f"tagging {image_id[:19]} as {ref}"
@@ -242,12 +249,4 @@ class DockerSink(SinkBase):
             return scan_tar(out, f"docker save {found.image_id}", bound=layer_bound(image), on_bytes=on_bytes)
 
     def inventory(self) -> List[EngineImage]:
-        res = run(self.argv("image", "ls", "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
-        ids = sorted(set(res.stdout.decode("utf-8", "replace").split()))
-        images: List[EngineImage] = []
-        for start in range(0, len(ids), 100):
-            batch = ids[start:start + 100]
-            out = run(self.argv("image", "inspect", *batch), what="inspecting Docker's images", timeout=600)
-            for doc in json.loads(out.stdout.decode("utf-8", "replace") or "[]"):
-                images.append(engine_image_from_inspect(doc, self.image_store))
-        return images
+        return self._inspect_all(all_images=False)

@@ -126,8 +126,10 @@ def engine_image_from_inspect(doc: Any, image_store: str = "classic") -> EngineI
         doc = doc[0] if doc else {}
     if not isinstance(doc, dict) or not isinstance(doc.get("Id"), str):
         raise BundleError("reading `docker image inspect` output: expected an object with Id, found something else")
-    rootfs = doc.get("RootFS") or {}
-    layers = rootfs.get("Layers") or []
+    rootfs = doc.get("RootFS")
+    layers = rootfs.get("Layers") if isinstance(rootfs, dict) else None  # absent: an image with no layers
+    layers = layers if isinstance(layers, list) else []
+    tags = doc.get("RepoTags")
     config_digest: Optional[str] = None
     manifest_digest: Optional[str] = None
     if image_store == "classic":
@@ -139,7 +141,7 @@ def engine_image_from_inspect(doc: Any, image_store: str = "classic") -> EngineI
     return EngineImage(
         image_id=doc["Id"],
         diff_ids=[str(x) for x in layers],
-        tags=[str(t) for t in (doc.get("RepoTags") or [])],
+        tags=[str(t) for t in tags] if isinstance(tags, list) else [],  # null or empty: untagged (dangling)
         config_digest=config_digest,
         manifest_digest=manifest_digest,
     )

@@ -23,7 +23,7 @@ from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import familiar, normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of
+from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of, inspect_each
 from importer.sinks.delta import pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
@@ -163,13 +163,13 @@ class PodmanSink(SinkBase):
     def inventory(self) -> List[EngineImage]:
         res = run(self.argv("images", "-q", "--no-trunc"), what="listing podman's images", timeout=300)
         ids = sorted({x[7:] if x.startswith("sha256:") else x for x in res.stdout.decode("utf-8", "replace").split()})
-        images: List[EngineImage] = []
-        for start in range(0, len(ids), 100):
-            out = run(self.argv("image", "inspect", *ids[start:start + 100]), what="inspecting podman's images",
-                      timeout=600)
-            for doc in json.loads(out.stdout.decode("utf-8", "replace") or "[]"):
-                images.append(engine_image_from_podman(doc))
-        return images
+
+        def inspect(batch: Sequence[str]) -> Optional[bytes]:
+            out = run(self.argv("image", "inspect", *batch), what="inspecting podman's images", timeout=600,
+                      check=False)
+            return out.stdout if out.returncode == 0 else None
+
+        return inspect_each(ids, inspect, engine_image_from_podman)
 
 
 def engine_image_from_podman(doc: Any) -> EngineImage:
@@ -178,12 +178,14 @@ def engine_image_from_podman(doc: Any) -> EngineImage:
     if not isinstance(doc, dict) or not isinstance(doc.get("Id"), str):
         raise BundleError("reading `podman image inspect` output: expected an object with Id, found something else")
     image_id = doc["Id"] if doc["Id"].startswith("sha256:") else f"sha256:{doc['Id']}"
-    rootfs = doc.get("RootFS") or {}
+    rootfs = doc.get("RootFS")
+    layers = rootfs.get("Layers") if isinstance(rootfs, dict) else None  # absent or null: no layers
+    tags = doc.get("RepoTags")  # null or empty: an untagged (dangling) image
     manifest = doc.get("Digest")
     return EngineImage(
         image_id=image_id,
-        diff_ids=[str(x) for x in (rootfs.get("Layers") or [])],
-        tags=[str(t) for t in (doc.get("RepoTags") or [])],
+        diff_ids=[str(x) for x in layers] if isinstance(layers, list) else [],
+        tags=[str(t) for t in tags] if isinstance(tags, list) else [],
         config_digest=image_id,
         manifest_digest=str(manifest) if is_digest(manifest) else None,
     )

@@ -164,3 +164,50 @@ def cuda_context(root: Path, busybox: str, tag: str, *, compat: bool = True, tor
         lines.append("COPY torch/ /usr/local/lib/python3.11/dist-packages/torch/")
     (root / "Dockerfile").write_text("\n".join(lines) + "\n")
     return root
+
+
+# ============================== odd images a host holds besides the bundle (issue 38)
+def zero_layer_archive(path: Path, repo: str = "odd/zero") -> dict[str, str]:
+    """A docker-archive at ``path`` of two images with no layers (an empty ``Layers`` list), one
+    tagged ``REPO:1`` and one untagged: for ``podman load`` and ``ctr images import`` (``docker
+    save`` refuses such an image: "empty export - not implemented"). Their IDs (config digests)."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+
+    ids: dict[str, str] = {}
+    manifest = []
+    with tarfile.open(path, "w") as tar:
+        for key, tags in (("zero", [f"{repo}:1"]), ("dangling", [])):
+            config = json.dumps({"architecture": "amd64", "os": "linux",
+                                 "config": {"Labels": {"sneakernet.odd": key}},
+                                 "rootfs": {"type": "layers", "diff_ids": []},
+                                 "history": [{"created_by": f"LABEL sneakernet.odd={key}", "empty_layer": True}]},
+                                sort_keys=True).encode()
+            hexdigest = hashlib.sha256(config).hexdigest()
+            info = tarfile.TarInfo(f"{hexdigest}.json")
+            info.size = len(config)
+            tar.addfile(info, io.BytesIO(config))
+            manifest.append({"Config": f"{hexdigest}.json", "RepoTags": tags or None, "Layers": []})
+            ids[key] = f"sha256:{hexdigest}"
+        raw = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(raw)
+        tar.addfile(info, io.BytesIO(raw))
+    return ids
+
+
+def odd_images(docker_host: str, root: Path, repo: str = "odd/zero") -> dict[str, str]:
+    """Build in ``docker_host`` what once broke a delta import and an inventory: ``REPO:1``, an
+    image with no layers (``FROM scratch`` plus a ``LABEL``: its RootFS has no Layers), and a
+    dangling one (``REPO:1`` built before over another label, its tag taken since). Returns their
+    IDs: {"zero": ..., "dangling": ...}."""
+    from tests.kit import engines
+
+    dangling = engines.build_image(docker_host, layered_context(root / "odd-1", steps=["LABEL sneakernet.odd=1"]),
+                                   f"{repo}:1")
+    zero = engines.build_image(docker_host, layered_context(root / "odd-2", steps=["LABEL sneakernet.odd=2"]),
+                               f"{repo}:1")
+    assert zero != dangling
+    return {"zero": zero, "dangling": dangling}
