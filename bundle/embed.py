@@ -8,7 +8,6 @@ import zipfile
 
 import importer
 
-_MAIN = b"import sys\n\nfrom importer.cli.main import main\n\nsys.exit(main())\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -41,7 +40,8 @@ def build_pyz() -> bytes:
             info.external_attr = 0o644 << 16
             z.writestr(info, data)
 
-        add("__main__.py", _MAIN)
+        with open(os.path.join(pkg_dir, "__main__.py"), "rb") as f:  # importer/launch.py runs on any python3
+            add("__main__.py", f.read())
         for rel, full in sorted(files):
             with open(full, "rb") as f:
                 add(rel, f.read())

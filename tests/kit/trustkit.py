@@ -56,6 +56,18 @@ def python38() -> str:
     engines.unavailable("no Python 3.8 interpreter (the pyz's floor, and a host without `cryptography`)")
 
 
+def old_python(minor: int) -> str:
+    """A real Python 3.``minor`` older than the pyz's floor (3.6 on RHEL/Rocky 8 and Ubuntu 18.04,
+    3.7 on Debian 10): pyenv's, installed with the machine; under CI=true a missing one fails."""
+    from tests.kit import engines
+
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/3.{minor}.*/bin/python3.{minor}"))
+    for candidate in [*pyenv, Path(shutil.which(f"python3.{minor}") or "/nonexistent")]:
+        if candidate.exists() and "shims" not in str(candidate):
+            return str(candidate)
+    engines.unavailable(f"no Python 3.{minor} interpreter (an older host the pyz must explain itself on)")
+
+
 def copy_bundle(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True)
     return dst
