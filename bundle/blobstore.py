@@ -7,7 +7,16 @@ bytes; the blob lands under its digest by temp-file-then-rename.
 With ``adaptive`` (``--compression auto``, the default) a layer whose first bytes do not compress
 (random weights, already-compressed archives: zstd level 1 saves under 10% of a sample of up to
 :data:`SAMPLE` bytes) is stored uncompressed (``application/vnd.oci.image.layer.v1.tar``, which
-every bundle reader accepts): no compression work, and one hash, since its digest is its diff_id."""
+every bundle reader accepts): no compression work, and one hash, since its digest is its diff_id.
+
+The head alone does not decide it: while such a layer is stored, a slice of every chunk
+(:data:`PROBE` of each CHUNK, about 1/8 of the bytes) is compressed at zstd level 1 and the
+layer's compressed size estimated from them. Once the bytes stored exceed :data:`SWITCH_ABOVE`
+times that estimate (a layer whose tar starts with a few MiB of random bytes and goes on with
+ordinary libraries), the store switches to compressing: the part already stored is read back from
+its temp file through the compressor, the rest of the stream follows, and the layer lands
+compressed. So the default bundle stays within about 1.1x of ``--compression zstd`` on every
+layer, and a truly incompressible layer costs the probes only."""
 
 from __future__ import annotations
 
@@ -35,6 +44,11 @@ DEFAULT_LEVELS = {"zstd": 3, "gzip": 6, "none": 0}
 SAMPLE = 4 * CHUNK
 #: a layer is stored uncompressed when zstd level 1 leaves more than this share of the sample
 STORE_ABOVE = 0.90
+#: past the sample, the slice of each chunk of a stored layer that is compressed to judge it
+PROBE = 128 * 1024
+#: a stored layer switches to compression once its bytes exceed this many times the estimate of
+#: their compressed size (level-1 probes overestimate what level 3 writes: margin under 1.15)
+SWITCH_ABOVE = 1.08
 
 
 def compresses(sample: bytes) -> bool:
@@ -144,59 +158,100 @@ class BlobStore:
         on_bytes: Optional[ProgressFn] = None,
     ) -> LayerRecord:
         """Read the uncompressed layer ``src`` to its end once; store it compressed (or, with
-        :attr:`adaptive`, uncompressed when its start does not compress)."""
+        :attr:`adaptive`, uncompressed while it does not compress: :class:`_Probe`)."""
         head: list[bytes] = []
-        judged_stored = False
+        probe: Optional[_Probe] = None
         if self.adaptive and compression != "none":
             head = _sample(src)
-            if not compresses(b"".join(head)):
-                compression, judged_stored = "none", True
+            sample = b"".join(head)
+            if not compresses(sample):
+                probe = _Probe(sample)
+            del sample
         level = DEFAULT_LEVELS[compression] if level is None else level
         raw_hash = hashlib.sha256()
         scan = CudaScan()
         usize = 0
         chunks = _chained(head, src)
-        with self.temp() as (f, tmp):
-            if compression == "none":  # digest == diff_id: one hash, no compression work
-                for chunk in chunks:
-                    raw_hash.update(chunk)
-                    scan.feed(chunk)
-                    usize += len(chunk)
-                    f.write(chunk)
-                    if on_bytes is not None:
-                        on_bytes(len(chunk))
-                digest = Digest("sha256", raw_hash.hexdigest())
-                size = usize
-            else:
-                out = HashingWriter(f)
-                sink: Any
-                if compression == "zstd":
-                    cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
-                    sink = cctx.stream_writer(out, closefd=False, write_size=CHUNK)  # type: ignore[arg-type]
-                else:
-                    sink = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0)
-                with sink as w:
+        switched = False
+        stored = ""  # the temp file of a layer stored while it does not compress
+        tmp = ""
+        try:
+            if probe is not None:  # stored: digest == diff_id, one hash, no compression work
+                with self.temp() as (f, stored):
                     for chunk in chunks:
                         raw_hash.update(chunk)
                         scan.feed(chunk)
                         usize += len(chunk)
-                        w.write(chunk)
+                        f.write(chunk)
                         if on_bytes is not None:
                             on_bytes(len(chunk))
-                digest = Digest("sha256", out.hasher.hexdigest())
-                size = out.count
+                        if probe.worth_compressing(chunk):
+                            switched = True
+                            break
+                tmp, digest, size, media_type = stored, Digest("sha256", raw_hash.hexdigest()), usize, OCI_LAYER_TAR
+            if probe is None or switched:
+                with self.temp() as (out_file, tmp):
+                    out = HashingWriter(out_file)
+                    with _compressor(compression, level, threads, out) as w:
+                        if switched:  # what was stored so far, read back through the compressor
+                            with open(stored, "rb") as again:
+                                for chunk in iter(lambda: again.read(CHUNK), b""):
+                                    w.write(chunk)
+                        for chunk in chunks:
+                            raw_hash.update(chunk)
+                            scan.feed(chunk)
+                            usize += len(chunk)
+                            w.write(chunk)
+                            if on_bytes is not None:
+                                on_bytes(len(chunk))
+                digest, size, media_type = Digest("sha256", out.hasher.hexdigest()), out.count, MEDIA_TYPES[compression]
+        finally:
+            if switched:  # compressed from it, or failed while doing so: never left behind
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(stored)
         blob = self.commit(tmp, digest, size)
         diff_id = Digest("sha256", raw_hash.hexdigest())
         self.noted(diff_id, scan)
-        if judged_stored:
+        if probe is not None and not switched:
             self.stored.append(str(diff_id))
         return LayerRecord(
-            media_type=MEDIA_TYPES[compression],
+            media_type=media_type,
             digest=blob.digest,
             size=blob.size,
             diff_id=diff_id,
             uncompressed_size=usize,
         )
+
+
+class _Probe:
+    """``--compression auto`` on a layer whose sample did not compress: the estimate of its
+    compressed size, from the sample and a :data:`PROBE` slice of every later chunk."""
+
+    def __init__(self, sample: bytes) -> None:
+        self.cctx = zstandard.ZstdCompressor(level=1)
+        self.raw = len(sample)
+        self.estimate = float(len(self.cctx.compress(sample))) if sample else 0.0
+        self.skip = len(sample)  # the sample's chunks come through first: judged already
+
+    def worth_compressing(self, chunk: bytes) -> bool:
+        """Count ``chunk``; True once the bytes seen exceed SWITCH_ABOVE times the estimate of
+        their compressed size."""
+        if self.skip > 0:
+            self.skip -= len(chunk)
+            return False
+        part = chunk[:PROBE]
+        ratio = len(self.cctx.compress(part)) / len(part) if part else 1.0
+        self.raw += len(chunk)
+        self.estimate += ratio * len(chunk)
+        return self.raw > SWITCH_ABOVE * self.estimate
+
+
+def _compressor(compression: str, level: int, threads: int, out: HashingWriter) -> Any:
+    """A writer that compresses into ``out`` (zstd on ``threads``, or gzip with no name, mtime 0)."""
+    if compression == "zstd":
+        cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
+        return cctx.stream_writer(out, closefd=False, write_size=CHUNK)  # type: ignore[arg-type]
+    return gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0)
 
 
 def _chained(head: list[bytes], src: Any) -> Iterator[bytes]:
