@@ -16,7 +16,13 @@ from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.registry.serve import DEFAULT_LISTEN, Catalog, damaged_error, serve_forever, stderr_log
-from importer.registry.servelimits import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, checked_limits
+from importer.registry.servelimits import (
+    CLIENT_SHARE,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    checked_limits,
+    default_per_client,
+)
 from importer.registry.servetls import GuardedRegistry
 from importer.registry.transcode import ZSTD_READERS, new_workdir, remove_workdir, transcode, zstd_warning
 from importer.streams.progress import stderr_progress
@@ -43,10 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-signature", action="store_true",
                    help="refuse a bundle that is not signed by a trusted key")
     p.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, metavar="SECONDS",
-                   help="close a connection that sends no complete request head for this long, also between "
-                   f"requests (default: {DEFAULT_IDLE_TIMEOUT:g})")
+                   help="close a connection that sends no complete request head for this long after connecting, "
+                   f"and between requests (default: {DEFAULT_IDLE_TIMEOUT:g})")
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                    help=f"serve at most N connections at once; more get 503 (default: {DEFAULT_MAX_CONNECTIONS})")
+    p.add_argument("--max-connections-per-client", type=int, default=None, metavar="N",
+                   help="of them, at most N from one client address (an IPv6 client: its /64); its next ones get 503 "
+                   f"while others are served (default: 1/{CLIENT_SHARE} of --max-connections, rounded up: "
+                   f"{default_per_client(DEFAULT_MAX_CONNECTIONS)} of {DEFAULT_MAX_CONNECTIONS}; raise it for "
+                   "nodes behind one NAT address)")
     add_options(p)
     p.add_argument("--compression", choices=("keep", "gzip"), default="keep",
                    help="keep: serve the layers as the bundle holds them (default; zstd in a default bundle, read "
@@ -95,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if bundle.schema_major() in (1, 2):
         raise UsageError(f"serving {bundle.path}: expected a schema 3 bundle (OCI blobs), found schema "
                          f"{bundle.schema_major()}", hint="re-export it with this version of `bundle export`")
-    limits = checked_limits(args.idle_timeout, args.max_connections)
+    limits = checked_limits(args.idle_timeout, args.max_connections, args.max_connections_per_client)
     if args.print_node_config:
         return print_node_config(bundle, args, sec)
     args.renamed = {}

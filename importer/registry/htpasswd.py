@@ -1,6 +1,11 @@
 """``bundle-import serve --htpasswd FILE``: Basic auth checked with the standard library only.
 
-One ``USER:HASH`` per line (blank lines and ``#`` comments skipped). The stdlib has no bcrypt,
+One ``USER:HASH`` per line (blank lines and ``#`` comments skipped). Lines end at ``\n`` only
+(never at ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, U+2028 or U+2029, as
+:meth:`str.splitlines` would have them: a comment cannot hide a credential line behind such a
+character); one ``\r`` before the ``\n`` is dropped (a file written with CRLF line ends), spaces
+and tabs around a line are ignored, and any other control or line-separator character in a
+``USER:HASH`` line refuses the file at start, naming the line. The stdlib has no bcrypt,
 so two salted formats are read, and every other hash is refused at start with the line that
 holds it (never guessed, never compared as plain text):
 
@@ -11,7 +16,15 @@ holds it (never guessed, never compared as plain text):
 Passwords are compared with :func:`hmac.compare_digest`. A checked ``Authorization`` value is
 remembered as a keyed hash (a per-process random key), right or wrong, so one pull's many
 requests (or one client retrying a wrong password) cost one PBKDF2, and neither the password
-nor the header is kept or logged."""
+nor the header is kept or logged.
+
+Every check that hashes does the same work, whoever the user is: the PBKDF2 rounds of the costliest
+``$pbkdf2-sha256$`` line of the file (a user with fewer rounds, an ``{SSHA}`` user and an unknown
+user make them up on a random salt) and one SHA-1 when the file has an ``{SSHA}`` line, so the
+time to refuse tells nothing about which users exist or which kind of hash they have. A client
+address has a budget of refused logins (importer/registry/servelimits.py ``LoginFailures``);
+past it, a login that would need a hash is answered at once, without one (429), so a flood of
+wrong passwords costs no more hashing than the budget allows."""
 
 from __future__ import annotations
 
@@ -22,9 +35,11 @@ import hmac
 import os
 import re
 import threading
-from typing import Dict, Optional, Set, Tuple
+import unicodedata
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from importer.errors import UsageError
+from importer.registry.servelimits import LoginFailures
 
 MAX_FILE = 1024 * 1024
 MAX_ROUNDS = 10_000_000
@@ -33,6 +48,30 @@ REALM = "sneakernet-serve"
 _KNOWN = "$pbkdf2-sha256$ROUNDS$SALT$HASH or {SSHA}BASE64"
 MAKE_HINT = ("write each line as USER:$pbkdf2-sha256$... (docs/fleet.md, \"Serve over TLS\", shows a python3 "
              "one-liner; passlib's pbkdf2_sha256.hash() writes the same) or USER:{SSHA}... (slappasswd)")
+
+
+class Login(NamedTuple):
+    """The answer to one ``Authorization`` header: ``ok``; ``retry_after`` > 0: refused unchecked,
+    the client address is past its budget of refused logins (seconds until it may try again)."""
+
+    ok: bool
+    retry_after: float = 0.0
+
+
+def _lines(text: str) -> List[Tuple[int, str]]:
+    """(number, line) of an htpasswd file: split on ``\n`` only, one ``\r`` before it dropped."""
+    out = []
+    for number, line in enumerate(text.split("\n"), 1):
+        out.append((number, line[:-1] if line.endswith("\r") else line))
+    return out
+
+
+def _odd_character(line: str) -> Optional[str]:
+    """The first control, format or line-separator character of a credential line (tab aside)."""
+    for ch in line:
+        if ch != "\t" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            return ch
+    return None
 
 
 class HtpasswdError(UsageError):
@@ -103,13 +142,18 @@ class Htpasswd:
         self._good: Set[bytes] = set()
         self._bad: Set[bytes] = set()  # a client retrying one wrong header costs one PBKDF2, not one per request
         self._lock = threading.Lock()
+        self.failures = LoginFailures()
         text = self._read(path)
-        for number, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
+        for number, line in _lines(text):
+            line = line.strip(" \t")
             if not line or line.startswith("#"):
                 continue
-            user, sep, hashed = line.partition(":")
             where = f"reading --htpasswd {path}, line {number}"
+            odd = _odd_character(line)
+            if odd is not None:
+                raise HtpasswdError(f"{where}: expected USER:HASH, found the character {odd!r} in it (lines end at "
+                                    "\\n only; a \\r is allowed just before it)", hint=MAKE_HINT)
+            user, sep, hashed = line.partition(":")
             if not sep or not user or not hashed:
                 raise HtpasswdError(f"{where}: expected USER:HASH, found no ':' or an empty side",
                                     hint=MAKE_HINT)
@@ -120,6 +164,11 @@ class Htpasswd:
         if not self.users:
             raise HtpasswdError(f"reading --htpasswd {path}: expected at least one USER:HASH line, found none",
                                 hint=MAKE_HINT)
+        # the work every check does (module docstring): the most PBKDF2 rounds of the file, one SHA-1 if any {SSHA}
+        self._rounds = max((e[3] for e in self.users.values() if e[0] == "pbkdf2-sha256"), default=0)
+        self._ssha = any(e[0] == "ssha" for e in self.users.values())
+        self._pad_salt = os.urandom(16)
+        self._unknown = ("unknown", os.urandom(8), os.urandom(32), 0)
 
     @staticmethod
     def _read(path: str) -> str:
@@ -138,43 +187,55 @@ class Htpasswd:
             raise HtpasswdError(f"reading --htpasswd {path}: expected UTF-8 text, found other bytes",
                                 hint=MAKE_HINT) from None
 
-    def check(self, authorization: Optional[str]) -> bool:
-        """True when the ``Authorization`` header carries a known user and its password."""
+    def check(self, authorization: Optional[str], client: str = "") -> Login:
+        """Does the ``Authorization`` header carry a known user and its password? ``client``: the
+        client's address (servelimits.client_key), whose budget of refused logins a hash needs."""
         if not authorization or len(authorization) > 4096:
-            return False
+            return Login(False)
         scheme, _, value = authorization.strip().partition(" ")
         if scheme.lower() != "basic":
-            return False
+            return Login(False)
         token = hmac.new(self._key, value.strip().encode("utf-8", "replace"), hashlib.sha256).digest()
         with self._lock:
             if token in self._good or token in self._bad:
-                return token in self._good
-        ok = self._verify(value)
+                return Login(token in self._good)
+        try:
+            user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            return Login(False)
+        if not sep:
+            return Login(False)
+        wait = self.failures.reserve(client)
+        if wait > 0:
+            return Login(False, wait)
+        ok = self._verify(user, password)
+        if ok:
+            self.failures.refund(client)
         with self._lock:
             seen = self._good if ok else self._bad
             if len(seen) >= MAX_REMEMBERED:
                 seen.clear()
             seen.add(token)
-        return ok
+        return Login(ok)
 
-    def _verify(self, value: str) -> bool:
-        try:
-            user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
-        except (ValueError, binascii.Error, UnicodeDecodeError):
-            return False
+    def _verify(self, user: str, password: str) -> bool:
+        """The same hash work for every user, known or not, whatever its kind of hash (module docstring)."""
         entry = self.users.get(user)
-        if not sep:
-            return False
-        if entry is None:  # as slow as a known user's check: the time says nothing about which users exist
-            entry = next(iter(self.users.values()))
-            user = ""
-        kind, salt, digest, rounds = entry
+        kind, salt, digest, rounds = entry if entry is not None else self._unknown
         pw = password.encode("utf-8")
-        if kind == "pbkdf2-sha256":
-            found = hashlib.pbkdf2_hmac("sha256", pw, salt, rounds)
-        else:
-            found = hashlib.sha1(pw + salt).digest()  # noqa: S324 ({SSHA} is SHA-1 by definition; docs say weaker)
-        return hmac.compare_digest(found, digest) and bool(user)
+        found = b""
+        if self._rounds:
+            if kind == "pbkdf2-sha256":
+                found = hashlib.pbkdf2_hmac("sha256", pw, salt, rounds)
+            pad = self._rounds - (rounds if kind == "pbkdf2-sha256" else 0)
+            if pad > 0:
+                hashlib.pbkdf2_hmac("sha256", pw, self._pad_salt, pad)
+        if self._ssha:
+            # {SSHA} is SHA-1 by definition (docs say weaker)
+            sha = hashlib.sha1(pw + (salt if kind == "ssha" else self._unknown[1])).digest()  # noqa: S324
+            if kind == "ssha":
+                found = sha
+        return hmac.compare_digest(found, digest) and entry is not None
 
 
 def pbkdf2_line(user: str, password: str, rounds: int = 600_000, salt: Optional[bytes] = None) -> str:

@@ -38,13 +38,16 @@ from importer.format.text import printable
 from importer.input.opened import OpenedBundle
 from importer.registry.serve_artifacts import REFERRERS_RE, ServedArtifacts
 from importer.registry.servelimits import (
+    CLIENT_FULL,
     MAX_REQUEST_LINE,
+    SERVE,
     BadQuery,
     Limits,
     RequestReader,
     Slots,
     VerifiedBlobs,
     blob_identity,
+    client_key,
     page_params,
 )
 
@@ -232,7 +235,7 @@ class BundleRegistry(ThreadingHTTPServer):
         self.stats = Stats()
         self.log = log
         self.limits = limits = limits or Limits()
-        self.slots = Slots(limits.max_connections)
+        self.slots = Slots(limits.max_connections, limits.per_client)
         self.verified = VerifiedBlobs()
         try:
             infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
@@ -260,39 +263,53 @@ class BundleRegistry(ThreadingHTTPServer):
             self.log(printable(line))
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread per connection while a slot is free (``--max-connections``); beyond that a thread
-        answers 503, and beyond twice that the connection is closed unanswered."""
-        served = self.slots.take()
-        if served is None:
-            self.say(f"serve: refused a connection from {client_address[0]}: {2 * self.slots.limit} connections "
-                     "held already (closed unanswered)")
+        """A thread per connection while a slot is free (``--max-connections``) and the client holds
+        less than its share (``--max-connections-per-client``); beyond that a thread answers 503, and
+        beyond twice that (for the server, or for this client) the connection is closed unanswered.
+        The connection's first request head is due ``--idle-timeout`` after this accept."""
+        deadline = time.monotonic() + self.limits.idle_timeout
+        client = client_key(str(client_address[0]))
+        taken = self.slots.take(client)
+        if taken is None:
+            held = self.slots.held_by(client)
+            why = (f"{client} holds {held} connections and as many refusals (--max-connections-per-client "
+                   f"{self.slots.per_client})" if held >= self.slots.per_client
+                   else f"{2 * self.slots.limit} connections held already")
+            self.say(f"serve: refused a connection from {client_address[0]}: {why} (closed unanswered)")
             self.shutdown_request(request)
             return
         try:
-            threading.Thread(target=self._connection, args=(request, client_address, served), daemon=True).start()
+            threading.Thread(target=self._connection, args=(request, client_address, client, taken, deadline),
+                             daemon=True).start()
         except RuntimeError:  # no thread to be had
-            self.slots.release(served)
+            self.slots.release(client, taken)
             self.shutdown_request(request)
 
-    def open_connection(self, request: Any, client_address: Any) -> Any:
+    def open_connection(self, request: Any, client_address: Any, deadline: float) -> Any:
         """The connection to answer HTTP on, in the connection's own thread (importer/registry/servetls.py:
-        the TLS handshake, the wrong-protocol checks); None: it was closed there."""
+        the TLS handshake, the wrong-protocol checks); None: it was closed there. ``deadline``: when the
+        first request head is due (``time.monotonic()``)."""
         return request
 
-    def _connection(self, request: Any, client_address: Any, served: bool) -> None:
+    def idle_closed(self, client_address: Any) -> None:
+        """The log line of a connection closed for sending no whole request head in time."""
+        self.say(f"serve: closed the connection from {client_address[0]}: no complete request within "
+                 f"{self.limits.idle_timeout:g}s (--idle-timeout)")
+
+    def _connection(self, request: Any, client_address: Any, client: str, taken: str, deadline: float) -> None:
         conn = None
         try:
-            conn = self.open_connection(request, client_address)
+            conn = self.open_connection(request, client_address, deadline)
             if conn is not None:
-                handler: Callable[..., Any] = self.RequestHandlerClass if served else _Busy
-                handler(conn, client_address, self)
+                handler: Callable[..., Any] = self.RequestHandlerClass if taken == SERVE else _Busy
+                handler(conn, client_address, self, deadline=deadline, refusal=taken)
         except Exception:
             self.handle_error(request, client_address)
         finally:
             if conn is not None and conn is not request:
                 self.shutdown_request(conn)
             self.shutdown_request(request)
-            self.slots.release(served)
+            self.slots.release(client, taken)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection that failed (the client left mid-response, ...): one line, never a traceback."""
@@ -307,6 +324,12 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server_version
     protocol_version = "HTTP/1.1"
     server: BundleRegistry
+
+    def __init__(self, request: Any, client_address: Any, server: Any, *, deadline: Optional[float] = None,
+                 refusal: str = SERVE) -> None:
+        self._first_deadline = deadline  # the first request head is due then (from the accept), not later
+        self._refusal = refusal
+        super().__init__(request, client_address, server)
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -330,7 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._begin()
         self.command, self.path, self.requestline, self.request_version = "", "", "", "HTTP/0.9"
         idle = self.server.limits.idle_timeout
-        self._reader.begin_head(idle)
+        first, self._first_deadline = self._first_deadline, None
+        self._reader.begin_head(first if first is not None else time.monotonic() + idle)
         try:
             self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
             self._started = time.monotonic()
@@ -345,8 +369,7 @@ class _Handler(BaseHTTPRequestHandler):
             parsed = self.parse_request()
         except socket.timeout:
             self.close_connection = True
-            self.server.say(f"serve: closed the connection from {self.address_string()}: no complete request "
-                            f"within {idle:g}s (--idle-timeout)")
+            self.server.idle_closed(self.client_address)
             return
         self._reader.end_head(self.server.limits.send_timeout)
         if not parsed:
@@ -650,9 +673,15 @@ class _Busy(_Handler):
         self.close_connection = True
 
     def do_GET(self) -> None:
+        slots = self.server.slots
+        if self._refusal == CLIENT_FULL:
+            self._note = "refused: this client's share of the connections is taken"
+            message = (f"this client address holds {slots.per_client} connections already "
+                       "(--max-connections-per-client); close one or retry shortly")
+        else:
+            message = f"this server is serving {slots.limit} connections (--max-connections); retry shortly"
         try:
-            self._error(503, "UNAVAILABLE", f"this server is serving {self.server.slots.limit} connections "
-                        "(--max-connections); retry shortly", close=True, extra={"Retry-After": "1"})
+            self._error(503, "UNAVAILABLE", message, close=True, extra={"Retry-After": "1"})
         finally:
             self._access()
 

@@ -3,21 +3,27 @@ importer/registry/serve.py's server.
 
 - ``--tls-cert/--tls-key`` (PEM) or ``--tls-self-signed DIR`` (a CA and a server certificate made
   with the host's ``openssl`` command: importer/registry/selfsigned.py) give an
-  :class:`ssl.SSLContext`; the handshake runs in the connection's own thread with a timeout, so an
-  idle or slow client never holds the accept loop or another client.
+  :class:`ssl.SSLContext`; the handshake runs in the connection's own thread against a deadline
+  (the connection's ``--idle-timeout``, at most HANDSHAKE_TIMEOUT after the accept, however its
+  bytes trickle in), so an idle or slow client never holds the accept loop or another client.
 - Wrong protocol on either side gets one clear log line instead of garbage: a TLS ClientHello
   (``0x16 0x03``) on a plain listener is answered with a plain ``HTTP/1.0 400`` (Go clients then
   say "server gave HTTP response to HTTPS client"), plain HTTP on a TLS listener with a plain 400
   saying to use https; a failed handshake (``ssl.SSLError``: often a client that does not trust
   the CA) is logged with what to do.
 - ``--htpasswd FILE`` (importer/registry/htpasswd.py): every request but a refused write needs a
-  known user; 401 ``UNAUTHORIZED`` with ``WWW-Authenticate: Basic realm=...`` otherwise.
-  Credentials are never logged (the access line has the method, path, status and bytes only)."""
+  known user; 401 ``UNAUTHORIZED`` with ``WWW-Authenticate: Basic realm=...`` otherwise, 429
+  ``TOOMANYREQUESTS`` with ``Retry-After`` (and no hash run) for a client address past its budget
+  of refused logins. Credentials are never logged (the access line has the method, path, status
+  and bytes only)."""
 
 from __future__ import annotations
 
+import math
+import selectors
 import socket
 import ssl
+import time
 from typing import Any, Callable, Optional, Tuple
 
 from importer.errors import UsageError
@@ -25,10 +31,9 @@ from importer.format.text import printable
 from importer.input.opened import OpenedBundle
 from importer.registry.htpasswd import REALM, Htpasswd
 from importer.registry.serve import BundleRegistry, Catalog, _Handler
-from importer.registry.servelimits import Limits
+from importer.registry.servelimits import Limits, client_key
 
-HANDSHAKE_TIMEOUT = 10.0  # seconds a client has to start and finish its TLS handshake
-FIRST_BYTES_TIMEOUT = 10.0  # a plain listener waits this long to see whether a client speaks TLS
+HANDSHAKE_TIMEOUT = 10.0  # at most this many seconds from the accept to a finished TLS handshake
 DRAIN = 16 * 1024
 
 _PLAIN_BODY = b"this registry speaks HTTPS: pull over https:// (trust its CA certificate)\n"
@@ -92,11 +97,20 @@ class _AuthHandler(_Handler):
 
     def _route(self) -> None:
         users = self.server.htpasswd
-        if users is not None and not users.check(self.headers.get("Authorization")):
-            self._json(401, {"errors": [{"code": "UNAUTHORIZED", "message": "authentication required",
-                                         "detail": {}}]},
-                       {"WWW-Authenticate": f'Basic realm="{REALM}"'})
-            return
+        if users is not None:
+            login = users.check(self.headers.get("Authorization"), client_key(str(self.client_address[0])))
+            if login.retry_after:
+                self._note = "refused: too many refused logins from this address (no hash run)"
+                wait = str(max(1, math.ceil(login.retry_after)))
+                self._json(429, {"errors": [{"code": "TOOMANYREQUESTS", "message": "too many refused logins from "
+                                             f"this address; retry after {wait}s", "detail": {}}]},
+                           {"Retry-After": wait, "WWW-Authenticate": f'Basic realm="{REALM}"'})
+                return
+            if not login.ok:
+                self._json(401, {"errors": [{"code": "UNAUTHORIZED", "message": "authentication required",
+                                             "detail": {}}]},
+                           {"WWW-Authenticate": f'Basic realm="{REALM}"'})
+                return
         super()._route()
 
 
@@ -122,35 +136,42 @@ class GuardedRegistry(BundleRegistry):
         """Up to 3 bytes the client sent first, left in the socket; b"" for a closed connection,
         None when it sent nothing within ``wait`` seconds."""
         old = sock.gettimeout()
-        sock.settimeout(wait)
+        sock.settimeout(max(wait, 0.0))  # past the deadline: only what has arrived already
         try:
             return sock.recv(3, socket.MSG_PEEK)
-        except socket.timeout:
+        except (socket.timeout, BlockingIOError):
             return None
         except OSError:
             return b""
         finally:
             sock.settimeout(old)
 
-    def open_connection(self, sock: socket.socket, addr: Any) -> Optional[socket.socket]:
-        """The connection to answer HTTP on (``sock`` itself, or its TLS side); None: closed here."""
+    def open_connection(self, sock: socket.socket, addr: Any, deadline: float) -> Optional[socket.socket]:
+        """The connection to answer HTTP on (``sock`` itself, or its TLS side); None: closed here.
+        ``deadline``: when its first request head is due; a client silent until then is closed now."""
         peer = _peer(addr)
         if self.tls is None:
-            first = self._first_bytes(sock, min(FIRST_BYTES_TIMEOUT, self.limits.idle_timeout))
-            if first is not None and first[:2] == b"\x16\x03":
+            first = self._first_bytes(sock, deadline - time.monotonic())
+            if first is None:
+                self.idle_closed(addr)
+                return None
+            if first[:2] == b"\x16\x03":
                 self._say(f"{peer} spoke TLS (https) to this plain-HTTP listener: answered 400 in plain HTTP and "
                           "closed; serve with --tls-self-signed DIR (or --tls-cert/--tls-key), or let the client "
                           "pull over plain HTTP (an insecure registry)")
                 _answer_and_close(sock, TLS_ON_PLAIN)
                 return None
             return sock if first != b"" else None
-        return self._handshake(sock, peer)
+        return self._handshake(sock, peer, deadline)
 
-    def _handshake(self, sock: socket.socket, peer: str) -> Optional[socket.socket]:
+    def _handshake(self, sock: socket.socket, peer: str, deadline: float) -> Optional[socket.socket]:
         assert self.tls is not None
-        first = self._first_bytes(sock, HANDSHAKE_TIMEOUT)
+        accepted = deadline - self.limits.idle_timeout
+        limit = min(self.limits.idle_timeout, HANDSHAKE_TIMEOUT)
+        done_by = accepted + limit
+        first = self._first_bytes(sock, done_by - time.monotonic())
         if first is None:
-            self._say(f"{peer} sent nothing within {HANDSHAKE_TIMEOUT:.0f}s of connecting: closed")
+            self._say(f"{peer} sent nothing within {limit:g}s of connecting: closed")
             return None
         if not first:
             return None
@@ -160,13 +181,13 @@ class GuardedRegistry(BundleRegistry):
             _answer_and_close(sock, PLAIN_ON_TLS)
             return None
         old = sock.gettimeout()
-        sock.settimeout(HANDSHAKE_TIMEOUT)
         try:
+            sock.setblocking(False)  # the handshake waits in _finish_handshake, for the deadline only
             conn = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         except (OSError, ValueError):
             return None
         try:
-            conn.do_handshake()
+            _finish_handshake(conn, done_by)
         except ssl.SSLError as e:
             self._say(f"{peer}: TLS handshake failed ({e.reason or e}); a client that does not trust this "
                       "certificate says 'unknown ca' or 'bad certificate': put the CA where it looks "
@@ -174,13 +195,32 @@ class GuardedRegistry(BundleRegistry):
             conn.close()
             return None
         except (socket.timeout, OSError) as e:
-            why = f"did not finish the TLS handshake within {HANDSHAKE_TIMEOUT:.0f}s" \
+            why = f"did not finish the TLS handshake within {limit:g}s" \
                 if isinstance(e, socket.timeout) else f"dropped the TLS handshake ({e})"
             self._say(f"{peer} {why}: closed")
             conn.close()
             return None
         conn.settimeout(old)
         return conn
+
+
+def _finish_handshake(conn: ssl.SSLSocket, deadline: float) -> None:
+    """``conn.do_handshake()`` on a non-blocking socket, waiting for it only until ``deadline``
+    (``time.monotonic()``): a socket timeout would start again at each byte a slow client sends.
+    Raises socket.timeout when the deadline passes first."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(conn, selectors.EVENT_READ)
+        while True:
+            try:
+                conn.do_handshake()
+                return
+            except ssl.SSLWantReadError:
+                sel.modify(conn, selectors.EVENT_READ)
+            except ssl.SSLWantWriteError:
+                sel.modify(conn, selectors.EVENT_WRITE)
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                raise socket.timeout("the TLS handshake did not finish in time")
 
 
 def tls_names_default(host: str, hostname: str) -> Tuple[str, ...]:
