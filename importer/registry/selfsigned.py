@@ -4,7 +4,13 @@ nodes dial, made with the host's ``openssl`` command (the standard library canno
 DIR keeps ``ca.crt``/``ca.key`` across runs (nodes that trust the CA keep trusting it); the server
 certificate (``server.crt``/``server.key``, ECDSA P-256, 825 days, subjectAltName = the names) is
 made again each run for the names given. Keys are written 0600; every file is written to a temporary
-name first and renamed, so a failed run leaves the previous files as they were."""
+name first and renamed, so a failed run leaves the previous files as they were.
+
+Whoever can write DIR (or ``ca.crt`` in it) can put a CA of theirs before the nodes, and whoever
+can read ``ca.key`` can sign certificates they trust: a DIR that another user owns or that
+group/others may write, and a ``ca.key`` (or ``ca.crt``) that another user owns, that is not a
+regular file, or that group/others may write (the key: read either), are refused before anything
+is made or served (:class:`ServeTLSUnsafe`)."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -27,6 +34,14 @@ _NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\*\.[A-Z
 NO_OPENSSL_HINT = ("install openssl (Debian/Ubuntu: apt-get install openssl; RHEL: dnf install openssl), or make "
                    "the pair elsewhere and pass --tls-cert DIR/server.crt --tls-key DIR/server.key: `bundle tls-cert "
                    "DIR --name HOST` on the exporting host, or the openssl commands in docs/fleet.md")
+
+
+class ServeTLSUnsafe(ServeTLSError):
+    """``--tls-self-signed DIR``: DIR, or the CA in it, is open to other users (owned by another
+    user, writable by group/others, a key readable by them, a link): refused, nothing was made or
+    served. The message says which file and the chmod/chown that fixes it."""
+
+    reference = "serve-tls-unsafe"
 
 
 @dataclass(frozen=True)
@@ -95,10 +110,58 @@ def _make_server(openssl: str, tmp: str, ca_dir: str, names: Sequence[str]) -> N
          "signing the server certificate of --tls-self-signed")
 
 
+def _refuse(path: str, found: str, fix: str) -> ServeTLSUnsafe:
+    return ServeTLSUnsafe(f"using --tls-self-signed {path}: expected it private to this user (uid {os.geteuid()}), "
+                          f"found {found}", hint=f"{fix}, or pick a folder of your own (it keeps the CA the nodes "
+                          "trust; docs/security.md)")
+
+
+def check_private(folder: str) -> None:
+    """ServeTLSUnsafe when ``folder`` or its CA files are open to other users (module docstring);
+    nothing when ``folder`` does not exist yet (it is made by this user)."""
+    me = os.geteuid()
+    try:
+        st = os.stat(folder)  # a link to a folder: the folder it names is judged
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ServeTLSError(f"reading --tls-self-signed {folder}: expected a folder this user can read, found "
+                            f"{e.strerror or e}", hint="pick another folder (it keeps the CA for later runs)") from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise ServeTLSError(f"reading --tls-self-signed {folder}: expected a folder, found another kind of file",
+                            hint="pick a folder (it keeps the CA for later runs)")
+    if st.st_uid != me:
+        raise _refuse(folder, f"a folder owned by uid {st.st_uid}", f"chown {me} {folder}")
+    if st.st_mode & 0o022:
+        raise _refuse(folder, f"a folder group or others may write (mode {stat.S_IMODE(st.st_mode):04o})",
+                      f"chmod go-w {folder}")
+    for name, open_bits, what in (("ca.key", 0o077, "read or write"), ("ca.crt", 0o022, "write")):
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise ServeTLSError(f"reading --tls-self-signed {path}: expected a readable file, found "
+                                f"{e.strerror or e}", hint="fix its permissions or remove it") from e
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, "a link or another kind of file, not a regular file",
+                          f"replace it with the file itself (or remove {path} and {os.path.join(folder, 'ca.crt')} "
+                          "to make a new CA)")
+        if st.st_uid != me:
+            raise _refuse(path, f"a file owned by uid {st.st_uid}", f"chown {me} {path}")
+        if st.st_mode & open_bits:
+            fix = f"chmod 644 {path}" if name == "ca.crt" else (
+                f"chmod 600 {path} (others could read it: to be safe, remove ca.key and ca.crt for a new CA and "
+                "give the nodes the new ca.crt)" if st.st_mode & 0o044 else f"chmod 600 {path}")
+            raise _refuse(path, f"a file group or others may {what} (mode {stat.S_IMODE(st.st_mode):04o})", fix)
+
+
 def make_self_signed(folder: str, names: Sequence[str]) -> SelfSigned:
     """The CA of ``folder`` (made when absent) and a new server certificate for ``names``."""
     san_of(names)  # a bad name: refused before anything is written
     folder = os.path.abspath(folder)  # the start lines tell nodes where to copy ca.crt from
+    check_private(folder)  # before openssl is looked for: the folder is wrong wherever it is made
     openssl = _openssl()
     try:
         os.makedirs(folder, exist_ok=True)
