@@ -177,8 +177,11 @@ def main() -> int:
         subprocess.run([PY, "-m", "bundle", "push", str(bundle), f"127.0.0.1:{reg_port}"], env=env, check=True,
                        capture_output=True)
         reg_pid = int((run_root / f"registry-{registry}" / "registry.pid").read_text().strip())
+        # every client of this bench (the pulls and the idle connections) comes from 127.0.0.1: one client
+        # address to serve, so its share of the connections is all of them (the default is a quarter)
         served = subprocess.Popen([PY, "-I", str(bundle / "bundle-import.pyz"), "serve", str(target), "--listen",
-                                   "127.0.0.1:0", "--json", "--quiet"], stdout=subprocess.PIPE,
+                                   "127.0.0.1:0", "--json", "--quiet", "--max-connections-per-client", "64"],
+                                  stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL)
         assert served.stdout is not None
         start = json.loads(served.stdout.readline() or b"{}")
