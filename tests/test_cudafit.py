@@ -179,7 +179,9 @@ def test_needs_round_trip_and_hostile_values() -> None:
     assert odd == ImageNeeds(require={"NVIDIA_REQUIRE_CUDA": "cuda>=x"})
     assert cudafit.runtime_fit(odd, host(H100, "550.54.15", "12.4")).status == NO_CUDA
     assert decide(odd, host(H100, "550.54.15", "12.4")).status == UNFIT  # the toolkit refuses what it cannot parse
-    assert decide(needs_from_env(["CUDA_VERSION=" + "9" * 5000]), host(H100, "550.54.15", "12.4")).status == NO_CUDA
+    # a legacy image whose CUDA_VERSION semver cannot parse (over 256 bytes): the hook fails every container
+    too_long = decide(needs_from_env(["CUDA_VERSION=" + "9" * 5000]), host(H100, "550.54.15", "12.4"))
+    assert too_long.status == UNFIT and "invalid CUDA version" in too_long.reason and too_long.image_cuda is None
     assert cudafit.parse_version("12." + "4" * 20) is None and cudafit.parse_version("12.4.1-1") == (12, 4, 1)
     assert needs_from_env(["NVIDIA_DISABLE_REQUIRE=false"]).disable_require is False
     assert needs_from_env(["NVIDIA_DISABLE_REQUIRE=true", 7, "junk"]).disable_require is True
@@ -271,3 +273,151 @@ def test_an_inventory_with_non_ascii_digits_reads_as_one_with_garbage(bad: str) 
     admitted, why = admission(ImageNeeds(require={"NVIDIA_REQUIRE_ARCH": f"arch>={bad}"}), at)
     assert (admitted, why.replace(bad, "abc")) == admission(ImageNeeds(require={"NVIDIA_REQUIRE_ARCH": "arch>=abc"}),
                                                             host(H100, "550.54.15", "12.4"))
+
+
+# ============================== the toolkit's own decision, case for case (issue 39)
+#: Each row: an image env, a host, and what the container toolkit does, with the source that
+#: decides it. nvidia-container-toolkit: internal/config/image/cuda_image.go (CTK), the runtime
+#: hook cmd/nvidia-container-runtime-hook/main.go (one --require per requirement), CSV mode
+#: internal/modifier/csv.go + internal/requirements (REQ). libnvidia-container: src/cli/dsl.c
+#: (DSL), src/cli/configure.c (CFG), src/driver.c (DRV). None: the toolkit checks nothing.
+ORIN = GPU("Orin (nvgpu)", None, "8.7", None)
+T4 = GPU("Tesla T4", "TESLA", "7.5", True)
+R550, R535, R545 = host(H100, "550.54.15", "12.4"), host(H100, "535.104.05", "12.2"), host(L4, "545.23.08", "12.3")
+GEFORCE = host(RTX4090, "535.104.05", "12.2", n=1)
+JETSON6, JETSON5 = Target(None, "12.2", (ORIN,), "csv"), Target(None, "11.4", (ORIN,), "csv")
+CUDA124 = cuda_env("12.4.1-runtime-ubuntu22.04")
+#: nvcr.io/nvidia/pytorch:24.05-py3's CUDA env: NGC images require cuda>=9.0 and carry a
+#: four-part CUDA_VERSION and an empty NVIDIA_REQUIRE_JETPACK_HOST_MOUNTS
+NGC_PYTORCH = ["CUDA_VERSION=12.4.1.003", "CUDA_DRIVER_VERSION=550.54.15", "NVIDIA_REQUIRE_CUDA=cuda>=9.0",
+               "NVIDIA_REQUIRE_JETPACK_HOST_MOUNTS=", "_CUDA_COMPAT_PATH=/usr/local/cuda/compat",
+               "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility,video"]
+#: L4T images (l4t-base, l4t-jetpack): the JetPack CSV request, no CUDA requirement
+L4T_BASE = ["NVIDIA_REQUIRE_JETPACK=csv-mounts=all", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"]
+L4T_CUDA = [*L4T_BASE, "CUDA_VERSION=12.2.12", "NVIDIA_REQUIRE_CUDA=cuda>=12.2"]
+LONG_BRAND = "brand=" + "x" * 130
+
+
+def req(value: str, key: str = "NVIDIA_REQUIRE_CUDA") -> list:
+    return [f"{key}={value}"]
+
+
+TOOLKIT = [
+    # --- which requirements the toolkit passes on
+    ("CTK:GetRequirements: nvidia/cuda 12.4.1 on r550 (cuda>=12.4 holds)", CUDA124, R550, True),
+    ("DSL:dsl_evaluate ORs space groups: 12.4.1 on H100 r535 via brand=nvidia,driver>=535,driver<536",
+     CUDA124, R535, True),
+    ("DSL:dsl_evaluate: 12.4.1 on L4 r545 (no group holds)", CUDA124, R545, False),
+    ("CTK:HasDisableRequire ParseBool('1') true", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=1"], R545, None),
+    ("CTK:HasDisableRequire ParseBool('true') true", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=true"], R545, None),
+    ("CTK:HasDisableRequire ParseBool('True') true", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=True"], R545, None),
+    ("CTK:HasDisableRequire ParseBool('T') true", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=T"], R545, None),
+    ("CTK:HasDisableRequire ParseBool('TRUE') true", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=TRUE"], R545, None),
+    ("CTK:HasDisableRequire ParseBool('yes') errors: read false, checked", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=yes"],
+     R545, False),
+    ("CTK:HasDisableRequire ParseBool('on') errors: checked", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=on"], R545, False),
+    ("CTK:HasDisableRequire ParseBool(' 1') errors: checked", [*CUDA124, "NVIDIA_DISABLE_REQUIRE= 1"], R545, False),
+    ("CTK:HasDisableRequire ParseBool('') errors: checked", [*CUDA124, "NVIDIA_DISABLE_REQUIRE="], R545, False),
+    ("CTK:HasDisableRequire ParseBool('false') false: checked", [*CUDA124, "NVIDIA_DISABLE_REQUIRE=false"], R545,
+     False),
+    ("CTK:IsLegacy: CUDA_VERSION alone adds cuda>=12.4 (L4 r545 refused)", ["CUDA_VERSION=12.4.1"], R545, False),
+    ("CTK:IsLegacy: CUDA_VERSION alone adds cuda>=12.4 (r550 admitted)", ["CUDA_VERSION=12.4.1"], R550, True),
+    ("CTK:IsLegacy: NVIDIA_REQUIRE_CUDA set but empty is still legacy", ["CUDA_VERSION=12.4.1", *req("")], R545,
+     False),
+    ("CTK:legacyVersion: semver takes v12.4", ["CUDA_VERSION=v12.4"], R550, True),
+    ("CTK:legacyVersion: semver refuses 12.4.1.003: the hook fails every container",
+     ["CUDA_VERSION=12.4.1.003"], host(H100, "575.51.03", "12.9"), False),
+    ("CTK:IsLegacy false when NVIDIA_REQUIRE_CUDA is set: NGC PyTorch's cuda>=9.0 on r545", NGC_PYTORCH, R545, True),
+    ("CTK:GetRequirements skips NVIDIA_REQUIRE_JETPACK: l4t-base on a dGPU host", L4T_BASE, R550, None),
+    ("CTK:GetRequirements skips NVIDIA_REQUIRE_JETPACK_HOST_MOUNTS (prefix)",
+     [*req("cuda>=12.0"), "NVIDIA_REQUIRE_JETPACK_HOST_MOUNTS=/a,/b"], R550, True),
+    ("CTK:GetRequirements passes any other NVIDIA_REQUIRE_*: an unknown key is DSL:evaluate_rule invalid",
+     req("foo>=1", "NVIDIA_REQUIRE_FOO"), R550, False),
+    ("CTK:GetRequirements: an empty NVIDIA_REQUIRE_* (no CUDA_VERSION) is DSL:dsl_evaluate('') true",
+     req("", "NVIDIA_REQUIRE_DRIVER"), R550, True),
+    ("CFG:configure_command ANDs --require: one failing variable refuses",
+     [*req("cuda>=12.0"), *req("arch>=9.0", "NVIDIA_REQUIRE_ARCH")], host(A100, "550.54.15", "12.4"), False),
+    # --- operators and terms, src/cli/dsl.c
+    ("DSL:evaluate_rule: '==' is no operator: invalid expression", req("cuda==12.4"), R550, False),
+    ("DSL:evaluate_rule: '=<' is no operator", req("cuda=<12.4"), R550, False),
+    ("DSL:evaluate_rule: '!=' on a brand", req("brand!=geforce"), R550, True),
+    ("DSL:evaluate_rule: a lone '!' reads '!='", req("brand!geforcertx"), GEFORCE, False),
+    ("DSL:evaluate_rule: '=' is equality", req("driver=550.54.15"), R550, True),
+    ("DSL:evaluate_rule: '<' and '>'", req("driver>550,driver<551"), R550, True),
+    ("DSL:evaluate_rule: an empty value is invalid", req("cuda>="), R550, False),
+    ("DSL:evaluate_rule: keys ignore case (str_case_equal)", req("CUDA>=12.4"), R550, True),
+    ("DSL:dsl_compare_string: brands ignore case", req("brand=NVIDIA"), R550, True),
+    ("DSL:dsl_compare_string: brand>= is invalid", req("brand>=tesla"), R550, False),
+    ("DSL:dsl_compare_version: a letter in the value is invalid", req("cuda>=12.4a"), R550, False),
+    ("DSL:dsl_compare_version: trailing .0 parts compare equal", req("cuda>=12.4.0.0,driver=550.54.15.0"), R550,
+     True),
+    ("DSL:dsl_compare_version: a number strtoumax cannot hold is invalid", req("driver<18446744073709551615"), R550,
+     False),
+    ("DSL:dsl_evaluate: an invalid term after a satisfied group is never reached", req("cuda>=12.0 cuda==12.4"),
+     R550, True),
+    ("DSL:dsl_evaluate: an invalid term reached after a failed group fails", req("cuda>=13.0 cuda==12.4"), R550,
+     False),
+    ("DSL:dsl_evaluate: a group stops at its first false term (the invalid one after it unread)",
+     req("cuda>=13.0,cuda==12.4 driver>=550"), R550, True),
+    ("DSL:evaluate_rule: a failed term over EXPR_MAX bytes is invalid, even before a true group",
+     req(f"{LONG_BRAND} cuda>=12.0"), R550, False),
+    # --- the host's facts: src/driver.c, src/cli/configure.c
+    ("DRV:driver_get_device_brand: GEFORCE_RTX is GeForceRTX", req("brand=geforcertx"), GEFORCE, True),
+    ("DRV:driver_get_device_brand: NVIDIA (H100) is Nvidia, not Tesla", req("brand=tesla"), R550, False),
+    ("DRV:driver_get_device_brand: Tesla T4", req("brand=tesla,driver>=470,driver<471"),
+     host(T4, "470.82.01", "11.4"), True),
+    ("DRV:driver_get_device_brand before libnvidia-container 1.9.0: NVIDIA is Unknown", req("brand=unknown"),
+     replace(R550, cli_version="1.8.1"), True),
+    ("DRV:driver_get_device_arch: compute capability 9.0", req("arch>=9.0"), R550, True),
+    ("CFG:configure_command: every visible GPU must pass", req("brand=nvidia"),
+     Target("550.54.15", "12.4", (H100, RTX4090), "legacy"), False),
+    ("CFG:check_device_brand: no GPU visible, brand holds", req("brand=tesla"), Target("550.54.15", "12.4", (),
+                                                                                      "legacy"), True),
+    # --- modes
+    ("modifier/mode.go: CDI mode checks nothing", CUDA124, replace(R545, toolkit_mode="cdi"), None),
+    ("modifier/mode.go: jit-cdi mode checks nothing", CUDA124, replace(R545, toolkit_mode="jit-cdi"), None),
+    ("REQ:csv.go checkRequirements: l4t-cuda on JetPack 6 (CUDA 12.2)", L4T_CUDA, JETSON6, True),
+    ("REQ:csv.go checkRequirements: l4t-cuda on JetPack 5 (CUDA 11.4)", L4T_CUDA, JETSON5, False),
+    ("REQ:csv.go: l4t-base needs nothing on JetPack 5", L4T_BASE, JETSON5, None),
+    ("REQ:csv.go: brand and driver stay empty: nvidia/cuda's brand groups never hold on Jetson",
+     req("cuda>=12.4 brand=tesla,driver>=470,driver<471"), JETSON6, False),
+    ("REQ:factory.parse: property names are case-sensitive, CUDA skipped", req("CUDA>=99.0"), JETSON6, True),
+    ("REQ:factory.parse: '==' leaves '=12.2', no semver", req("cuda==12.2"), JETSON6, False),
+]
+
+
+@pytest.mark.parametrize(("env", "target", "admitted"), [t[1:] for t in TOOLKIT], ids=[t[0] for t in TOOLKIT])
+def test_admission_is_the_toolkits(env: list, target: Target, admitted: Optional[bool]) -> None:
+    got, why = admission(needs_from_env(env), target)
+    assert got is admitted, why
+
+
+def test_the_refusal_reads_as_the_toolkits() -> None:
+    _, why = admission(needs_from_env(CUDA124), R545)
+    assert "requirement error: unsatisfied condition: cuda>=12.4, please update your driver" in why
+    assert "invalid expression" in admission(needs_from_env(req("cuda==12.4")), R550)[1]
+    assert "invalid CUDA version 12.4.1.003" in admission(needs_from_env(["CUDA_VERSION=12.4.1.003"]), R550)[1]
+    fit = decide(needs_from_env(req("cuda==12.4")), R550)
+    assert fit.status == UNFIT and "no driver fits" in fit.reason
+
+
+def test_a_fact_the_inventory_lacks_is_no_verdict() -> None:
+    """Brand or compute capability unrecorded: admitted only when every value would admit it."""
+    blind = Target("550.54.15", "12.4", (GPU("NVIDIA H100", None, None, True),), "legacy")
+    assert admission(needs_from_env(CUDA124), blind)[0] is True  # cuda>=12.4 holds whatever the brand
+    assert admission(needs_from_env(req("arch>=8.0")), blind)[0] is None
+    assert admission(needs_from_env(req("brand=tesla cuda>=13.0")), blind)[0] is None
+    assert admission(needs_from_env(req("brand>=tesla")), blind)[0] is False  # invalid whatever the brand
+    fit = decide(needs_from_env([*CUDA124, *req("arch>=8.0", "NVIDIA_REQUIRE_ARCH")]), blind)
+    assert fit.admitted is None and any("turns on" in c for c in fit.caveats) and fit.status == FITS
+
+
+def test_go_parse_bool_and_semver() -> None:
+    assert [cudafit.go_parse_bool(v) for v in ("1", "t", "T", "TRUE", "true", "True")] == [True] * 6
+    assert [cudafit.go_parse_bool(v) for v in ("0", "f", "F", "FALSE", "false", "False")] == [False] * 6
+    assert [cudafit.go_parse_bool(v) for v in ("yes", "on", "", " 1", "tRUE", "y")] == [None] * 6
+    assert cudafit.go_semver("12.4.1")[:3] == (12, 4, 1) and cudafit.go_semver("v12")[:3] == (12, 0, 0)
+    assert cudafit.go_semver("12.04.1")[:2] == (12, 4)  # coerced: leading zeros allowed
+    assert cudafit.go_semver("12.4.1-rc.1") is not None and cudafit.go_semver("12.4.1-rc.01") is None
+    assert cudafit.go_semver("12.4.1.003") is None and cudafit.go_semver("9" * 257) is None
+    assert cudafit.go_semver("99999999999999999999") is None  # ParseUint(.., 64) overflows
