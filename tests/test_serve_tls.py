@@ -9,22 +9,37 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import os
 import shutil
 import socket
 import ssl
 import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from importer.registry.htpasswd import pbkdf2_line
+from importer.registry import htpasswd
+from importer.registry.htpasswd import Htpasswd, HtpasswdError, pbkdf2_line
 from importer.registry.selfsigned import make_self_signed
+from importer.registry.servelimits import LOGIN_FAILURES_BURST, LOGIN_FAILURES_PER_SECOND
 from tests.kit.clijson import validate
 from tests.kit.helpers import run_cli
-from tests.kit.servekit import blob_bytes, bundle_doc, https_request, pyz, request, serving
+from tests.kit.servekit import (
+    CLIENTS,
+    blob_bytes,
+    bundle_doc,
+    closed_by_server,
+    connect,
+    https_request,
+    pyz,
+    request,
+    serving,
+)
 from tests.kit.servekit import made as made  # the fixture: one per module
 
 PASSWORD = "n0de-s3cret"
@@ -283,3 +298,265 @@ def test_bundle_tls_cert_makes_a_pair_serve_uses_without_openssl(made: dict[str,
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"]["id"] == "serve-tls"
     validate("tls-cert", json.loads(bad.stdout))
     assert not (tmp_path / "other").exists()
+
+
+# ============================== issue 38, class 4: shared fairly (TLS deadlines, logins, the CA folder)
+
+
+def _client_hello() -> bytes:
+    """The bytes of a real TLS ClientHello (what a client sends first)."""
+    ctx = ssl._create_unverified_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_tls_clients_silent_or_dribbling_their_handshake_are_closed_at_the_idle_timeout(
+        made: dict[str, Path], tmp_path: Path) -> None:
+    """The handshake runs against a deadline, not a socket timeout that starts again at each byte:
+    a ClientHello dribbled a byte every 0.25 s (minutes for the whole of it) is cut at --idle-timeout
+    like a silent client. Wall-clock bounds, wide: closed after 3 s and well before 8 s."""
+    hello = _client_hello()
+    with serving(pyz(made), made["folder"], "--tls-self-signed", str(tmp_path / "tls"), "--idle-timeout", "3") as s:
+        opened = time.monotonic()
+        silent = connect(s.addr)
+        slow = connect(s.addr)
+        stop = threading.Event()
+        sent: list[int] = []
+
+        def dribble() -> None:
+            try:
+                slow.sendall(hello[:5])  # the record header, then the rest a byte at a time
+                for b in hello[5:]:
+                    if stop.wait(0.25):
+                        return
+                    slow.sendall(bytes([b]))
+                    sent.append(b)
+            except OSError:
+                pass
+
+        t = threading.Thread(target=dribble)
+        t.start()
+        try:
+            assert closed_by_server(silent, 30) and closed_by_server(slow, 30)
+            took = time.monotonic() - opened
+        finally:
+            stop.set()
+            t.join(30)
+            silent.close()
+            slow.close()
+        assert 2.5 <= took <= 6.5, took
+        assert len(sent) < len(hello) - 5  # cut off long before its ClientHello was whole
+        assert https_request(f"localhost:{s.addr.rsplit(':', 1)[1]}", "GET", "/v2/", ca=tmp_path / "tls" / "ca.crt"
+                             )[0] == 200
+        assert s.stop() == 0
+        log = s.stderr()
+    assert "sent nothing within 3s of connecting: closed" in log, log
+    assert "did not finish the TLS handshake within 3s: closed" in log and "Traceback" not in log, log
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def _statuses(addr: str, source: str, headers: list[dict[str, str]]) -> list[tuple[int, dict[str, str]]]:
+    """(status, headers) of one GET /v2/ per header set, all on one keep-alive connection from ``source``."""
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120, source_address=(source, 0))
+    out = []
+    try:
+        for h in headers:
+            conn.request("GET", "/v2/", headers=h)
+            resp = conn.getresponse()
+            resp.read()
+            out.append((resp.status, {k.lower(): v for k, v in resp.getheaders()}))
+    finally:
+        conn.close()
+    return out
+
+
+ROUNDS = 400_000  # a hash of tens of ms of CPU: a flood that ran one per request would show
+
+
+def test_a_login_flood_costs_no_more_hashing_than_the_refused_login_budget(made: dict[str, Path],
+                                                                           tmp_path: Path) -> None:
+    """40 logins of a client that knows its password cost one PBKDF2 (remembered); 40 wrong passwords
+    from one address cost at most the budget of refused logins (LOGIN_FAILURES_BURST, then
+    LOGIN_FAILURES_PER_SECOND), the rest answered 429 with Retry-After and no hash. Measured in the
+    server's CPU time, with a bound of whole hashes (a hash's CPU measured here): before the budget,
+    the flood cost 40 hashes."""
+    users = tmp_path / "htpasswd"
+    users.write_text(f"{pbkdf2_line('alice', PASSWORD, rounds=ROUNDS)}\n"
+                     f"{pbkdf2_line('bob', 'b0b-pw', rounds=ROUNDS)}\n")
+    t0 = time.process_time()
+    for _ in range(3):
+        hashlib.pbkdf2_hmac("sha256", b"x", b"0123456789abcdef", ROUNDS)
+    one_hash = (time.process_time() - t0) / 3
+    with serving(pyz(made), made["folder"], "--htpasswd", str(users)) as s:
+        cpu = s.cpu_seconds()
+        good = _statuses(s.addr, CLIENTS[0], [_basic("alice", PASSWORD)] * 40)
+        ok_cpu, cpu = s.cpu_seconds() - cpu, s.cpu_seconds()
+        start = time.monotonic()
+        flood = _statuses(s.addr, CLIENTS[1], [_basic("alice", f"guess-{i}") for i in range(40)])
+        elapsed = time.monotonic() - start
+        bad_cpu = s.cpu_seconds() - cpu
+        assert [st for st, _ in good] == [200] * 40
+        checked = [st for st, _ in flood if st == 401]
+        throttled = [h for st, h in flood if st == 429]
+        allowed = LOGIN_FAILURES_BURST + int(elapsed * LOGIN_FAILURES_PER_SECOND) + 1
+        assert len(checked) + len(throttled) == 40 and 1 <= len(checked) <= allowed, (len(checked), elapsed)
+        assert throttled and all(int(h["retry-after"]) >= 1 for h in throttled), throttled[:1]
+        assert bad_cpu <= ok_cpu + (allowed + 1) * one_hash * 1.5 + 0.5, (bad_cpu, ok_cpu, one_hash, len(checked))
+        # the budget is the flooding address's alone, and a login it already made needs no hash
+        assert _statuses(s.addr, CLIENTS[2], [_basic("bob", "b0b-pw")])[0][0] == 200
+        assert _statuses(s.addr, CLIENTS[1], [_basic("alice", PASSWORD)])[0][0] == 200
+        assert s.stop() == 0
+        log = s.stderr()
+    assert " 429 " in log and "too many refused logins" in log and "Traceback" not in log
+    assert PASSWORD not in log and "guess-1" not in log
+
+
+def _mixed_users(path: Path) -> Path:
+    """{SSHA} first (the cheapest hash: what an unknown user was checked against before), then PBKDF2."""
+    path.write_text(f"{_ssha_line('bob', 'b0b-pw')}\n{pbkdf2_line('alice', PASSWORD, rounds=20000)}\n"
+                    f"{pbkdf2_line('carol', 'c4rol', rounds=30000)}\n")
+    return path
+
+
+def test_refusing_an_unknown_user_costs_the_same_hash_work_as_a_known_one(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted, not timed: the PBKDF2 rounds and SHA-1 calls of each check, whatever the user (known
+    or not) and its kind of hash, are those of the costliest line plus one SHA-1 for the {SSHA} lines."""
+    users = Htpasswd(str(_mixed_users(tmp_path / "htpasswd")))
+    work = {"rounds": 0, "sha1": 0}
+    pbkdf2, sha1 = hashlib.pbkdf2_hmac, hashlib.sha1
+
+    def counted_pbkdf2(name: str, pw: bytes, salt: bytes, rounds: int, *a: Any) -> bytes:
+        work["rounds"] += rounds
+        return pbkdf2(name, pw, salt, rounds, *a)
+
+    def counted_sha1(*a: Any, **k: Any) -> Any:
+        work["sha1"] += 1
+        return sha1(*a, **k)
+
+    monkeypatch.setattr(htpasswd.hashlib, "pbkdf2_hmac", counted_pbkdf2)
+    monkeypatch.setattr(htpasswd.hashlib, "sha1", counted_sha1)
+    seen = {}
+    for i, (user, password, ok) in enumerate([("mallory", "x", False), ("alice", "wrong", False),
+                                              ("bob", "wrong", False), ("carol", "wrong", False),
+                                              ("", "x", False), ("alice", PASSWORD, True), ("bob", "b0b-pw", True),
+                                              ("carol", "c4rol", True)]):
+        work.update(rounds=0, sha1=0)
+        login = users.check(_basic(user, password)["Authorization"], f"10.0.0.{i}")
+        assert login.ok is ok and not login.retry_after, (user, password)
+        seen[f"{user}:{password}"] = dict(work)
+    assert all(w == {"rounds": 30000, "sha1": 1} for w in seen.values()), seen
+
+
+def test_an_unknown_user_costs_the_server_the_cpu_of_a_known_one(made: dict[str, Path], tmp_path: Path) -> None:
+    """The same, measured in the real server's CPU time: wrong passwords for an unknown user and for a
+    PBKDF2 user cost alike (before, an unknown user was checked against the file's first line, a
+    one-round {SSHA}: next to nothing, which told which users exist). Each set from its own address
+    and within its budget of refused logins."""
+    users = tmp_path / "htpasswd"
+    users.write_text(f"{_ssha_line('bob', 'b0b-pw')}\n{pbkdf2_line('alice', PASSWORD, rounds=ROUNDS)}\n")
+    n = LOGIN_FAILURES_BURST - 1
+    with serving(pyz(made), made["folder"], "--htpasswd", str(users)) as s:
+        cpu = s.cpu_seconds()
+        known = _statuses(s.addr, CLIENTS[0], [_basic("alice", f"guess-{i}") for i in range(n)])
+        known_cpu, cpu = s.cpu_seconds() - cpu, s.cpu_seconds()
+        unknown = _statuses(s.addr, CLIENTS[1], [_basic(f"nobody{i}", f"guess-{i}") for i in range(n)])
+        unknown_cpu = s.cpu_seconds() - cpu
+        assert [st for st, _ in known + unknown] == [401] * (2 * n)
+        assert s.stop() == 0
+    assert unknown_cpu >= 0.5 * known_cpu and known_cpu > 0, (unknown_cpu, known_cpu)
+
+
+HIDERS = {"vt": "\x0b", "ff": "\x0c", "fs": "\x1c", "gs": "\x1d", "rs": "\x1e", "nel": "\x85", "ls": "\u2028",
+          "ps": "\u2029", "cr": "\r"}
+
+
+def test_a_comment_cannot_hide_a_credential_line(made: dict[str, Path], tmp_path: Path) -> None:
+    """htpasswd lines end at \\n only: a user written after \\v, \\f, \\x1c-\\x1e, \\x85, U+2028, U+2029
+    or a lone \\r inside a comment is part of the comment (str.splitlines made it a line of its
+    own: a credential nobody sees in an editor). A CRLF file is read as its lines."""
+    users = tmp_path / "htpasswd"
+    hidden = "".join(f"# rotated {name}{ch}{pbkdf2_line(name, PASSWORD, rounds=1000)}\r\n"
+                     for name, ch in HIDERS.items())
+    users.write_bytes((hidden + f"{pbkdf2_line('bob', 'b0b-pw', rounds=1000)}\r\n").encode("utf-8"))
+    parsed = Htpasswd(str(users))
+    assert sorted(parsed.users) == ["bob"]
+    with serving(pyz(made), made["folder"], "--htpasswd", str(users)) as s:
+        for i, name in enumerate(HIDERS):  # spread over addresses: each within its budget of refused logins
+            status, _, _ = request(s.addr, "GET", "/v2/", _basic(name, PASSWORD), source=CLIENTS[i % len(CLIENTS)])
+            assert status == 401, name
+        assert request(s.addr, "GET", "/v2/", _basic("bob", "b0b-pw"))[0] == 200  # the CRLF line
+        assert s.stop() == 0
+
+
+@pytest.mark.parametrize("name", ["vt", "nel", "ls", "cr"])
+def test_a_credential_line_holding_a_line_separator_is_refused_at_start(made: dict[str, Path], tmp_path: Path,
+                                                                        name: str) -> None:
+    users = tmp_path / "htpasswd"
+    users.write_bytes(f"# ok\n{pbkdf2_line('bob', 'b0b-pw', rounds=1000)}{HIDERS[name]}x\n".encode())
+    with pytest.raises(HtpasswdError, match="line 2"):
+        Htpasswd(str(users))
+    _refused(_serve(made, "--htpasswd", str(users)), "serve-htpasswd", "line 2", "expected USER:HASH")
+
+
+def _node_config(made: dict[str, Path], tls: Path) -> subprocess.CompletedProcess[str]:
+    """`serve --tls-self-signed DIR --print-node-config`: the certificate is made (or refused) as for
+    serving, then it prints and exits instead of serving."""
+    return _serve(made, "--listen", "127.0.0.1:5443", "--tls-self-signed", str(tls), "--print-node-config")
+
+
+def test_a_self_signed_folder_open_to_other_users_is_refused(made: dict[str, Path], tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o775)  # group may write: anyone in it may put a CA of theirs before the nodes
+    doc = _refused(_node_config(made, shared), "serve-tls-unsafe", str(shared), "group or others may write", "0775")
+    assert f"chmod go-w {shared}" in doc["error"]["hint"]
+    assert not list(shared.iterdir())  # refused before anything was made
+    plain = run_cli("importer", "serve", str(made["folder"]), "--listen", "127.0.0.1:0", "--tls-self-signed",
+                    str(shared), prefix=("timeout", "120"), timeout=300)
+    assert plain.returncode == 2 and plain.stdout == "" and "Traceback" not in plain.stderr, plain.stderr
+    assert plain.stderr.startswith(f"error[serve-tls-unsafe]: using --tls-self-signed {shared}: expected it private")
+    assert "\nhint: chmod go-w" in plain.stderr
+
+    mine = tmp_path / "mine"
+    make_self_signed(str(mine), ["localhost"])
+    key, crt = mine / "ca.key", mine / "ca.crt"
+    for path, mode, found, fix in ((key, 0o644, "group or others may read or write (mode 0644)", f"chmod 600 {key}"),
+                                   (key, 0o620, "group or others may read or write (mode 0620)", f"chmod 600 {key}"),
+                                   (crt, 0o664, "group or others may write (mode 0664)", f"chmod 644 {crt}")):
+        path.chmod(mode)
+        doc = _refused(_node_config(made, mine), "serve-tls-unsafe", str(path), found)
+        assert fix in doc["error"]["hint"]
+        path.chmod(0o600 if path == key else 0o644)
+    before = key.read_bytes()
+    key.rename(mine / "real.key")
+    key.symlink_to(mine / "real.key")
+    _refused(_node_config(made, mine), "serve-tls-unsafe", str(key), "not a regular file")
+    key.unlink()
+    (mine / "real.key").rename(key)
+    assert _node_config(made, mine).returncode == 0 and key.read_bytes() == before  # private again: used
+
+
+def test_a_self_signed_folder_or_key_of_another_user_is_refused(made: dict[str, Path], tmp_path: Path) -> None:
+    if os.geteuid() != 0:  # not root: a folder root owns is another user's
+        doc = _refused(_node_config(made, Path("/usr")), "serve-tls-unsafe", "owned by uid 0")
+        assert "chown" in doc["error"]["hint"]
+        return
+    nobody = 65534
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, nobody, nobody)
+    doc = _refused(_node_config(made, theirs), "serve-tls-unsafe", str(theirs), f"owned by uid {nobody}")
+    assert f"chown 0 {theirs}" in doc["error"]["hint"]
+    assert not list(theirs.iterdir())
+    mine = tmp_path / "mine"
+    make_self_signed(str(mine), ["localhost"])
+    os.chown(mine / "ca.key", nobody, nobody)  # 0600, but theirs: they can read it, and swap it
+    _refused(_node_config(made, mine), "serve-tls-unsafe", str(mine / "ca.key"), f"owned by uid {nobody}")

@@ -11,12 +11,14 @@
   ``base_and_update``: an image and its one-layer update; ``simple_context``; the tricky images;
   CUDA-like images): no test writes a Dockerfile; ``fakesave``: a fake ``docker save`` stream;
   ``bundlegen``: bundles without an engine (pristine, multi-platform); ``layoutgen``: OCI layouts
-  (a three-platform index); ``transferkit``: random bundles for carrying, tars and parts.
+  (a three-platform index); ``transferkit``: random bundles for carrying, tars and parts;
+  ``fileskit``: a model folder, its bundle of files (schema 3.6), hostile edits of its bundle.json.
 - ``trustkit``: keys, signing, tampering, the engine-side security images; ``fuzzkit``: the
   bundle fuzzer, its reference check, and re-pinned damage (``replace_blob``, ``rewrite_index``);
   ``supplykit``: cosign-format signatures and referrers.
-- ``servekit``: a running ``bundle-import serve`` (``serving``), the ``made`` fixture (one bundle as
-  folder, tar and parts) and plain HTTP requests to it; ``fleetkit``: the importer run under
+- ``servekit``: a running ``bundle-import serve`` (``serving``; its CPU time, ``cpu_seconds``), the
+  ``made`` fixture (one bundle as folder, tar and parts) and plain HTTP requests to it, also from
+  other loopback addresses (``CLIENTS``: several clients of one server); ``fleetkit``: the importer run under
   another host name (``on_host``) and ``fleet-report`` over the receipts; ``fakeregistry``: a
   loopback registry that misbehaves on request; ``smokekit``: the smoke suite's torch and engine
   set-up; ``gpukit``: a fake ``nvidia-smi`` for hosts without a GPU; ``oci_schemas``: the OCI image-spec

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -36,6 +37,12 @@ class Served:
 
     def stderr(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server process has used so far, from /proc: what a load test
+        measures instead of the wall clock."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         """Send ``sig`` to the server (by its pid); its exit status."""
@@ -76,10 +83,17 @@ def serving(pyz: Path, target: Path, *extra: str) -> Iterator[Served]:
         path.unlink(missing_ok=True)
 
 
-def connect(addr: str, timeout: float = 30) -> socket.socket:
-    """A raw TCP connection to a served ``ADDR:PORT``."""
+#: loopback addresses a test binds its connections to, to be several clients of one server
+#: (serve gives each client address its share of the connections and its budget of refused logins)
+CLIENTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
+
+
+def connect(addr: str, timeout: float = 30, source: str | None = None) -> socket.socket:
+    """A raw TCP connection to a served ``ADDR:PORT`` (from the loopback address ``source``, e.g. one
+    of :data:`CLIENTS`; None: the system's choice, 127.0.0.1)."""
     host, port = addr.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=timeout)
+    return socket.create_connection((host, int(port)), timeout=timeout,
+                                    source_address=(source, 0) if source is not None else None)
 
 
 def raw_exchange(sock: socket.socket, data: bytes, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
@@ -113,13 +127,14 @@ def shutdown_figures(log: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
-def https_request(addr: str, method: str, path: str, *, ca: Path | None, headers: dict[str, str] | None = None
-                  ) -> tuple[int, dict[str, str], bytes]:
+def https_request(addr: str, method: str, path: str, *, ca: Path | None, headers: dict[str, str] | None = None,
+                  source: str | None = None) -> tuple[int, dict[str, str], bytes]:
     """One request to a TLS ``serve`` at ``addr`` (a name it must carry, e.g. localhost:PORT), verified
-    with the CA ``ca`` (None: not verified)."""
+    with the CA ``ca`` (None: not verified), from the loopback address ``source`` (as :func:`connect`)."""
     host, port = addr.rsplit(":", 1)
     ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else ssl._create_unverified_context()
-    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60)
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=60,
+                                       source_address=(source, 0) if source is not None else None)
     try:
         conn.request(method, path, headers=headers or {})
         resp = conn.getresponse()
@@ -152,10 +167,12 @@ def bundle_doc(made: dict[str, Path]) -> dict[str, Any]:
     return json.loads((made["folder"] / "bundle.json").read_text())  # type: ignore[no-any-return]
 
 
-def request(addr: str, method: str, path: str, headers: dict[str, str] | None = None
+def request(addr: str, method: str, path: str, headers: dict[str, str] | None = None, source: str | None = None
             ) -> tuple[int, dict[str, str], bytes]:
+    """One request on a connection of its own (from the loopback address ``source``, as :func:`connect`)."""
     host, port = addr.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60,
+                                      source_address=(source, 0) if source is not None else None)
     try:
         conn.request(method, path, headers=headers or {})
         resp = conn.getresponse()
