@@ -148,6 +148,20 @@ class BlobStore:
             f.write(data)
         return self.commit(tmp, digest, len(data))
 
+    def write_raw(self, src: Any, *, on_bytes: Optional[ProgressFn] = None) -> WrittenBlob:
+        """Store the bytes of the open file ``src`` as they are (a file carried as a raw layer,
+        schema 3.6): read once, hashed while copied, landed under its digest (temp, then rename)."""
+        hasher = hashlib.sha256()
+        size = 0
+        with self.temp() as (f, tmp):
+            for chunk in iter(lambda: src.read(CHUNK), b""):
+                hasher.update(chunk)
+                f.write(chunk)
+                size += len(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+        return self.commit(tmp, Digest("sha256", hasher.hexdigest()), size)
+
     def write_layer(
         self,
         src: Any,

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from bundle.embed import first_run_check
 from bundle.export import export_images, user_paths
+from bundle.fileartifact import scan_files
 from bundle.gpufit import cuda_lines
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
@@ -102,6 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--require-signed", action="append", default=[], metavar="KEY.pub",
                    help="refuse an image without a valid cosign signature by this public key (ECDSA P-256 or "
                    "Ed25519 PEM, e.g. cosign.pub); repeatable: any one of the keys")
+    e.add_argument("--files", action="append", default=[], metavar="DIR",
+                   help="carry every regular file below DIR (paths relative to DIR kept, modes recorded) as one OCI "
+                   "artifact, one raw layer per file, beside the images or alone (schema 3.6, docs/files.md); "
+                   "repeatable; a link, device or FIFO in DIR is refused")
+    e.add_argument("--file", action="append", default=[], metavar="PATH[=NAME]",
+                   help="carry this file too (as NAME, a path, default its base name); repeatable")
+    e.add_argument("--artifact-ref", metavar="NAME:TAG",
+                   help="the name the files carry in the bundle, like an image's (required with --files/--file)")
+    e.add_argument("--model", action="store_true",
+                   help="pack the files as a CNCF ModelPack model (weights, config, docs layer types; the model "
+                   "config) instead of plain files")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     e.set_defaults(handler=cmd_export)
@@ -150,12 +162,25 @@ def summary_line(m: BundleManifest) -> str:
             f"of {human_bytes(plain)}{ratio}, bundle {human_bytes(m.compressed_bytes())}")
 
 
+def file_artifact_summary(m: BundleManifest) -> List[Dict[str, Any]]:
+    """``--json``'s ``fileArtifacts``: the files carried as OCI artifacts (schema 3.6)."""
+    return [{"ref": a.ref, "artifactType": a.artifact_type, "manifestDigest": str(a.manifest.digest),
+             "files": len(a.files), "bytes": a.size} for a in m.file_artifacts]
+
+
+def file_artifact_lines(m: BundleManifest) -> str:
+    """One line per artifact of files printed; the import line's ``--files-to DIR`` when there are any."""
+    for art in m.file_artifacts:
+        print(f"artifact {art.ref}: {len(art.files)} file(s), {human_bytes(art.size)} ({art.artifact_type})")
+    return " --files-to DIR" if m.file_artifacts else ""
+
+
 def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     """The IMAGE arguments, then those of every ``--images-from`` list (each once, first order
     kept); the platform the lists name (hauler), agreeing with ``--platform``."""
     listed = read_image_lists(args.images_from, allow_local=args.images_from_allow_local)
     images = list(dict.fromkeys([*args.images, *(i.ref for i in listed)]))
-    if not images:
+    if not images and not (args.files or args.file):
         raise UsageError("exporting: expected at least one IMAGE or --images-from FILE, found none",
                          hint="bundle export IMAGE... -o DIR, or bundle export --images-from images.txt -o DIR")
     return images, list(platform_of(listed, args.platform))
@@ -163,6 +188,7 @@ def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
 
 def cmd_export(args: argparse.Namespace) -> int:
     images, platforms = _listed_images(args)
+    files = scan_files(args.files, args.file, args.artifact_ref, model=args.model, schema=args.schema)
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     try:
@@ -172,7 +198,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, insecure=args.insecure,
                                all_platforms=args.all_platforms, referrers=not args.no_referrers,
-                               require_signed=args.require_signed,
+                               require_signed=args.require_signed, files=files,
                                realm_credentials=args.allow_realm_credentials, allow_unfit=args.allow_unfit)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
@@ -208,6 +234,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         "images": [{"refs": list(i.refs), "configDigest": str(i.config.digest),
                     "manifestDigest": str(i.manifest.digest), "layers": len(i.layers),
                     "artifacts": len(i.artifacts)} for i in m.images],
+        "fileArtifacts": file_artifact_summary(m),
         "bytes": m.compressed_bytes(),
         "uncompressedBytes": m.uncompressed_bytes(),
         "seconds": round(result.seconds, 3),
@@ -230,7 +257,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if result.signed_by:
             print(f"signed bundle.json with key {result.signed_by}")
         trust = " --trust PUBKEY" if result.signed_by else ""
-        print(f"import on the far side: python3 {result.path}/bundle-import.pyz {result.path} --verify{trust}")
+        print(f"import on the far side: python3 {result.path}/bundle-import.pyz {result.path} "
+              f"--verify{trust}{file_artifact_lines(m)}")
         if m.importer is not None:
             print(first_run_check(os.path.join(result.path, m.importer.path), m.importer.digest))
         if packed is not None:

@@ -12,18 +12,19 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import gpufit
 from bundle.blobstore import BlobStore
+from bundle.fileartifact import FileSet, NoImages, carry_files
 from bundle.gpufit import FitCheck
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources import SourceImage
 from bundle.sources.blobcopy import PlatformChoice
-from bundle.sources.choose import open_source
+from bundle.sources.choose import open_source as open_any
 from bundle.sources.protocol import ExportSource, Selection
 from bundle.writer import write_bundle
 from importer.errors import BundleError, DestinationInUse, InvalidReference, UsageError
@@ -49,6 +50,12 @@ class ExportResult:
     notes: Tuple[str, ...] = ()  # lines for the user: platforms a default export left out
     gpu_fit: Optional[FitCheck] = None  # --have INVENTORY: each image judged on that host (docs/gpu-fit.md)
     signed_images: Optional[List[SignedImage]] = None  # --require-signed: which key signed which image
+
+
+def open_source(refs: Sequence[str], **options: Any) -> Tuple[ExportSource, List[str]]:
+    """The source of the images ``refs`` name (bundle/sources/choose.py); for none (an export of files
+    alone, schema 3.6) one that holds no image."""
+    return open_any(refs, **options) if refs else (NoImages(), [])
 
 
 def choose_compression(have: Sequence[str]) -> str:
@@ -84,11 +91,12 @@ def export_images(
     allow_unfit: bool = False,
     referrers: bool = True,
     require_signed: Sequence[str] = (),
+    files: Optional[FileSet] = None,
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3)."""
     compression, asked = _check_options(schema, compression, sign_key, have)
-    if not refs:
+    if not refs and files is None:
         raise UsageError("exporting: expected at least one image, found none")
     _check_tags(refs, tags, schema)
     cosign_keys = _cosign_keys(require_signed, schema)
@@ -107,7 +115,7 @@ def export_images(
         staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
         try:
             # a size the source cannot know ahead (Docker's counts file contents): unknown, never a wrong total
-            exact = checked.size if source.knows_sizes_ahead else 0
+            exact = checked.size + (files.size if files else 0) if source.knows_sizes_ahead else 0
             on_bytes = progress("export", exact) if progress else None
             source_doc = {"kind": source_info.kind, **source_info.details}
             if schema < 3:
@@ -121,7 +129,8 @@ def export_images(
                 images = source.export(names, store, selection, compression=compression, level=level,
                                        on_bytes=on_bytes, have=have_layers)
                 gpufit.postcheck(fit, store, images)
-                manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc)
+                manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc,
+                                        file_artifacts=carry_files(store, files, on_bytes))
                 signed_images, signed_by = _sign_and_check(staging, manifest, cosign_keys, sign_key)
             close_progress(on_bytes)
             os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export

@@ -13,7 +13,9 @@ from bundle.cudaneeds import cuda_record
 from bundle.embed import build_pyz
 from bundle.sources import SourceImage
 from importer import SCHEMA_MAJOR, __version__
+from importer.errors import UsageError
 from importer.format.digest import Digest
+from importer.format.fileartifacts import FileArtifact
 from importer.format.manifest import (
     BUNDLE_JSON,
     IMPORTER_PYZ,
@@ -45,8 +47,10 @@ def oci_manifest(config: WrittenBlob, image: SourceImage) -> bytes:
 
 
 def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], source: Dict[str, Any],
-                 *, created: str | None = None) -> BundleManifest:
-    """Write everything but the blobs already in ``store``; return the bundle manifest."""
+                 *, created: str | None = None, file_artifacts: Sequence[FileArtifact] = ()) -> BundleManifest:
+    """Write everything but the blobs already in ``store``; return the bundle manifest.
+    ``file_artifacts`` (schema 3.6): files carried as OCI artifacts, their blobs in ``store``, named
+    in index.json under their refs like images."""
     files: Dict[str, FileRecord] = {}
 
     def record(path: str, digest: Digest, size: int) -> None:
@@ -66,6 +70,13 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
                                    others=tuple(variants[1:]), cuda=cuda_record(store, image),
                                    artifacts=image.artifacts))
         index_entries += _layout_entries(image.refs, variants, index)
+    taken = {ref for r in records for ref in r.refs}
+    for art in file_artifacts:
+        if art.ref in taken:
+            raise UsageError(f"exporting with --artifact-ref {art.ref}: expected a name no image of the bundle "
+                             "carries, found an image of that name", hint="choose another --artifact-ref")
+        index_entries.append({**art.manifest.to_dict(), "artifactType": art.artifact_type,
+                              "annotations": {REF_NAME_ANNOTATION: art.ref}})
     for path, blob in store.written.items():
         record(path, blob.digest, blob.size)
 
@@ -79,13 +90,14 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         record(path, Digest.of_bytes(data), len(data))
 
     manifest_model = BundleManifest(
-        schema_version=f"{SCHEMA_MAJOR}.{_minor(records)}",
+        schema_version=f"{SCHEMA_MAJOR}.{6 if file_artifacts else _minor(records)}",
         created=created or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         tool_version=__version__,
         source=source,
         importer=files[IMPORTER_PYZ],
         images=tuple(records),
         files=tuple(sorted(files.values(), key=lambda f: f.path)),
+        file_artifacts=tuple(file_artifacts),
     )
     raw_bj = (json.dumps(manifest_model.to_dict(), indent=2) + "\n").encode("utf-8")
     atomic_write_bytes(os.path.join(root, BUNDLE_JSON), raw_bj)
@@ -133,7 +145,8 @@ def _record(store: BlobStore, image: SourceImage) -> ImageRecord:
 
 
 def _minor(records: Sequence[ImageRecord]) -> int:
-    """The lowest minor that says what the bundle holds, so older 3.x importers read the rest:
+    """The lowest minor that says what the bundle holds, so older 3.x importers read the rest
+    (3.6, files carried as artifacts, is chosen by write_bundle):
     3.5 attached artifacts (signatures, SBOMs, referrers), 3.4 an image's CUDA needs (``cuda``), 3.3 an
     image index named in index.json, 3.2 multi-platform images, 3.1 delta bundles (external layers), else 3.0."""
     if any(r.artifacts for r in records):

@@ -146,7 +146,7 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
 BUNDLE_LAYERS: List[Set[str]] = [
     {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "yamlbound", "progressui"},
     {"sources"},
-    {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit"},
+    {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact"},
     {"export"},
     {"keycmds", "transfercmds", "tlscert"},
     {"cli", "__main__"},

@@ -18,6 +18,7 @@ from importer.errors import ManifestError, UnsupportedSchemaVersion
 from importer.format.artifacts import ArtifactRecord, check_artifacts, derived_tag
 from importer.format.digest import BlobRef as BlobRef  # the descriptor type: defined beside Digest
 from importer.format.digest import Digest, is_digest
+from importer.format.fileartifacts import FileArtifact, check_file_artifacts
 from importer.format.limits import parse_json
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
 from importer.format.reference import split_reference
@@ -136,6 +137,8 @@ class BundleManifest:
     images: Tuple[ImageRecord, ...]
     files: Tuple[FileRecord, ...]
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: schema 3.6: files carried as OCI artifacts (importer/format/fileartifacts.py; docs/files.md)
+    file_artifacts: Tuple[FileArtifact, ...] = ()
 
     @property
     def major(self) -> int:
@@ -199,6 +202,8 @@ class BundleManifest:
         if self.importer is not None:
             doc["importer"] = self.importer.to_dict()
         doc["images"] = [image.to_dict() for image in self.images]
+        if self.file_artifacts:
+            doc["artifacts"] = [a.to_dict() for a in self.file_artifacts]
         doc["files"] = [f.to_dict() for f in self.files]
         for key, value in self.extra.items():
             doc.setdefault(key, value)
@@ -306,15 +311,17 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
     images: List[ImageRecord] = []
     all_refs: Set[str] = set()
     raw_images = c.lst(top.get("images"), "images")
-    if "images" in top and not raw_images:
-        c.fail("images", "expected at least one image, found none")
+    file_artifacts = check_file_artifacts(c.fail, top["artifacts"]) if "artifacts" in top else ()
+    if "images" in top and not raw_images and not file_artifacts:
+        c.fail("images", "expected at least one image (or, 3.6, an artifact of files), found none")
     for i, raw in enumerate(raw_images):
         image = _check_image(c, raw, f"images[{i}]", all_refs)
         if image is not None:
             images.append(image)
+    _check_artifact_refs(c, file_artifacts, all_refs)
     files = _check_files(c, c.lst(top.get("files"), "files"))
-    _check_listed(c, images, files, importer_rec)
-    _check_artifact_tags(c, images)
+    _check_listed(c, images, files, importer_rec, file_artifacts)
+    _check_artifact_tags(c, images, file_artifacts)
     if c.issues:
         return None, c.issues
     model = BundleManifest(
@@ -326,8 +333,21 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
         images=tuple(images),
         files=tuple(files),
         extra={k: v for k, v in top.items() if k not in _KNOWN_KEYS},
+        file_artifacts=file_artifacts,
     )
     return model, []
+
+
+def _check_artifact_refs(c: _Checker, artifacts: Tuple[FileArtifact, ...], all_refs: Set[str]) -> None:
+    """3.6: an artifact of files is named NAME:TAG, like an image, and no image or other artifact of the
+    bundle has that name (index.json names each once)."""
+    for i, art in enumerate(artifacts):
+        _, tag, digest = split_reference(art.ref)
+        if not valid_ref(art.ref) or not tag or digest:
+            c.fail(f"artifacts[{i}].ref", f"expected NAME:TAG such as models/llama:3.1, found {art.ref!r}"[:300])
+        elif art.ref in all_refs:
+            c.fail(f"artifacts[{i}].ref", f"expected each ref once in the bundle, found {art.ref!r} again")
+        all_refs.add(art.ref)
 
 
 def _check_image(c: _Checker, raw: Any, where: str, all_refs: Set[str]) -> Optional[ImageRecord]:
@@ -392,15 +412,16 @@ def _check_subjects(c: _Checker, artifacts: Tuple[ArtifactRecord, ...], manifest
             c.fail(f"{where}[{k}].subject", f"expected a manifest or index of this image, found {art.subject}")
 
 
-def _check_artifact_tags(c: _Checker, images: List[ImageRecord]) -> None:
-    """No image is tagged with a name an artifact is handed on under (``sha256-<hex>.sig``...):
-    handing the artifact on would move that image's tag."""
+def _check_artifact_tags(c: _Checker, images: List[ImageRecord], files: Tuple[FileArtifact, ...] = ()) -> None:
+    """No image (nor, 3.6, artifact of files) is tagged with a name an attached artifact is handed on
+    under (``sha256-<hex>.sig``...): handing the attached artifact on would move that tag."""
     derived = {derived_tag(a.kind, a.subject) for img in images for a in img.artifacts if a.tag}
-    for i, img in enumerate(images):
-        for j, ref in enumerate(img.refs):
-            if isinstance(ref, str) and split_reference(ref)[1] in derived:
-                c.fail(f"images[{i}].refs[{j}]", f"expected an image tag, found {ref!r}, the name an artifact "
-                       "of the bundle is handed on under"[:300])
+    named = [(f"images[{i}].refs[{j}]", ref) for i, img in enumerate(images) for j, ref in enumerate(img.refs)]
+    named += [(f"artifacts[{i}].ref", art.ref) for i, art in enumerate(files)]
+    for where, ref in named:
+        if isinstance(ref, str) and split_reference(ref)[1] in derived:
+            c.fail(where, f"expected an image tag, found {ref!r}, the name an artifact "
+                   "of the bundle is handed on under"[:300])
 
 
 _CUDA_FIELDS = {"cudaVersion": (str, type(None)), "torchCuda": (str, type(None)), "disableRequire": (bool,),
@@ -466,10 +487,18 @@ def _check_files(c: _Checker, raw_files: List[Any]) -> List[FileRecord]:
 
 
 def _check_listed(c: _Checker, images: List[ImageRecord], files: List[FileRecord],
-                  importer_rec: Optional[FileRecord]) -> None:
-    """Every blob an image names (but external layers) and the importer are listed in ``files``,
-    with the same size."""
+                  importer_rec: Optional[FileRecord], file_artifacts: Tuple[FileArtifact, ...] = ()) -> None:
+    """Every blob an image or an artifact of files names (but external layers) and the importer
+    are listed in ``files``, with the same size."""
     by_path = {f.path: f for f in files}
+    for i, art in enumerate(file_artifacts):
+        for ref in art.every_blob():
+            listed = by_path.get(ref.digest.blob_path)
+            if listed is None:
+                c.fail(f"artifacts[{i}]", f"blob {ref.digest} is not listed in files")
+            elif listed.size != ref.size:
+                c.fail(f"artifacts[{i}]", f"size {ref.size} of blob {ref.digest} differs from files entry "
+                       f"({listed.size})")
     for i, img in enumerate(images):
         blobs = [("index", img.index)] if img.index is not None else []
         for n, img_rec in enumerate(img.variants):
@@ -491,7 +520,7 @@ def _check_listed(c: _Checker, images: List[ImageRecord], files: List[FileRecord
         c.fail("importer", "digest or size differs from its files entry")
 
 
-_KNOWN_KEYS = {"schemaVersion", "mediaType", "created", "tool", "source", "importer", "images", "files"}
+_KNOWN_KEYS = {"schemaVersion", "mediaType", "created", "tool", "source", "importer", "images", "files", "artifacts"}
 
 
 def load_bundle_manifest(raw: bytes, *, where: str = BUNDLE_JSON) -> BundleManifest:

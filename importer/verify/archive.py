@@ -303,6 +303,8 @@ def _small_documents(manifest: BundleManifest) -> Dict[str, int]:
     for image in manifest.records():
         docs[image.manifest.digest.blob_path] = limits.MAX_MANIFEST
         docs[image.config.digest.blob_path] = limits.MAX_CONFIG
+    for art in manifest.file_artifacts:  # 3.6: files carried as artifacts
+        docs[art.manifest.digest.blob_path] = limits.MAX_MANIFEST
     return docs
 
 

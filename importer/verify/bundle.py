@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from importer.errors import BundleError, IntegrityError, LimitExceeded, ManifestError, UnreadableFile, os_error_text
 from importer.format import limits
 from importer.format.digest import Digest, hash_file, is_digest
+from importer.format.fileartifacts import MODE_ANNOTATION, TITLE_ANNOTATION, FileArtifact, mode_text
 from importer.format.limits import parse_json, read_limited
 from importer.format.manifest import (
     BUNDLE_JSON,
@@ -470,6 +471,48 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
             _check_image(root, image, entries, bad, add, top.index)
         if top.index is not None:
             _check_carried_index(root, top, bad, add)
+    for art in manifest.file_artifacts:
+        _check_file_artifact(root, art, entries, bad, add)
+
+
+def _check_file_artifact(root: str, art: FileArtifact, entries: Optional[List[Any]], bad: Set[str],
+                         add: Callable[[Problem], None]) -> None:
+    """3.6: index.json names the artifact's manifest under its ref, and the manifest says what
+    bundle.json says (type, config, each file's layer with its title and mode, in order), so an
+    OCI layout reader sees the files the importer writes."""
+    mdigest = str(art.manifest.digest)
+    if entries is not None:
+        named = [e for e in entries if isinstance(e, dict) and e.get("digest") == mdigest]
+        if not any(isinstance(e.get("annotations"), dict) and e["annotations"].get(REF_NAME_ANNOTATION) == art.ref
+                   for e in named):
+            add(Problem("invalid-layout", "index.json", f"expected ref.name {art.ref!r} on {mdigest}, found none"))
+        for e in named:
+            if e.get("size") != art.manifest.size or e.get("mediaType") != art.manifest.media_type:
+                add(Problem("invalid-layout", "index.json", f"expected the entry for artifact {art.ref} to describe "
+                            f"{art.manifest.media_type} of {art.manifest.size} bytes"))
+    mpath = art.manifest.digest.blob_path
+    doc = _read_json(root, mpath, limits.MAX_MANIFEST, bad, add)
+    if doc is _UNREAD:
+        return
+    layers = doc.get("layers") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(layers, list) or any(not isinstance(x, dict) for x in layers):
+        add(Problem("invalid-manifest", mpath, f"manifest of artifact {art.ref}: expected an OCI image manifest "
+                    "object with a layers array of descriptors"))
+        return
+    config = doc.get("config")
+    if doc.get("artifactType") != art.artifact_type or not isinstance(config, dict) or \
+            (config.get("mediaType"), config.get("digest"), config.get("size")) != \
+            (art.config.media_type, str(art.config.digest), art.config.size):
+        add(Problem("invalid-layout", mpath, f"manifest of artifact {art.ref}: expected artifactType "
+                    f"{art.artifact_type} and config {art.config.digest}, found others"))
+    got = [(x.get("mediaType"), x.get("digest"), x.get("size"),
+            (x.get("annotations") or {}).get(TITLE_ANNOTATION) if isinstance(x.get("annotations"), dict) else None,
+            (x.get("annotations") or {}).get(MODE_ANNOTATION) if isinstance(x.get("annotations"), dict) else None)
+           for x in layers]
+    want = [(f.blob.media_type, str(f.blob.digest), f.blob.size, f.title, mode_text(f.mode)) for f in art.files]
+    if got != want:
+        add(Problem("invalid-layout", mpath, f"manifest of artifact {art.ref}: its layers (media type, digest, size, "
+                    "title, mode) differ from bundle.json's files"))
 
 
 def _check_carried_index(root: str, image: ImageRecord, bad: Set[str], add: Callable[[Problem], None]) -> None:

@@ -71,7 +71,8 @@ def image(label: str, refs: List[str], layers: List[Doc], platform: Dict[str, st
     }
 
 
-def bundle(images: List[Doc], *, with_importer: bool = True, version: str = "3.0") -> Doc:
+def bundle(images: List[Doc], *, with_importer: bool = True, version: str = "3.0",
+           artifacts: List[Doc] | None = None) -> Doc:
     """A consistent document: every blob listed in files with its size, files sorted."""
     files: Dict[str, Doc] = {}
 
@@ -88,7 +89,10 @@ def bundle(images: List[Doc], *, with_importer: bool = True, version: str = "3.0
         for art in img.get("artifacts", []):  # 3.5: every blob of every attached artifact
             for blob in [art["manifest"], *art["blobs"]]:
                 add(blob_path(blob["digest"]), blob["digest"], blob["size"])
-    add("index.json", digest("index.json"), 311 * len(images))
+    for art in artifacts or []:  # 3.6: files carried as OCI artifacts
+        for blob in [art["manifest"], art["config"], *art["files"]]:
+            add(blob_path(blob["digest"]), blob["digest"], blob["size"])
+    add("index.json", digest("index.json"), 311 * (len(images) + len(artifacts or [])))
     add("oci-layout", digest("oci-layout"), 30)
     importer = {"path": "bundle-import.pyz", "digest": digest("bundle-import.pyz"), "size": 81234}
     if with_importer:
@@ -103,6 +107,8 @@ def bundle(images: List[Doc], *, with_importer: bool = True, version: str = "3.0
     if with_importer:
         doc["importer"] = importer
     doc["images"] = images
+    if artifacts is not None:
+        doc["artifacts"] = artifacts
     doc["files"] = [files[p] for p in sorted(files)]
     return doc
 
@@ -274,6 +280,57 @@ def _artifacts_image_tagged_as_signature(_: Doc) -> Doc:
     return bundle([doc["images"][0], other], version="3.5")
 
 
+def files_artifact(label: str, ref: str, titles: List[str], *, model: bool = False) -> Doc:
+    """Schema 3.6: files carried as one OCI artifact (raw layers named by their titles)."""
+    empty = {"mediaType": "application/vnd.oci.empty.v1+json",
+             "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", "size": 2}
+    config = {"mediaType": "application/vnd.cncf.model.config.v1+json", "digest": digest(f"{label} config"),
+              "size": 321} if model else empty
+    kind = "application/vnd.cncf.model.weight.v1.raw" if model else "application/octet-stream"
+    return {"ref": ref,
+            "artifactType": "application/vnd.cncf.model.manifest.v1+json" if model
+            else "application/vnd.sneakernet.files.v1",
+            "manifest": {"mediaType": OCI_MANIFEST, "digest": digest(f"{label} manifest"), "size": 900},
+            "config": config,
+            "files": [{"title": t, "mediaType": kind, "digest": digest(f"{label} {t}"), "size": 1000 + n,
+                       "mode": "0755" if t.endswith(".sh") else "0644"} for n, t in enumerate(titles)]}
+
+
+def files_beside_images() -> Doc:
+    """Schema 3.6: an image and a model carried beside it (ModelPack types)."""
+    doc = single_image()
+    model = files_artifact("llama", "models/llama:3.1", ["model.safetensors", "tokenizer/tokenizer.json",
+                                                         "scripts/run.sh"], model=True)
+    return bundle(doc["images"], version="3.6", artifacts=[model])
+
+
+def files_only() -> Doc:
+    """Schema 3.6: a bundle of files alone, no image."""
+    return bundle([], version="3.6", artifacts=[files_artifact("data", "data/set:1", ["a.bin", "sub/b.bin"])])
+
+
+def _files_with(change: Callable[[Doc], None]) -> Callable[[Doc], Doc]:
+    """Break a fresh files_beside_images() document (``change`` gets its artifact)."""
+    def apply(_: Doc) -> Doc:
+        doc = files_beside_images()
+        change(doc["artifacts"][0])
+        return doc
+    return apply
+
+
+def _title(value: str, n: int = 0) -> Callable[[Doc], None]:
+    def apply(art: Doc) -> None:
+        art["files"][n]["title"] = value
+    return apply
+
+
+def _files_unlisted(_: Doc) -> Doc:
+    doc = files_beside_images()
+    gone = doc["artifacts"][0]["files"][1]["digest"]
+    doc["files"] = [f for f in doc["files"] if f["digest"] != gone]
+    return doc
+
+
 def minimal() -> Doc:
     """Only what readers require: no importer, no platform, an image without layers."""
     doc = bundle([image("minimal", ["minimal:1"], [])], with_importer=False)
@@ -292,6 +349,8 @@ VALID: Dict[str, Callable[[], Doc]] = {
     "multi-platform-index": multi_platform,
     "cuda-needs": cuda_needs,
     "attached-artifacts": attached_artifacts,
+    "files-beside-images": files_beside_images,
+    "files-only": files_only,
 }
 
 
@@ -496,6 +555,28 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "xref-artifacts-subject-not-this-image": _artifacts_with(
         lambda a: a.update(subject=digest("another image"), tag="sha256-" + hexof("another image") + ".sig")),
     "xref-artifacts-tag-names-an-image": _artifacts_image_tagged_as_signature,
+    # 3.6, files carried as artifacts: a title is a path below the importer's --files-to DIR
+    "files-title-traversal": _files_with(_title("../x")),
+    "files-title-absolute": _files_with(_title("/etc/x")),
+    "files-title-inner-traversal": _files_with(_title("a/../../x")),
+    "files-title-dot": _files_with(_title(".")),
+    "files-title-dotdot": _files_with(_title("..")),
+    "files-title-nul": _files_with(_title("a\x00b")),
+    "files-title-backslash": _files_with(_title("a\\..\\x")),
+    "files-title-empty": _files_with(_title("")),
+    "files-title-staging-folder": _files_with(_title(".sneakernet-staging-1/x")),
+    "files-title-name-too-long": _files_with(_title("d/" + "n" * 256)),
+    "files-mode-setuid": _files_with(lambda a: a["files"][0].update(mode="4755")),
+    "files-mode-a-number": _files_with(lambda a: a["files"][0].update(mode=420)),
+    "files-empty": _files_with(lambda a: a.update(files=[])),
+    "files-ref-without-tag": _files_with(lambda a: a.update(ref="models/llama")),
+    "files-ref-a-digest": _files_with(lambda a: a.update(ref="models/llama@sha256:" + hexof("x"))),
+    "files-artifacts-empty": lambda _: {**files_beside_images(), "artifacts": []},
+    "files-only-without-artifacts": lambda _: {k: v for k, v in files_only().items() if k != "artifacts"},
+    "xref-files-title-duplicate": _files_with(_title("model.safetensors", 1)),
+    "xref-files-title-file-and-folder": _files_with(_title("tokenizer", 0)),
+    "xref-files-blob-not-listed": _files_unlisted,
+    "xref-files-ref-of-an-image": _files_with(lambda a: a.update(ref="registry.example/team/app:1.0")),
     # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
     "stdlib-size-float": _size_everywhere(1469.0),
 }

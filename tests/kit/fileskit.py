@@ -1,0 +1,65 @@
+"""Files carried as OCI artifacts (schema 3.6, docs/files.md): a small model folder, a bundle of
+it (exported through the real CLI), and the edits a hostile publisher would make to its
+bundle.json (re-pinned in SHA256SUMS, so only the check under test can see them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.kit.helpers import run_cli
+from tests.kit.trustkit import regenerate_sums
+
+MODEL_REF = "models/llama:3.1"
+#: the model folder's files, relative path -> mode (the weights: ``mib`` MiB of random bytes)
+MODEL_FILES = {"model.safetensors": 0o644, "config.json": 0o644, "tokenizer/tokenizer.json": 0o600,
+               "tokenizer/special_tokens_map.json": 0o644, "README.md": 0o644, "scripts/run.sh": 0o755,
+               "empty.txt": 0o644}
+
+
+def model_dir(root: Path, *, mib: int = 3, seed: int = 1) -> Path:
+    """A model folder with nested folders: weights of ``mib`` MiB, configs, docs, a script, an empty file."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, mode in MODEL_FILES.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if rel == "model.safetensors":
+            path.write_bytes(os.urandom(mib * 1024 * 1024 - 1) + bytes([seed]))
+        elif rel != "empty.txt":
+            path.write_text(json.dumps({"file": rel, "seed": seed}) + "\n")
+        else:
+            path.write_bytes(b"")
+        path.chmod(mode)
+    return root
+
+
+def export_files(out: Path, *args: str, ref: str = MODEL_REF) -> Path:
+    """``bundle export ARGS --artifact-ref REF -o OUT -q`` through the CLI; must succeed."""
+    run_cli("bundle", "export", *args, "--artifact-ref", ref, "-o", str(out), "-q", check=True)
+    return out
+
+
+def model_bundle(root: Path, *, mib: int = 3) -> tuple[Path, Path]:
+    """(the model folder, its bundle exported with ``--files DIR --model``)."""
+    src = model_dir(root / "model", mib=mib)
+    return src, export_files(root / "model.bundle", "--files", str(src), "--model")
+
+
+def edit_bundle_json(bundle: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """``change`` bundle.json's document, then SHA256SUMS made again (what a hostile publisher does)."""
+    doc = json.loads((bundle / "bundle.json").read_text())
+    change(doc)
+    (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(bundle)
+
+
+def tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every regular file below ``root`` (relative path -> bytes, permission bits); links refused."""
+    out: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(root.rglob("*")):
+        assert not path.is_symlink(), path
+        if path.is_file():
+            out[path.relative_to(root).as_posix()] = (path.read_bytes(), path.stat().st_mode & 0o777)
+    return out
