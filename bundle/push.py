@@ -2,7 +2,8 @@
 
 Thin over importer/registry/push.py, which the importer shares for ``--engine registry``. With
 ``--ssh`` REGISTRY is the registry as the SSH host sees it; the push goes through a tunnel that is
-closed whatever happens."""
+closed whatever happens. Cheap checks first: the tunnel (the SSH host and its key) and the
+registry (it answers, it takes the login) before every byte is verified."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from bundle.sshtunnel import SshTarget, SshTunnel, terminate_as_interrupt
 from importer.errors import PolicyRejected, PostLoadMismatch
 from importer.format.manifest import BundleManifest
 from importer.input.opened import BundleRoot, open_bundle
-from importer.registry.auth import Credentials
-from importer.registry.client import DEFAULT_CHUNK, RegistryClient, RegistryTarget, parse_target
+from importer.registry.access import RegistryAccess
+from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.push import PushReport, push_bundle
 from importer.registry.push_artifacts import push_artifacts
 from importer.registry.transcode import (
@@ -72,11 +73,9 @@ def push(
     bundle: str,
     registry: str,
     *,
-    insecure: bool = False,
-    realm_credentials: bool = False,
+    access: Optional[RegistryAccess] = None,
     concurrency: int = 4,
     chunk_size: int = DEFAULT_CHUNK,
-    credentials: Optional[Credentials] = None,
     ssh: Optional[SshTarget] = None,
     progress: Optional[ProgressFactory] = None,
     log: Optional[Callable[[str], None]] = None,
@@ -86,8 +85,10 @@ def push(
 ) -> PushOutcome:
     """``require_signed``: cosign keys one of which must sign every image (as at import), checked
     before any byte is verified or sent; ``allow_recompressed_signed``: let ``compression`` rewrite
-    signed images under it (their signatures then name digests the registry never gets)."""
+    signed images under it (their signatures then name digests the registry never gets).
+    ``access``: logins, CA certificates, ``--insecure`` (importer/registry/access.py)."""
     target = parse_target(registry)
+    access = access or RegistryAccess()
     opened = open_bundle(bundle)
     root = opened.root
     signed: List[Dict[str, Any]] = []
@@ -102,43 +103,38 @@ def push(
                              "nodes through `bundle-import serve`), or pass --allow-recompressed-signed")
     if lost and log is not None:
         log(signatures_lost("push", compression, lost))
-    manifest = verify_or_raise(opened, progress=progress).manifest
-    assert manifest is not None
-    workdir = new_workdir("sneakernet-push-") if compression != "keep" else ""
-    try:
-        done = transcode(root, manifest, compression, workdir)
-        if log is not None and any(has_zstd(image) for image in done.images):
-            log(zstd_warning("push"))
-        outcome = _push(done.manifest(manifest), root, target, ssh, insecure, concurrency, chunk_size, credentials,
-                        progress, log, done, compression, realm_credentials=realm_credentials)
-        outcome.image_signatures = signed if require_signed else None
-        return outcome
-    finally:
-        remove_workdir(workdir)
-
-
-def _push(manifest: BundleManifest, root: BundleRoot, target: RegistryTarget, ssh: Optional[SshTarget], insecure: bool,
-          concurrency: int, chunk_size: int, credentials: Optional[Credentials], progress: Optional[ProgressFactory],
-          log: Optional[Callable[[str], None]], done: Transcoded, compression: str, *,
-          realm_credentials: bool = False) -> PushOutcome:
-    with terminate_as_interrupt(), _route(target.host, ssh, insecure) as port:
+    with terminate_as_interrupt(), _route(target.host, ssh, access.insecure) as port:
         connect = ("127.0.0.1", port) if port is not None else None
-        with RegistryClient(target, connect_to=connect, insecure=insecure, credentials=credentials,
-                            chunk_size=chunk_size, log=log, realm_credentials=realm_credentials) as client:
-            client.ping()
-            artifacts: List[Dict[str, Any]] = []  # handed on before the tags, read back after them
-            report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress,
-                                 local=done.files,
-                                 before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, client)))
-            outcome = PushOutcome(report, f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None,
-                                  client.scheme, client.api_version, compression, dict(done.renamed))
-            outcome.artifacts = artifacts
-    if not report.ok:
-        bad = [r for r in report.refs if not r.readback.ok]
+        with RegistryClient(target, connect_to=connect, access=access, chunk_size=chunk_size, log=log) as client:
+            client.ping()  # it answers and takes the login, before every byte is verified
+            manifest = verify_or_raise(opened, progress=progress).manifest
+            assert manifest is not None
+            workdir = new_workdir("sneakernet-push-") if compression != "keep" else ""
+            try:
+                done = transcode(root, manifest, compression, workdir)
+                if log is not None and any(has_zstd(image) for image in done.images):
+                    log(zstd_warning("push"))
+                outcome = _push(done.manifest(manifest), root, client, concurrency, progress, done, compression,
+                                f"ssh {ssh.describe()} -> 127.0.0.1:{port}" if ssh else None)
+            finally:
+                remove_workdir(workdir)
+    outcome.image_signatures = signed if require_signed else None
+    if not outcome.report.ok:
+        bad = [r for r in outcome.report.refs if not r.readback.ok]
         raise PostLoadMismatch(
             f"reading back from {target}: expected every pushed image to match bundle.json, "
             f"found {len(bad)} mismatch(es)",
             context="\n".join(f"{r.pullable}: {'; '.join(r.readback.problems)}" for r in bad),
             hint="push again (blobs already there are skipped); if it persists the registry rewrites images",
         )
+    return outcome
+
+
+def _push(manifest: BundleManifest, root: BundleRoot, client: RegistryClient, concurrency: int,
+          progress: Optional[ProgressFactory], done: Transcoded, compression: str, via: Optional[str]) -> PushOutcome:
+    artifacts: List[Dict[str, Any]] = []  # handed on before the tags, read back after them
+    report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress,
+                         local=done.files, before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, client)))
+    outcome = PushOutcome(report, via, client.scheme, client.api_version, compression, dict(done.renamed))
+    outcome.artifacts = artifacts
     return outcome

@@ -21,8 +21,8 @@ from bundle.sshtunnel import SshTarget
 from importer.cli.copy import add_copy_arguments, cmd_copy
 from importer.cli.output import emit, success
 from importer.errors import BundleError, UsageError
+from importer.registry.access import access_from_args, add_access_arguments
 from importer.registry.client import DEFAULT_CHUNK
-from importer.registry.sink import REALM_HELP, credentials_from_args
 from importer.registry.transcode import CHOICES, ZSTD_READERS, has_zstd
 from importer.streams.progress import human_bytes
 from importer.streams.sizes import parse_size
@@ -65,8 +65,6 @@ def add_transfer_commands(sub: Any) -> None:
     ps.add_argument("bundle", metavar="BUNDLE", help="a bundle folder, FILE.tar or FILE.tar.parts.json")
     ps.add_argument("registry", metavar="REGISTRY[/NAMESPACE]",
                     help="e.g. 127.0.0.1:5000/team: my/app:1 goes to 127.0.0.1:5000/team/my/app:1")
-    ps.add_argument("--insecure", action="store_true",
-                    help="HTTPS without certificate checks, else plain HTTP (default for 127.0.0.0/8 and localhost)")
     ps.add_argument("--concurrency", type=int, default=4, metavar="N", help="parallel blob uploads (default 4)")
     ps.add_argument("--chunk-size", metavar="SIZE", default=str(DEFAULT_CHUNK),
                     help="bytes per upload request (default 16M; lower it behind a proxy body limit)")
@@ -80,9 +78,7 @@ def add_transfer_commands(sub: Any) -> None:
     ps.add_argument("--allow-recompressed-signed", action="store_true",
                     help="with --require-signed: let --compression rewrite signed images (their signatures then "
                     "name digests the registry does not get, so `cosign verify` refuses the pushed images)")
-    ps.add_argument("--username", metavar="USER", help="registry user (default: ~/.docker/config.json, else none)")
-    ps.add_argument("--password-stdin", action="store_true", help="read the registry password from stdin")
-    ps.add_argument("--allow-realm-credentials", action="store_true", help=REALM_HELP)
+    add_access_arguments(ps)
     ps.add_argument("--ssh", metavar="USER@HOST",
                     help="push through `ssh -L` to HOST; REGISTRY is then the registry as HOST sees it")
     ps.add_argument("--ssh-port", type=int, metavar="N", help="SSH port (default 22 or ~/.ssh/config)")
@@ -163,9 +159,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     if (args.ssh_port or args.identity or args.ssh_option) and not args.ssh:
         raise UsageError("reading the SSH options: expected --ssh USER@HOST with them, found none")
     ssh = SshTarget(args.ssh, args.ssh_port, args.identity, tuple(args.ssh_option)) if args.ssh else None
-    outcome = push(args.bundle, args.registry, insecure=args.insecure, concurrency=args.concurrency,
-                   chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096),
-                   credentials=credentials_from_args(args), ssh=ssh, realm_credentials=args.allow_realm_credentials,
+    outcome = push(args.bundle, args.registry, access=access_from_args(args), concurrency=args.concurrency,
+                   chunk_size=parse_size(args.chunk_size, what="--chunk-size", minimum=4096), ssh=ssh,
                    progress=_progress(args), log=_log(args), compression=args.compression,
                    require_signed=args.require_signed, allow_recompressed_signed=args.allow_recompressed_signed)
     rep = outcome.report

@@ -226,6 +226,13 @@ class RegistryAuthError(RegistryError):
     reference = "registry-auth"
 
 
+class RegistryUnreachable(RegistryError):
+    """Nothing answers where the registry is named: the connection was refused, the host name
+    does not resolve, or there is no route to it (found at the first contact, without retries)."""
+
+    reference = "registry-unreachable"
+
+
 class RegistryNoCatalog(RegistryError):
     """The registry does not list its repositories (``/v2/_catalog`` answers 404/405)."""
 

@@ -15,6 +15,7 @@ from bundle.sources.protocol import ExportSource
 from bundle.sources.registry import RegistrySource
 from importer.errors import UsageError
 from importer.format.reference import parse_reference, split_transport
+from importer.registry.access import RegistryAccess
 
 #: the transports bundle export reads (reference.TRANSPORTS also names those it refuses)
 TRANSPORTS = ("docker-daemon", "containerd", "oci", "docker")
@@ -53,7 +54,7 @@ def _names_a_folder(ref: str) -> bool:
 
 def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
                 address: Optional[str] = None, namespace: Optional[str] = None,
-                insecure: bool = False, realm_credentials: bool = False) -> Tuple[ExportSource, List[str]]:
+                access: Optional[RegistryAccess] = None) -> Tuple[ExportSource, List[str]]:
     """(source, refs as that source names them: an OCI layout's "" is its one image). All
     references must come from one source."""
     parsed = [transport_of(r) for r in refs]
@@ -62,15 +63,16 @@ def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
         raise UsageError(f"exporting {', '.join(refs)}: expected images from one source, found {', '.join(kinds)}",
                          hint="export each source into its own bundle")
     kind = kinds[0]
-    if insecure and kind != "docker":
-        raise UsageError(f"exporting from {kind} with --insecure: expected a docker:// (registry) source",
-                         hint="--insecure lets a registry skip certificate checks; drop it for other sources")
+    if access is not None and access.named() and kind != "docker":
+        raise UsageError(f"exporting from {kind} with registry options (--insecure, --username, --authfile, "
+                         "--cert-dir, --allow-realm-credentials): expected a docker:// (registry) source",
+                         hint="they say how to reach a registry; drop them for other sources")
     if kind in ("docker", "containerd", "docker-daemon"):
         for _, r in parsed:  # one parser says which part of a bad reference is wrong
             parse_reference(r, what="exporting: reading the image reference")
     if kind == "docker":
         names = [r for _, r in parsed]
-        return RegistrySource(names, insecure=insecure, realm_credentials=realm_credentials), names
+        return RegistrySource(names, access=access), names
     if kind == "containerd":
         return ContainerdSource(address, namespace), [r for _, r in parsed]
     if kind == "oci":

@@ -1,6 +1,8 @@
 """The ``docker://`` source: images read straight from a registry over the distribution API, on
 the importer's own client (importer/registry/client.py: token and basic auth from the docker
-config and its credential helpers, ``--insecure``, a loopback registry over plain HTTP).
+config, podman/skopeo auth.json, their credential helpers, ``--authfile``, ``--username``; CA
+certificates from ``--cert-dir`` or certs.d; ``--insecure``, a loopback registry over plain HTTP:
+importer/registry/access.py).
 
 ``docker://HOST[:PORT]/REPO:TAG`` or ``docker://HOST[:PORT]/REPO@sha256:...`` (no host: Docker
 Hub). Manifests and indexes are kept byte for byte (their digests survive); blobs are copied as
@@ -35,6 +37,7 @@ from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST
 from importer.format.manifest import LayerRecord
 from importer.format.reference import split_host_path, split_reference
 from importer.inventory.have import HaveLayers
+from importer.registry.access import RegistryAccess
 from importer.registry.client import RegistryClient, RegistryTarget
 from importer.streams.readers import Readable
 
@@ -187,9 +190,8 @@ class RegistrySource(SourceBase):
     kind = "registry"
     carries_attached = True  # cosign-tagged signatures, attestations, SBOMs and referrers
 
-    def __init__(self, refs: Sequence[str] = (), *, insecure: bool = False, realm_credentials: bool = False) -> None:
-        self.insecure = insecure
-        self.realm_credentials = realm_credentials
+    def __init__(self, refs: Sequence[str] = (), *, access: Optional[RegistryAccess] = None) -> None:
+        self.access = access or RegistryAccess()
         #: the registries the references name (checked before anything is read)
         self.hosts = sorted({parse_registry_ref(r).host for r in refs})
         self.clients: Dict[str, RegistryClient] = {}
@@ -201,8 +203,7 @@ class RegistrySource(SourceBase):
 
     def client(self, host_name: str) -> RegistryClient:
         if host_name not in self.clients:
-            client = RegistryClient(RegistryTarget(host_name), insecure=self.insecure,
-                                    realm_credentials=self.realm_credentials)
+            client = RegistryClient(RegistryTarget(host_name), access=self.access)
             client.ping()
             self.clients[host_name] = client
         return self.clients[host_name]

@@ -56,18 +56,19 @@ def checks_from_push(report: PushReport) -> List[ImageCheck]:
 
 def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPlan, result: ImportResult, *,
                        progress: Optional[ProgressFactory] = None) -> ImportResult:
-    """The ``registry`` route of ``plan``: verify every byte of the opened bundle (against the
-    bundle.json the signature step judged), probe, push (``--force``: the plan's), read back and
+    """The ``registry`` route of ``plan``: probe first (the registry answers and takes the login:
+    cheap checks before a long verification), verify every byte of the opened bundle (against the
+    bundle.json the signature step judged), push (``--force``: the plan's), read back and
     compare; ``result`` is filled in as work proceeds."""
     started = time.monotonic()
     res = result
     root = bundle.root
     force = plan.force
+    res.engine = sink.probe()
     res.report = verify_or_raise(bundle, progress=progress)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
-    res.engine = sink.probe()
     if progress is not None and any(has_zstd(image) for image in manifest.images):  # not --quiet
         sys.stderr.write(f"note: {zstd_warning('--engine registry')} with `bundle push`\n")
     t_push = time.monotonic()

@@ -1,11 +1,10 @@
 """Registry credentials and the distribution-API auth handshake (never printed).
 
-Credentials come from ``--username`` + ``--password-stdin``, else from the Docker client config
-(``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json``: ``auths`` entries, or a
-``credHelpers``/``credsStore`` helper ``docker-credential-NAME get``), else none (anonymous).
-A registry that answers 401 says how to authenticate in ``WWW-Authenticate``: ``Basic`` (send
-the credentials) or ``Bearer realm=...,service=...,scope=...`` (fetch a token from the realm,
-with the credentials when there are some).
+Where credentials come from (flags, --authfile, podman/skopeo auth.json, Docker's config.json,
+credential helpers) is importer/registry/logins.py. A registry that answers 401 says how to
+authenticate in ``WWW-Authenticate``: ``Basic`` (send the credentials) or ``Bearer
+realm=...,service=...,scope=...`` (fetch a token from the realm, with the credentials when there
+are some).
 
 Credentials go only to the registry that was named: a realm on another host or port gets them only
 over HTTPS and when the user allows it (``--allow-realm-credentials``; Docker Hub's own pair,
@@ -15,20 +14,16 @@ another origin is followed without them (importer/registry/redirects.py)."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
-import json
-import os
 import re
 import ssl
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from importer.errors import BundleError, ManifestError, RegistryAuthError
+from importer.errors import ManifestError, RegistryAuthError
 from importer.format.limits import parse_json
 from importer.registry.redirects import Origin, open_url, origin
-from importer.streams.commands import StdinCommand
 
 MAX_TOKEN_RESPONSE = 1024 * 1024
 #: registries whose token realm is on another host, known to belong to them (HTTPS)
@@ -60,72 +55,6 @@ def parse_challenge(header: str) -> Tuple[str, Dict[str, str]]:
     return scheme.lower(), params
 
 
-def docker_config_path() -> str:
-    base = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    return os.path.join(base, "config.json")
-
-
-def _host_keys(host: str) -> List[str]:
-    keys = [host, f"https://{host}", f"http://{host}", f"https://{host}/v2/", f"http://{host}/v2/"]
-    if host in ("docker.io", "index.docker.io", "registry-1.docker.io"):
-        keys.append("https://index.docker.io/v1/")
-    return keys
-
-
-def credentials_from_docker_config(host: str, path: Optional[str] = None) -> Optional[Credentials]:
-    """Credentials the Docker client would use for ``host`` (``docker login`` writes them)."""
-    path = path or docker_config_path()
-    try:
-        with open(path, "rb") as f:
-            doc = parse_json(f.read(MAX_TOKEN_RESPONSE), path)
-    except (OSError, ValueError):
-        return None
-    except Exception:  # a damaged config is not ours to report; go anonymous
-        return None
-    if not isinstance(doc, dict):
-        return None
-    helpers: Dict[str, Any] = doc["credHelpers"] if isinstance(doc.get("credHelpers"), dict) else {}
-    helper = helpers.get(host) or doc.get("credsStore")
-    if isinstance(helper, str) and helper:
-        found = _from_helper(helper, host)
-        if found is not None:
-            return found
-    auths: Dict[str, Any] = doc["auths"] if isinstance(doc.get("auths"), dict) else {}
-    for key in _host_keys(host):
-        entry = auths.get(key)
-        if not isinstance(entry, dict):
-            continue
-        if isinstance(entry.get("auth"), str) and entry["auth"]:
-            try:
-                user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
-            except (ValueError, UnicodeDecodeError):
-                continue
-            return Credentials(user, password, source=f"{path} (auths.{key})")
-        if isinstance(entry.get("username"), str) and isinstance(entry.get("password"), str):
-            return Credentials(entry["username"], entry["password"], source=f"{path} (auths.{key})")
-    return None
-
-
-def _from_helper(helper: str, host: str) -> Optional[Credentials]:
-    """``docker-credential-HELPER get`` with the host on stdin (the credential-helper protocol)."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", helper):
-        return None
-    try:
-        cmd = StdinCommand([f"docker-credential-{helper}", "get"], what=f"asking docker-credential-{helper}")
-        with contextlib.suppress(OSError):
-            cmd.stdin.write(host.encode())
-        out = cmd.finish().stdout
-    except BundleError:
-        return None
-    try:
-        doc = json.loads(out.decode("utf-8"))
-    except ValueError:
-        return None
-    if isinstance(doc, dict) and isinstance(doc.get("Username"), str) and isinstance(doc.get("Secret"), str):
-        return Credentials(doc["Username"], doc["Secret"], source=f"docker-credential-{helper}")
-    return None
-
-
 def realm_gets_credentials(realm: str, registry: Origin, allowed: bool) -> bool:
     """May the registry's credentials go to the token ``realm``? Yes on the registry's own origin
     (host and port; its scheme may differ); on another, only over HTTPS, when ``allowed``
@@ -137,13 +66,15 @@ def realm_gets_credentials(realm: str, registry: Origin, allowed: bool) -> bool:
 
 
 def fetch_token(params: Dict[str, str], scopes: List[str], creds: Optional[Credentials], *,
-                insecure: bool, timeout: float, registry: Optional[Origin] = None,
-                realm_credentials: bool = False) -> str:
+                context: ssl.SSLContext, timeout: float, registry: Optional[Origin] = None,
+                realm_credentials: bool = False, hint: str = "") -> str:
     """The bearer token flow: GET realm?service=..&scope=.. (with basic auth when we have
     credentials and the realm may have them, :func:`realm_gets_credentials`; ``registry``: the
     registry's origin, None = the realm's own); returns the ``Authorization`` header value. A
     challenge's ``scope`` that holds several scopes, space-separated (distribution asks so for a
-    cross-repository mount), is sent as one ``scope`` parameter each, as the token spec says."""
+    cross-repository mount), is sent as one ``scope`` parameter each, as the token spec says.
+    ``context``: the registry's TLS setting (its CAs, or no checks for an insecure one);
+    ``hint``: what to do when the realm refuses (the resolver's, importer/registry/logins.py)."""
     realm = params.get("realm", "")
     if not realm.startswith(("https://", "http://")):
         raise RegistryAuthError(f"authenticating: expected a token realm URL in WWW-Authenticate, found {realm!r}")
@@ -155,10 +86,7 @@ def fetch_token(params: Dict[str, str], scopes: List[str], creds: Optional[Crede
     url = realm + ("&" if "?" in realm else "?") + urllib.parse.urlencode(query)
     withheld = creds is not None and not realm_gets_credentials(realm, registry or origin(realm), realm_credentials)
     basic = creds.basic_header() if creds is not None and not withheld else None
-    ctx = ssl.create_default_context()
-    if insecure:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
+    ctx = context
     host = urllib.parse.urlsplit(realm).netloc
     what = f"authenticating at {host}"
     try:
@@ -173,11 +101,10 @@ def fetch_token(params: Dict[str, str], scopes: List[str], creds: Optional[Crede
         raise RegistryAuthError(f"{what}: expected the token service to answer, found {e}",
                                 hint="the token realm must be reachable from here") from e
     if status != 200:
-        hint = _auth_hint(creds)
         if withheld:
             hint = (f"the token service {host} is not the registry's host, so the login was not sent to it; "
                     "if you trust it, pass --allow-realm-credentials (HTTPS realms only)")
-        raise RegistryAuthError(f"{what}: expected a token, found HTTP {status}", hint=hint)
+        raise RegistryAuthError(f"{what}: expected a token, found HTTP {status}", hint=hint or None)
     if len(raw) > MAX_TOKEN_RESPONSE:
         raise RegistryAuthError(f"{what}: expected a token answer of at most {MAX_TOKEN_RESPONSE} bytes, found more")
     try:
@@ -189,9 +116,3 @@ def fetch_token(params: Dict[str, str], scopes: List[str], creds: Optional[Crede
     if not isinstance(token, str) or not token:
         raise RegistryAuthError(f"{what}: expected a token (a string) in the answer, found none")
     return "Bearer " + token
-
-
-def _auth_hint(creds: Optional[Credentials]) -> str:
-    if creds is None:
-        return "log in first (docker login REGISTRY), or pass --username and --password-stdin"
-    return f"check the credentials from {creds.source} (user {creds.username!r}) and their rights on the repository"

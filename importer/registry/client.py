@@ -11,11 +11,18 @@ the registry sink (``bundle-import --engine registry``).
 - Manifests are PUT with their exact bytes and their own media type; read back by GET.
 - Auth: anonymous, Basic, or the Bearer token flow, as the registry's ``WWW-Authenticate`` asks
   (importer/registry/auth.py). Credentials are never printed.
+- Logins and CA certificates come from the command's :class:`RegistryAccess`
+  (importer/registry/access.py: one resolver of logins, one of CA files, for every command).
 - Like Docker, a registry on 127.0.0.0/8, ::1 or localhost is "insecure" by default: HTTPS
-  without certificate checks first, then plain HTTP."""
+  without certificate checks first, then plain HTTP; not when it has a CA of its own
+  (``--cert-dir``, certs.d): then it is checked against it.
+- The first contact (:meth:`RegistryClient.ping`) fails at once when nothing can be reached (a
+  refused connection, an unknown host, no route): no retries, so a push or an import learns it
+  before verifying every byte."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import ipaddress
@@ -36,12 +43,14 @@ from importer.errors import (
     LimitExceeded,
     RegistryAuthError,
     RegistryError,
+    RegistryUnreachable,
     UsageError,
 )
 from importer.format.digest import CHUNK, Digest
 from importer.format.mediatypes import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 from importer.format.reference import split_host_path, split_host_port, split_reference, split_registry
-from importer.registry.auth import Credentials, credentials_from_docker_config, fetch_token, parse_challenge
+from importer.registry.access import RegistryAccess
+from importer.registry.auth import Credentials, fetch_token, parse_challenge
 from importer.registry.redirects import REDIRECTS, Origin, open_url
 
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: isdigit() also takes superscripts, int() other scripts' digits
@@ -211,6 +220,19 @@ class _Slice:
 
 
 _TRANSIENT: Tuple[Type[BaseException], ...] = (OSError, http.client.HTTPException, _Interrupted)
+_NO_ROUTE = (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL)
+
+
+def unreachable(e: BaseException) -> str:
+    """Why nothing can be reached (a refused connection, an unknown host, no route), or "" for a
+    failure worth retrying."""
+    if isinstance(e, ConnectionRefusedError):
+        return "the connection was refused (nothing listens there)"
+    if isinstance(e, socket.gaierror):
+        return f"the host name does not resolve ({e.strerror or e})"
+    if isinstance(e, OSError) and e.errno in _NO_ROUTE:
+        return f"no route to it ({e.strerror or e})"
+    return ""
 
 
 def _error_text(resp: Response) -> str:
@@ -239,22 +261,23 @@ class RegistryClient:
         target: RegistryTarget,
         *,
         connect_to: Optional[Tuple[str, int]] = None,
-        insecure: bool = False,
-        credentials: Optional[Credentials] = None,
+        access: Optional[RegistryAccess] = None,
         timeout: float = 120.0,
         chunk_size: int = DEFAULT_CHUNK,
         attempts: int = DEFAULT_ATTEMPTS,
         backoff: float = 0.5,
         log: Optional[Callable[[str], None]] = None,
-        realm_credentials: bool = False,
     ) -> None:
         self.target = target
+        self.access = access = access or RegistryAccess()
         #: send the credentials to a token realm on another host too (HTTPS only; --allow-realm-credentials)
-        self.realm_credentials = realm_credentials
+        self.realm_credentials = access.realm_credentials
         hostname, port = split_host_port(target.host)
         self.server_name = hostname
         self.connect_to = connect_to or (hostname, port or 0)
-        self.insecure = insecure or is_loopback(hostname)
+        self.tunnelled = connect_to is not None
+        #: --insecure, or a loopback registry without a CA of its own (Docker's default)
+        self.insecure = access.insecure or (is_loopback(hostname) and not access.certs.ca_files(target.host))
         self.timeout = timeout
         self.chunk_size = max(1, chunk_size)
         self.attempts = max(1, attempts)
@@ -264,8 +287,7 @@ class RegistryClient:
         self.tls_error = ""
         self.api_version = ""
         self.stats = Stats()
-        self._credentials = credentials
-        self._credentials_looked_up = credentials is not None
+        self._ssl: Optional[ssl.SSLContext] = None
         self._auth: Dict[str, str] = {}
         self._extra_scopes: Dict[str, List[str]] = {}
         self._local = threading.local()
@@ -277,10 +299,7 @@ class RegistryClient:
     def _new_connection(self) -> http.client.HTTPConnection:
         addr, port = self.connect_to
         if self.scheme == "https":
-            ctx = ssl.create_default_context()
-            if self.insecure:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
+            ctx = self.ssl_context()
             conn: http.client.HTTPConnection = _TLSConnection(
                 addr, port or 443, server_name=self.server_name, context=ctx, timeout=self.timeout)
         else:
@@ -288,6 +307,14 @@ class RegistryClient:
         with self._lock:
             self._all.append(conn)
         return conn
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The registry's TLS setting: the system's CAs and its own (certs.d, --cert-dir), or no
+        checks for an insecure registry; also for its token realm and blob storage."""
+        with self._lock:
+            if self._ssl is None:
+                self._ssl = self.access.certs.context(self.target.host, verify=not self.insecure)
+            return self._ssl
 
     def _conn(self) -> http.client.HTTPConnection:
         conn: Optional[http.client.HTTPConnection] = getattr(self._local, "conn", None)
@@ -366,8 +393,9 @@ class RegistryClient:
 
     def request(self, method: str, path: str, *, what: str, ok: Tuple[int, ...] = (200,),
                 headers: Optional[Dict[str, str]] = None, body: Optional[bytes] = None, repo: str = "",
-                limit: int = MAX_RESPONSE) -> Response:
-        """One request with retries on transient failures and the auth handshake on 401."""
+                limit: int = MAX_RESPONSE, fail_fast: bool = False) -> Response:
+        """One request with retries on transient failures and the auth handshake on 401.
+        ``fail_fast``: a registry that cannot be reached at all (:func:`unreachable`) is not retried."""
         attempt = 0
         auth_rounds = 0
         while True:
@@ -377,10 +405,18 @@ class RegistryClient:
             except ssl.SSLCertVerificationError as e:
                 raise RegistryError(
                     f"{what}: expected a trusted TLS certificate from {self.target.host}, found {e.verify_message}",
-                    hint="install the registry's CA certificate, or pass --insecure for a registry you trust",
+                    hint=self.access.certs.hint(self.target.host),
                 ) from e
             except _TRANSIENT as e:
                 self._check_cancelled()
+                why = unreachable(e) if fail_fast else ""
+                if why:
+                    raise RegistryUnreachable(
+                        f"{what}: expected the registry to answer at {self._address()}, found {why}",
+                        hint="check the registry's address and port and that it runs"
+                        + (" (through the SSH tunnel: REGISTRY is the address as the SSH host sees it)"
+                           if self.tunnelled else ""),
+                    ) from e
                 last = f"{type(e).__name__}: {e}"
             else:
                 if resp.status == 401 and auth_rounds < 2:
@@ -389,7 +425,7 @@ class RegistryClient:
                     continue
                 if resp.status == 401:
                     raise RegistryAuthError(f"{what}: the registry refused the credentials (HTTP 401)",
-                                            context=_error_text(resp) or None, hint=self._auth_hint())
+                                            context=_error_text(resp) or None, hint=self._auth_hint(repo, True))
                 if resp.status in ok:
                     return resp
                 if resp.status != 429 and resp.status < 500:
@@ -412,36 +448,38 @@ class RegistryClient:
         cls = RegistryAuthError if resp.status == 403 else RegistryError
         return cls(
             f"{what}: expected HTTP {'/'.join(map(str, ok))}, found {resp.status}" + (f" ({text})" if text else ""),
-            hint=self._auth_hint() if resp.status == 403 else "the registry refused the request; see its message",
+            hint=self._auth_hint("", True) if resp.status == 403 else "the registry refused the request; see its "
+            "message",
         )
 
     # === auth
-    def _creds(self) -> Optional[Credentials]:
-        if not self._credentials_looked_up:
-            self._credentials = credentials_from_docker_config(self.target.host)
-            self._credentials_looked_up = True
-        return self._credentials
+    def _creds(self, repo: str) -> Optional[Credentials]:
+        """The login for ``repo`` (the namespace pushed to, for the registry as a whole)."""
+        return self.access.logins.credentials(self.target.host, repo or self.target.namespace)
 
-    def _auth_hint(self) -> str:
-        creds = self._creds()
-        if creds is None:
-            return "log in first (docker login REGISTRY), or pass --username and --password-stdin"
-        return f"check the credentials from {creds.source} (user {creds.username!r}) and their rights"
+    def _address(self) -> str:
+        addr, port = self.connect_to
+        shown = f"[{addr}]" if ":" in addr else addr
+        return f"{shown}:{port or (443 if self.scheme == 'https' else 80)}"
+
+    def _auth_hint(self, repo: str = "", refused: bool = False) -> str:
+        return self.access.logins.hint(self.target.host, repo or self.target.namespace, refused=refused)
 
     def _authenticate(self, resp: Response, repo: str, what: str) -> None:
         challenge = resp.header("WWW-Authenticate") or ""
         scheme, params = parse_challenge(challenge)
-        creds = self._creds()
+        creds = self._creds(repo)
         if scheme == "basic":
             if creds is None:
                 raise RegistryAuthError(f"{what}: the registry asks for a login, found no credentials",
-                                        hint=self._auth_hint())
-            self._auth[""] = creds.basic_header()
+                                        hint=self._auth_hint(repo))
+            self._auth[repo] = creds.basic_header()
         elif scheme == "bearer":
             scopes = [params["scope"]] if params.get("scope") else []
             scopes += [s for s in self._extra_scopes.get(repo, []) if s not in scopes]
-            self._auth[repo] = fetch_token(params, scopes, creds, insecure=self.insecure, timeout=self.timeout,
-                                           registry=self.origin(), realm_credentials=self.realm_credentials)
+            self._auth[repo] = fetch_token(params, scopes, creds, context=self.ssl_context(), timeout=self.timeout,
+                                           registry=self.origin(), realm_credentials=self.realm_credentials,
+                                           hint=self._auth_hint(repo, creds is not None))
         else:
             raise RegistryAuthError(f"{what}: expected a Basic or Bearer challenge, found {challenge[:100]!r}")
 
@@ -455,7 +493,7 @@ class RegistryClient:
         """A storage redirect followed: the registry's credential only to the registry itself."""
         base = f"{self.scheme}://{self.target.host}/"
         return open_url(urllib.parse.urljoin(base, location), what=what, headers={"User-Agent": USER_AGENT, **headers},
-                        auth=self._auth_header(repo), auth_origin=self.origin(), context=ssl.create_default_context(),
+                        auth=self._auth_header(repo), auth_origin=self.origin(), context=self.ssl_context(),
                         timeout=self.timeout, own=self._new_connection)
 
     def _auth_header(self, repo: str) -> Optional[str]:
@@ -463,8 +501,10 @@ class RegistryClient:
 
     # === the API
     def ping(self) -> str:
-        """``GET /v2/``: the registry answers. An insecure registry is tried once over HTTPS
-        (certificate not checked), then over plain HTTP."""
+        """``GET /v2/``: the registry answers, and takes the login when it wants one (the cheap
+        check before a long verification). An insecure registry is tried once over HTTPS
+        (certificate not checked), then over plain HTTP. Nothing to reach (refused, unknown host,
+        no route) fails at once, without retries."""
         if self.insecure:
             self.scheme = "https"
             try:
@@ -473,7 +513,8 @@ class RegistryClient:
                 self._drop()
                 self.scheme = "http"  # an insecure registry without TLS (reported as `scheme`)
                 self.tls_error = f"{type(e).__name__}: {e}"
-        resp = self.request("GET", "/v2/", what=f"connecting to the registry {self.target.host}", ok=(200,))
+        resp = self.request("GET", "/v2/", what=f"connecting to the registry {self.target.host}", ok=(200,),
+                            fail_fast=True)
         self.api_version = resp.header("Docker-Distribution-Api-Version") or "registry/2.0"
         return self.api_version
 
