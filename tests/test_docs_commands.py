@@ -396,6 +396,9 @@ SPECS: Dict[str, Spec] = {
     "--compression gzip": skip(SERVE + "; tests/test_cluster_path.py runs it with Docker 20.10"),
     "bundle push /data/train.bundle registry.internal:5000/team --compression gzip":
         skip(REGISTRY + "; tests/test_cluster_path.py runs it against a docker-registry"),
+    "python3 /data/incoming/bundle-import.pyz /data/incoming/train.tar.parts.json --engine registry --registry "
+    "registry.internal:5000/team --compression gzip":
+        skip(REGISTRY + "; tests/test_offline_registry.py runs it into a docker-registry, pulled by Docker 20.10"),
     "docker pull --platform linux/arm64 gpu-gw:5000/my/train:1": skip(SERVE + "; tests/test_cluster_path.py"),
     "skopeo inspect --raw oci:/data/train.bundle:my/train:1":
         skip("an --all-platforms bundle; tests/test_cluster_path.py runs it on one"),

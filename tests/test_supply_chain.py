@@ -681,3 +681,36 @@ def test_push_says_what_recompression_does_to_signatures(bundles: dict[str, Path
         kept = run_cli("bundle", "push", str(bundles["app"]), f"{mirror.addr}/kept", "--require-signed",
                        str(keys["pub"]))
         assert kept.returncode == 0 and "no signature names" not in kept.stderr, kept.stderr
+
+
+def test_import_into_a_registry_says_what_recompression_does_to_signatures(
+        bundles: dict[str, Path], registry: dict[str, Any], keys: dict[str, Any], mirror: Registry,
+        tmp_path: Path) -> None:
+    """The offline side's `--engine registry --compression` as `bundle push`: said before anything
+    is sent, refused under --require-signed (nothing sent) unless --allow-recompressed-signed, and
+    the receipt names the manifests pushed instead."""
+    namespace = f"{mirror.addr}/offline-recompressed"
+    with supplykit.client(mirror.addr) as c:
+        def there() -> str | None:
+            return c.manifest_digest("offline-recompressed/sn/app", "1")
+
+        refused = run_pyz(bundles["app"], "--engine", "registry", "--registry", namespace, "--compression", "zstd",
+                          "--require-signed", str(keys["pub"]), "--no-receipt", "--json")
+        assert refused.returncode == 7, refused.stderr
+        error = json.loads(refused.stdout)["error"]
+        assert error["id"] == "policy-rejected" and "no signature names" in error["message"], error
+        assert "--allow-recompressed-signed" in error["hint"] and "bundle push" not in error["hint"]
+        assert there() is None
+        receipt = tmp_path / "r.json"
+        allowed = run_pyz(bundles["app"], "--engine", "registry", "--registry", namespace, "--compression", "zstd",
+                          "--require-signed", str(keys["pub"]), "--allow-recompressed-signed", "--receipt",
+                          str(receipt))
+        assert allowed.returncode == 0, allowed.stderr
+        assert "no signature names" in allowed.stderr
+        doc = json.loads(receipt.read_text())
+        assert doc["imageSignatures"][0]["digest"] == registry["app"]["digest"]
+        assert doc["push"]["compression"] == "zstd"
+        assert there() == doc["push"]["renamedManifests"][registry["app"]["digest"]] != registry["app"]["digest"]
+        said = run_pyz(bundles["app"], "--engine", "registry", "--registry", f"{namespace}-unchecked",
+                       "--compression", "zstd", "--no-receipt")  # no --require-signed: said, not refused
+        assert said.returncode == 0 and "no signature names" in said.stderr, said.stderr

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from importer.errors import PostLoadMismatch
+from importer.errors import PolicyRejected, PostLoadMismatch
 from importer.format.identity import OCI
 from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult
@@ -25,7 +25,15 @@ from importer.pipeline.postload import ImageCheck, check_image
 from importer.registry.push import PushedRef, PushReport, push_bundle
 from importer.registry.push_artifacts import push_artifacts
 from importer.registry.sink import RegistrySink
-from importer.registry.transcode import has_zstd, zstd_warning
+from importer.registry.transcode import (
+    has_zstd,
+    new_workdir,
+    remove_workdir,
+    signatures_lost,
+    signed_and_rewritten,
+    transcode,
+    zstd_warning,
+)
 from importer.sinks import EngineImage
 from importer.verify.opened import verify_or_raise
 
@@ -64,23 +72,29 @@ def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPla
     res = result
     root = bundle.root
     force = plan.force
+    _refuse_lost_signatures(bundle, plan)
     res.engine = sink.probe()
     res.report = verify_or_raise(bundle, progress=progress)
     res.timings["verifySeconds"] = time.monotonic() - started
-    manifest = res.report.manifest
-    assert manifest is not None
-    if progress is not None and any(has_zstd(image) for image in manifest.images):  # not --quiet
-        sys.stderr.write(f"note: {zstd_warning('--engine registry')} with `bundle push`\n")
+    verified = res.report.manifest
+    assert verified is not None
+    workdir = new_workdir("sneakernet-import-") if plan.compression != "keep" else ""
     t_push = time.monotonic()
     try:
+        done = transcode(root, verified, plan.compression, workdir)
+        manifest = done.manifest(verified)
+        if progress is not None and any(has_zstd(image) for image in manifest.images):  # not --quiet
+            sys.stderr.write(f"note: {zstd_warning('--engine registry')}\n")
         artifacts: List[Dict[str, Any]] = []  # schema 3.5: handed on before the tags, read back after them
         report = push_bundle(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,
-                             progress=progress,
+                             progress=progress, local=done.files,
                              before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, sink.client)))
     finally:
         sink.close()
+        remove_workdir(workdir)
     sink.last_push = report
-    res.registry_push = {**report.to_dict(), "artifacts": artifacts}  # the receipt's "push" section
+    res.registry_push = {**report.to_dict(), "artifacts": artifacts,  # the receipt's "push" section
+                         "compression": plan.compression, "renamedManifests": dict(done.renamed)}
     res.timings["loadSeconds"] = time.monotonic() - t_push
     res.checks = checks_from_push(report)
     bad = [c for c in res.checks if not c.ok]
@@ -100,3 +114,19 @@ def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPla
         )
     res.timings["totalSeconds"] = time.monotonic() - started
     return res
+
+
+def _refuse_lost_signatures(bundle: OpenedBundle, plan: ImportPlan) -> None:
+    """``--compression`` that rewrites signed images (schema 3.5 artifacts) gives the registry manifests
+    no signature names: said before anything is verified or sent, refused under ``--require-signed``
+    unless ``--allow-recompressed-signed`` (as ``bundle push``)."""
+    if plan.compression == "keep" or bundle.schema_major() != 3:
+        return
+    lost = signed_and_rewritten(bundle.manifest(), plan.compression)
+    if lost and plan.require_signed and not plan.allow_recompressed_signed:
+        raise PolicyRejected(signatures_lost("importing into a registry with --require-signed", plan.compression,
+                                             lost),
+                             hint="import with --compression keep (Docker before 23.0 reads no zstd: pull those nodes "
+                             "through `bundle-import serve`), or pass --allow-recompressed-signed; nothing was sent")
+    if lost and not plan.quiet:
+        sys.stderr.write(f"note: {signatures_lost('--engine registry', plan.compression, lost)}\n")

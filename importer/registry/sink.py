@@ -13,6 +13,7 @@ from importer.registry.access import RegistryAccess, access_from_args, add_acces
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.inventory import registry_inventory
 from importer.registry.push import PushReport
+from importer.registry.transcode import CHOICES, ZSTD_READERS
 from importer.sinks import EngineImage, EngineInfo, SinkBase
 from importer.streams.sizes import parse_size
 
@@ -53,6 +54,14 @@ def add_registry_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="registry: parallel blob uploads")
     p.add_argument("--chunk-size", metavar="SIZE", default="16M",
                    help="registry: bytes per upload request (default 16M; lower it behind a proxy body limit)")
+    p.add_argument("--compression", choices=CHOICES, default="keep",
+                   help="registry: the layers' compression there: keep (default; a default bundle's are zstd, read "
+                   f"by {ZSTD_READERS}), gzip (for Docker before 23.0) or zstd; recompressed on the way in a private "
+                   "temp folder (TMPDIR), each layer's diff_id checked: same image IDs, new manifest digests "
+                   "(the receipt's push.renamedManifests)")
+    p.add_argument("--allow-recompressed-signed", action="store_true",
+                   help="registry, with --require-signed: let --compression rewrite signed images (their signatures "
+                   "then name digests the registry does not get, so `cosign verify` refuses the pushed images)")
 
 
 def registry_sink(args: argparse.Namespace) -> RegistrySink:
