@@ -126,15 +126,17 @@ def check_artifacts(fail: Fail, raw: Any, where: str) -> Tuple[ArtifactRecord, .
         if not is_digest(subject):
             fail(f"{at}.subject", f"expected 'sha256:' + 64 lowercase hex, found {subject!r}"[:200])
         manifest = _blob(fail, item.get("manifest"), f"{at}.manifest")
-        raw_blobs = item.get("blobs", [])
+        raw_blobs = item.get("blobs")  # required, as the schema says: an artifact names its blobs, if none
         if not isinstance(raw_blobs, list):
             fail(f"{at}.blobs", f"expected an array, found {type(raw_blobs).__name__}")
             raw_blobs = []
         blobs = [_blob(fail, b, f"{at}.blobs[{k}]") for k, b in enumerate(raw_blobs)]
-        tag = _text(fail, item.get("tag"), f"{at}.tag", required=False)
-        artifact_type = _text(fail, item.get("artifactType"), f"{at}.artifactType", required=False)
-        repository = _text(fail, item.get("repository"), f"{at}.repository", required=False)
-        if tag and kind in KINDS and is_digest(subject) and tag != derived_tag(str(kind), Digest.parse(subject)):
+        # optional, but a string when present (null is not "absent"; the schema refuses it too)
+        tag = _text(fail, item.get("tag"), f"{at}.tag", required="tag" in item)
+        artifact_type = _text(fail, item.get("artifactType"), f"{at}.artifactType", required="artifactType" in item)
+        repository = _text(fail, item.get("repository"), f"{at}.repository", required="repository" in item)
+        if "tag" in item and kind in KINDS and is_digest(subject) and \
+                (not tag or tag != derived_tag(str(kind), Digest.parse(subject))):
             want = derived_tag(str(kind), Digest.parse(subject))
             fail(f"{at}.tag", f"expected {'no tag' if not want else repr(want) + ' (derived from its subject) or none'}"
                  f" for a {kind}, found {tag!r}"[:300])

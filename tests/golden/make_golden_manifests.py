@@ -546,6 +546,11 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "artifacts-blob-without-size": _artifacts_with(lambda a: a["blobs"][0].pop("size")),
     "artifacts-not-a-list": _artifacts_with(lambda a: a.update(blobs={"a": 1})),
     "xref-artifacts-blob-not-listed": _artifacts_unlisted,
+    # found by the fuzzer (issue 38): the stdlib reader took these, the schema refuses them
+    "artifacts-blobs-missing": _artifacts_with(lambda a: a.pop("blobs")),
+    "artifacts-tag-null": _artifacts_with(lambda a: a.update(tag=None)),
+    "artifacts-tag-empty": _artifacts_with(lambda a: a.update(tag="")),
+    "artifacts-repository-null": _artifacts_with(lambda a: a.update(repository=None)),
     # 3.5: a record's tag is only ever the name derived from its own subject, its subject is this
     # image's, and no image carries that name (handing the record on would move an image's tag)
     "artifacts-tag-an-image-tag": _artifacts_with(lambda a: a.update(tag="1")),
