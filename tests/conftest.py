@@ -22,6 +22,9 @@ from tests.kit.fixtures import (  # noqa: F401 (the kit's shared fixtures)
     multi_facts,
     pristine,
     pristine_multi,
+    pristine_multi_signed,
+    pristine_picked_signed,
+    pristine_signed,
 )
 
 

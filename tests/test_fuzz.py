@@ -1,18 +1,32 @@
 """The bundle fuzzer, run by the test command with a fixed seed and a budget of about a minute
 (``SNEAKERNET_FUZZ_SECONDS`` for a longer run, ``SNEAKERNET_FUZZ_SEED`` for another seed;
 docs/security.md "Fuzzing" has the last long run's counts). Every mutated bundle must end in a
-typed error or a pass, never ``internal``, never a hang; and a bundle the importer accepts must
-pass the independent reference check (tests/kit/fuzzkit.py)."""
+typed error or a pass, never ``internal``, never a hang; a bundle the importer accepts must
+pass the independent reference check (tests/kit/fuzzkit.py); and a signed bundle that
+``--require-signed`` admits must pass the policy oracle (every manifest of every image signed
+by the key as its repository, or listed by a signed index)."""
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 
-from tests.kit.fuzzkit import MULTI_TARGETS, TARGETS, budget_seconds, reference_problems, run_case
+import pytest
+
+from tests.kit.fuzzkit import (
+    MULTI_TARGETS,
+    SIGNED_TARGETS,
+    TARGETS,
+    budget_seconds,
+    policy_problems,
+    reference_problems,
+    run_case,
+)
 
 
 def test_the_reference_check_accepts_the_pristine_bundle(pristine: Path) -> None:
@@ -20,8 +34,6 @@ def test_the_reference_check_accepts_the_pristine_bundle(pristine: Path) -> None
 
 
 def test_the_reference_check_is_not_vacuous(pristine: Path, tmp_path: Path) -> None:
-    import shutil
-
     from tests.kit.trustkit import regenerate_sums
 
     b = tmp_path / "b"
@@ -31,15 +43,11 @@ def test_the_reference_check_is_not_vacuous(pristine: Path, tmp_path: Path) -> N
     assert reference_problems(b)
 
 
-
 def test_the_reference_check_accepts_the_pristine_multiplatform_bundle(pristine_multi: Path) -> None:
     assert reference_problems(pristine_multi) == []
 
 
 def test_the_reference_check_reads_the_carried_index(pristine_multi: Path, tmp_path: Path) -> None:
-    import json
-    import shutil
-
     from tests.kit.fuzzkit import replace_blob
 
     b = tmp_path / "b"
@@ -62,12 +70,115 @@ def test_fuzz_the_carried_index_of_a_multiplatform_bundle(pristine_multi: Path, 
     _fuzz(pristine_multi, tmp_path, MULTI_TARGETS, 20)
 
 
+# ============================================================ schema 3.5: cuda, artifacts, signatures (issue 38)
+
+
+@pytest.fixture(params=["pristine_signed", "pristine_multi_signed", "pristine_picked_signed"])
+def signed(request: pytest.FixtureRequest) -> Path:
+    return Path(request.getfixturevalue(request.param))
+
+
+def _key(bundle: Path) -> Path:
+    from tests.kit.bundlegen import kit_key
+
+    return kit_key(bundle)[1]
+
+
+def test_the_reference_check_and_the_policy_oracle_accept_the_signed_bundles(signed: Path) -> None:
+    from importer.input.opened import open_bundle
+    from importer.verify.cosign import images_signed
+
+    doc = json.loads((signed / "bundle.json").read_text())
+    assert doc["schemaVersion"] == "3.5" and any("cuda" in img for img in doc["images"])
+    assert "signature" in {a["kind"] for img in doc["images"] for a in img["artifacts"]}
+    assert reference_problems(signed) == []
+    assert policy_problems(signed, [_key(signed)]) == []
+    assert len(images_signed(open_bundle(str(signed)), [str(_key(signed))], None, quiet=True,
+                             on_notice=lambda _: None)) == len(doc["images"])
+
+
+def _drop_signatures(bundle: Path, keep: str) -> None:
+    """Every signature but the one of ``keep`` (a digest) taken out of the bundle, its record,
+    blobs and files entries (bundle.json and SHA256SUMS re-pinned): a bundle whose other
+    manifests nobody signed. (The oracle weighs every signature the bundle holds, wherever it
+    sits: a record dropped with its blobs left behind is still signed, as far as the key goes.)"""
+    from tests.kit.trustkit import regenerate_sums
+
+    doc = json.loads((bundle / "bundle.json").read_text())
+    gone = set()
+    for image in doc["images"]:
+        gone |= {b["digest"] for a in image["artifacts"] if a["kind"] == "signature" and a["subject"] != keep
+                 for b in (a["manifest"], *a["blobs"])}
+        image["artifacts"] = [a for a in image["artifacts"] if a["kind"] != "signature" or a["subject"] == keep]
+    gone -= {b["digest"] for image in doc["images"] for a in image["artifacts"] for b in (a["manifest"], *a["blobs"])}
+    for digest in gone:
+        (bundle / "blobs/sha256" / digest[7:]).unlink()
+    doc["files"] = [f for f in doc["files"] if f["digest"] not in gone]
+    (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(bundle)
+
+
+def test_the_policy_oracle_is_not_vacuous(pristine_multi_signed: Path, tmp_path: Path) -> None:
+    """Only the primary platform's signature left: the index and two platforms are signed by
+    nothing. The oracle says so (and so does the importer); without the key, nothing is signed."""
+    from importer.errors import BundleError
+    from importer.input.opened import open_bundle
+    from importer.verify.cosign import images_signed
+
+    b = Path(shutil.copytree(pristine_multi_signed, tmp_path / "b"))
+    image = json.loads((b / "bundle.json").read_text())["images"][0]
+    _drop_signatures(b, image["manifest"]["digest"])
+    assert reference_problems(b) == []
+    problems = policy_problems(b, [_key(pristine_multi_signed)])
+    assert len(problems) == 3 and image["index"]["digest"][:19] in "".join(problems), problems
+    with pytest.raises(BundleError) as e:
+        images_signed(open_bundle(str(b)), [str(_key(pristine_multi_signed))], None, quiet=True,
+                      on_notice=lambda _: None)
+    assert e.value.reference == "image-signature-invalid"
+    from tests.kit.supplykit import ecdsa_key
+
+    _, other = ecdsa_key(tmp_path, "other")
+    assert len(policy_problems(pristine_multi_signed, [other])) == 4  # 3 platforms and the index
+
+
+def test_the_fuzzer_catches_a_policy_that_admits_on_one_signature(pristine_multi_signed: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug (one verified signature covers every manifest, the rule before issue 38):
+    a case the fuzzer runs with one platform signed is reported as accepted-bad."""
+    from importer.verify import cosign
+    from tests.kit import fuzzkit
+
+    def any_signature_covers_all(image: object, proofs: dict, reads: object) -> dict:
+        return {str(d): next(iter(proofs)) for d in cosign.needed_manifests(image)} if proofs else {}  # type: ignore[arg-type]
+
+    b = Path(shutil.copytree(pristine_multi_signed, tmp_path / "planted" / "multi.bundle"))
+    shutil.copy(pristine_multi_signed.parent / "cosign.pub", b.parent)
+    shutil.copy(pristine_multi_signed.parent / "cosign.key", b.parent)
+    _drop_signatures(b, json.loads((b / "bundle.json").read_text())["images"][0]["manifest"]["digest"])
+    ok = run_case(b, tmp_path / "case", random.Random(1), "cuda")
+    assert not ok.admitted and ok.policy_code == 7 and not ok.defects
+    monkeypatch.setattr(cosign, "_coverage", any_signature_covers_all)
+    outcomes = [run_case(b, tmp_path / "case", random.Random(seed), "cuda") for seed in range(8)]
+    admitted = [o for o in outcomes if o.admitted]  # a cuda mutation leaves the signatures as they are
+    assert admitted and all(any("policy oracle refuses" in d for d in o.defects) for o in admitted), outcomes
+    assert fuzzkit.policy_problems(b, [b.parent / "cosign.pub"])
+
+
+def test_fuzz_the_cuda_and_artifacts_records_and_the_signatures(signed: Path, tmp_path: Path) -> None:
+    """Issue 38: bundle.json's ``cuda`` and ``artifacts`` records, the signature manifests and
+    payloads (re-signed by the kit key or another, or a fresh statement the kit key signed),
+    each case verified and run with ``--require-signed``: 0 accepted-bad (by the reference check
+    or the policy oracle), never ``internal``."""
+    _fuzz(signed, tmp_path, SIGNED_TARGETS, 7)
+
+
 def _fuzz(pristine: Path, tmp_path: Path, targets: tuple[str, ...], seconds: float) -> None:
     seed = int(os.environ.get("SNEAKERNET_FUZZ_SEED", "20261203"))
     rnd = random.Random(seed)
     deadline = time.monotonic() + budget_seconds(seconds)
     counts: collections.Counter[str] = collections.Counter()
     exits: collections.Counter[int] = collections.Counter()
+    policy: collections.Counter[str] = collections.Counter()
     defects: list[str] = []
     n = 0
     while time.monotonic() < deadline or n < len(targets):
@@ -76,10 +187,13 @@ def _fuzz(pristine: Path, tmp_path: Path, targets: tuple[str, ...], seconds: flo
         outcome = run_case(pristine, tmp_path / "case", case_rnd, target)
         counts[target] += 1
         exits[outcome.exit_code] += 1
+        if outcome.policy_code is not None:
+            policy["admitted" if outcome.admitted else f"refused {outcome.policy_code}"] += 1
         for defect in outcome.defects:
             defects.append(f"case {n} ({target}, {'re-pinned' if outcome.repinned else 'raw'}, seed {seed}): "
                            f"{defect} | {outcome.stderr.strip()[:300]}")
         n += 1
-    print(f"fuzz: {n} cases, seed {seed}, per target {dict(counts)}, exit codes {dict(sorted(exits.items()))}")
+    print(f"fuzz: {n} cases, seed {seed}, per target {dict(counts)}, exit codes {dict(sorted(exits.items()))}"
+          + (f", --require-signed {dict(sorted(policy.items()))}" if policy else ""))
     assert not defects, "\n".join(defects[:20])
     assert exits[0] < n, "every mutated bundle was accepted: the mutations changed nothing"

@@ -7,6 +7,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
@@ -142,3 +143,172 @@ def bomb_bundle(root: Path) -> tuple[Path, str]:
     (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
     regenerate_sums(bundle)
     return bundle, str(layer["digest"])
+
+
+# ============================================================================ schema 3.5: signed, CUDA
+
+#: make_signed_bundle's images; their signatures name the repository of each
+SIGNED_REFS = ("registry.example:5000/fuzz/base:1", "registry.example:5000/fuzz/app:2")
+#: what make_signed_bundle's app image declares (its Env and layers), and the ``cuda`` record
+#: make_signed_multiplatform_bundle writes for its image
+CUDA_ENV = ["CUDA_VERSION=12.4.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471"]
+CUDA_RECORD = {"cudaVersion": "12.4.1", "require": {"NVIDIA_REQUIRE_CUDA": CUDA_ENV[1].split("=", 1)[1]},
+               "disableRequire": False, "compatLibs": ["550.54.15"], "torchCuda": "12.4"}
+
+
+class _CudaImage(FakeImage):
+    @property
+    def config(self) -> bytes:
+        doc = json.loads(super().config)
+        doc["config"]["Env"] = ["PATH=/bin", *CUDA_ENV]
+        return json.dumps(doc).encode()
+
+
+def kit_key(bundle: Path) -> tuple[Any, Path]:
+    """(private key, public key file) of the test key a signed bundle of this module was signed
+    with: ``cosign.key``/``cosign.pub`` beside the bundle (what ``--require-signed`` is given)."""
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key((bundle.parent / "cosign.key").read_bytes(), password=None)
+    return key, bundle.parent / "cosign.pub"
+
+
+def _new_kit_key(directory: Path) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.kit.supplykit import ecdsa_key
+
+    key, _pub = ecdsa_key(directory, "cosign")
+    (directory / "cosign.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return key
+
+
+def make_signed_bundle(root: Path) -> Path:
+    """A schema 3.5 bundle made by the real exporter of two images (SIGNED_REFS, zstd), the app
+    one declaring CUDA needs (its Env: CUDA_VERSION, NVIDIA_REQUIRE_CUDA; a layer holding a
+    compat library and torch's version.py: a full ``cuda`` record); then, as the source registry
+    would have them attached: each image's cosign signature (``sha256-<hex>.sig``, a
+    simple-signing payload signed by the kit key, kit_key) and, on the app image, an SPDX SBOM
+    referrer with its ``sha256-<hex>`` fallback index. Every blob listed in ``files``."""
+    root.mkdir(parents=True, exist_ok=True)
+    key = _new_kit_key(root.parent)
+    base = layer_tar({"bin/tool": b"#!/bin/sh\necho tool\n" * 50, "etc/os-release": b"ID=fake\n"})
+    top = layer_tar({"usr/local/cuda-12.4/compat/libcuda.so.550.54.15": b"\x7fELF fake\n",
+                     "usr/lib/python3/dist-packages/torch/version.py": b"cuda: Optional[str] = '12.4'\n",
+                     "app/main.py": b"print('hi')\n" * 1000})
+    store = BlobStore(str(root), fsync=False)
+    images = read_docker_save(io.BytesIO(docker_save([FakeImage(SIGNED_REFS[0], [base]),
+                                                      _CudaImage(SIGNED_REFS[1], [base, top])])), store,
+                              compression="zstd")
+    write_bundle(str(root), store, images, {"kind": "test"})
+    doc = json.loads((root / "bundle.json").read_text())
+    assert doc["images"][1].get("cuda"), "the exporter no longer writes the app image's cuda record"
+    for image in doc["images"]:
+        repo = image["refs"][0].rsplit(":", 1)[0]
+        attach_signature(root, doc, image, image["manifest"]["digest"], repo, key)
+    attach_sbom(root, doc, doc["images"][1], doc["images"][1]["manifest"])
+    _finish(root, doc)
+    return root
+
+
+def make_signed_multiplatform_bundle(root: Path) -> Path:
+    """make_multiplatform_bundle's three-platform image (ref multi/app:1), made schema 3.5: its
+    carried index signed by the kit key (which covers every platform it lists), its primary
+    platform signed too, an SBOM referrer on the primary, and a ``cuda`` record (CUDA_RECORD)."""
+    make_multiplatform_bundle(root)
+    key = _new_kit_key(root.parent)
+    doc = json.loads((root / "bundle.json").read_text())
+    image = doc["images"][0]
+    repo = image["refs"][0].rsplit(":", 1)[0]
+    attach_signature(root, doc, image, image["index"]["digest"], repo, key)
+    attach_signature(root, doc, image, image["manifest"]["digest"], repo, key)
+    attach_sbom(root, doc, image, image["manifest"])
+    image["cuda"] = dict(CUDA_RECORD)
+    _finish(root, doc)
+    return root
+
+
+def _add_blob(root: Path, doc: dict[str, Any], data: bytes, media_type: str) -> dict[str, Any]:
+    digest = _put_blob(root, data)
+    path = "blobs/sha256/" + digest[7:]
+    if not any(f["path"] == path for f in doc["files"]):
+        doc["files"].append({"path": path, "digest": digest, "size": len(data)})
+    return {"mediaType": media_type, "digest": digest, "size": len(data)}
+
+
+def attach_signature(root: Path, doc: dict[str, Any], image: dict[str, Any], digest: str, identity: str,
+                     key: Any, *, payload: bytes | None = None) -> dict[str, Any]:
+    """A cosign signature of ``digest`` as ``identity`` (the payload cosign writes, or ``payload``)
+    by ``key``, stored as cosign stores it (a manifest whose one simple-signing layer carries the
+    signature annotation) and recorded in ``image``'s artifacts; returns the record."""
+    import base64
+
+    from tests.kit.supplykit import OCI_CONFIG, OCI_MANIFEST, SIMPLE_SIGNING, sign_bytes
+    from tests.kit.supplykit import payload as make_payload
+
+    body = payload if payload is not None else make_payload(digest, identity)
+    layer = _add_blob(root, doc, body, SIMPLE_SIGNING)
+    config = {"architecture": "", "os": "", "config": {}, "created": "0001-01-01T00:00:00Z",
+              "rootfs": {"type": "layers", "diff_ids": [_sha(body)]}}
+    cfg = _add_blob(root, doc, json.dumps(config, separators=(",", ":")).encode(), OCI_CONFIG)
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": cfg, "layers": [
+        {**layer, "annotations": {"dev.cosignproject.cosign/signature":
+                                  base64.b64encode(sign_bytes(key, body)).decode()}}]}
+    ref = _add_blob(root, doc, json.dumps(manifest, separators=(",", ":")).encode(), OCI_MANIFEST)
+    record = {"kind": "signature", "subject": digest, "manifest": ref, "blobs": [cfg, layer],
+              "tag": "sha256-" + digest[7:] + ".sig", "repository": identity}
+    image.setdefault("artifacts", []).append(record)
+    return record
+
+
+def attach_sbom(root: Path, doc: dict[str, Any], image: dict[str, Any], subject: dict[str, Any]) -> None:
+    """An SPDX SBOM as an OCI 1.1 referrer of ``subject`` (a descriptor) and the ``sha256-<hex>``
+    fallback index listing it, both recorded in ``image``'s artifacts."""
+    from tests.kit.supplykit import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, SPDX
+
+    empty = _add_blob(root, doc, b"{}", OCI_EMPTY)
+    sbom = _add_blob(root, doc, json.dumps({"spdxVersion": "SPDX-2.3", "name": subject["digest"]}).encode(), SPDX)
+    referrer = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": SPDX, "config": empty,
+                "layers": [sbom], "subject": {k: subject[k] for k in ("mediaType", "digest", "size")}}
+    ref = _add_blob(root, doc, json.dumps(referrer, separators=(",", ":")).encode(), OCI_MANIFEST)
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [{**ref, "artifactType": SPDX}]}
+    idx = _add_blob(root, doc, json.dumps(index, separators=(",", ":")).encode(), OCI_INDEX)
+    hexpart = subject["digest"][7:]
+    image.setdefault("artifacts", []).extend([
+        {"kind": "referrers-index", "subject": subject["digest"], "manifest": idx, "blobs": [],
+         "tag": "sha256-" + hexpart},
+        {"kind": "referrer", "subject": subject["digest"], "manifest": ref, "blobs": [empty, sbom],
+         "artifactType": SPDX}])
+
+
+def _finish(root: Path, doc: dict[str, Any]) -> None:
+    doc["schemaVersion"] = "3.5"
+    doc["files"] = sorted(doc["files"], key=lambda f: f["path"])
+    (root / "bundle.json").write_text(json.dumps(doc, indent=2) + "\n")
+    regenerate_sums(root)
+
+
+def make_signed_picked_bundle(root: Path) -> Path:
+    """One platform (linux/arm64) of layoutgen.write_layout's image, exported alone (schema 3.5),
+    as a registry export carries it when the tag's index is signed: the index it was picked from
+    byte for byte (a record of kind ``index``, subject itself), its cosign signature by the kit key
+    (which covers the platform the index lists), and a ``cuda`` record (CUDA_RECORD)."""
+    from bundle.export import export_images
+    from tests.kit.layoutgen import REF, write_layout
+    from tests.kit.supplykit import OCI_INDEX
+
+    layout = root.parent / f"{root.name}.layout"
+    facts = write_layout(layout)
+    export_images([f"oci:{layout}:{REF}"], str(root), compression="gzip", platforms=["linux/arm64"])
+    key = _new_kit_key(root.parent)
+    doc = json.loads((root / "bundle.json").read_text())
+    image = doc["images"][0]
+    repo = image["refs"][0].rsplit(":", 1)[0]
+    index = _add_blob(root, doc, facts["index_bytes"], OCI_INDEX)
+    image["artifacts"] = [{"kind": "index", "subject": index["digest"], "manifest": index, "blobs": [],
+                           "repository": repo}]
+    attach_signature(root, doc, image, index["digest"], repo, key)
+    image["cuda"] = dict(CUDA_RECORD)
+    _finish(root, doc)
+    return root

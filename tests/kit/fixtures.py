@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from tests.kit import engines
-from tests.kit.bundlegen import make_bundle, make_multiplatform_bundle
+from tests.kit.bundlegen import (
+    make_bundle,
+    make_multiplatform_bundle,
+    make_signed_bundle,
+    make_signed_multiplatform_bundle,
+    make_signed_picked_bundle,
+)
 from tests.kit.engines import Registry
 from tests.kit.layoutgen import write_layout
 
@@ -30,6 +36,27 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def pristine_multi(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A multi-platform (--all-platforms) bundle of bundlegen.make_multiplatform_bundle; read only."""
     return make_multiplatform_bundle(tmp_path_factory.mktemp("pristine-multi") / "multi.bundle")
+
+
+@pytest.fixture(scope="session")
+def pristine_signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A schema 3.5 bundle of bundlegen.make_signed_bundle (two images, each signed by the kit
+    key, one with a ``cuda`` record and an SBOM referrer); read only. The key: bundlegen.kit_key."""
+    return make_signed_bundle(tmp_path_factory.mktemp("pristine-signed") / "signed.bundle")
+
+
+@pytest.fixture(scope="session")
+def pristine_multi_signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bundlegen.make_signed_multiplatform_bundle: ``pristine_multi``'s image, its carried index
+    and primary platform signed by the kit key, with a ``cuda`` record and an SBOM; read only."""
+    return make_signed_multiplatform_bundle(tmp_path_factory.mktemp("pristine-multi-signed") / "multi.bundle")
+
+
+@pytest.fixture(scope="session")
+def pristine_picked_signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bundlegen.make_signed_picked_bundle: one platform of ``pristine_multi``'s image, with the
+    signed index it was picked from (an ``index`` record) and a ``cuda`` record; read only."""
+    return make_signed_picked_bundle(tmp_path_factory.mktemp("pristine-picked-signed") / "picked.bundle")
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,10 @@ re-pinned so every digest, size and SHA256SUMS line still matches), SHA256SUMS (
 mutations), the parts index of a split bundle (JSON mutations), the tar headers of a packed
 bundle (byte flips, raw or with the header checksum recomputed) and, in a multi-platform bundle,
 the carried image index (manifests dropped, added, duplicated or swapped, platform fields
-changed, wrong types, null; issue 24 class 4)."""
+changed, wrong types, null; issue 24 class 4); in a schema 3.5 bundle (bundlegen.make_signed_*),
+bundle.json's ``cuda`` and ``artifacts`` records and the cosign signature manifests and payloads,
+each case run again with ``--require-signed`` and judged by the policy oracle
+(:func:`policy_problems`, written apart from importer/verify/cosign.py; issue 38)."""
 
 from __future__ import annotations
 
@@ -36,6 +39,12 @@ BUNDLE_SCHEMA = json.loads((REPO / "schemas" / "bundle" / "v3.schema.json").read
 TARGETS = ("bundle.json", "index.json", "manifest", "config", "SHA256SUMS", "parts-index", "tar-header")
 #: targets of a multi-platform (schema 3.2) bundle: its carried image index (``images[].index``)
 MULTI_TARGETS = ("carried-index", "carried-index", "manifest", "config", "bundle.json")
+#: targets of a schema 3.5 bundle made by bundlegen.make_signed_bundle or
+#: make_signed_multiplatform_bundle (issue 38): bundle.json's ``cuda`` and ``artifacts`` records,
+#: and the cosign signature manifests and payloads; each case also runs ``--require-signed`` with
+#: the kit key, judged by policy_problems
+SIGNED_TARGETS = ("cuda", "artifacts", "artifacts", "signature-manifest", "signature-payload", "signature-payload",
+                  "bundle.json")
 CASE_SECONDS = 30
 
 
@@ -93,11 +102,12 @@ def _get(doc: Any, path: tuple) -> Any:
     return doc
 
 
-def mutate_json(doc: Any, rnd: random.Random, rounds: int = 0) -> Any:
+def mutate_json(doc: Any, rnd: random.Random, rounds: int = 0, known: list[Any] | None = None) -> Any:
     """1-3 structural mutations: replace a node, delete a member, duplicate or drop a list item,
-    add a member, swap two values of the document."""
+    add a member, swap two values of the document. ``known``: more values an odd value may be
+    taken from (digests and names from elsewhere in the bundle)."""
     doc = json.loads(json.dumps(doc))
-    known = _leaves(doc)
+    known = _leaves(doc) + list(known or [])
     for _ in range(rounds or rnd.randint(1, 3)):
         paths = list(_paths(doc))
         path = rnd.choice(paths)
@@ -338,6 +348,7 @@ def _reference_problems(bundle: Path) -> list[str]:
     records: dict[str, dict] = {}
     for top in doc["images"]:
         problems += _reference_index_problems(bundle, top)
+    problems += _reference_artifact_problems(doc, files)
     for image in [r for top in doc["images"] for r in (top, *top.get("platforms", []))]:
         name = image["refs"][0] if image.get("refs") else image["manifest"]["digest"]
         manifest = json.loads((bundle / "blobs/sha256" / image["manifest"]["digest"][7:]).read_bytes())
@@ -390,6 +401,44 @@ def _platform(p: Any) -> tuple:
     return p.get("os", ""), arch, "v8" if arch == "arm64" and variant == "8" else variant
 
 
+_DERIVED_SUFFIX = {"signature": ".sig", "attestation": ".att", "sbom": ".sbom", "referrers-index": ""}
+
+
+def _tag_of(ref: str) -> str:
+    _head, sep, tail = ref.split("@", 1)[0].rpartition(":")
+    return tail if sep and "/" not in tail else ""
+
+
+def _reference_artifact_problems(doc: dict, files: dict[str, dict]) -> list[str]:
+    """Schema 3.5 records, what JSON Schema cannot say (schemas/bundle/v3.schema.json, the
+    ``artifact`` tag's description): each is about its own image (its subject one of the image's
+    manifests, its index, or an ``index`` record's own digest), its tag is the one derived from
+    its subject, no image is tagged with such a name; every blob it names is a file of that size."""
+    problems, derived = [], set()
+    for n, image in enumerate(doc["images"]):
+        records = image.get("artifacts", [])
+        own = {image["manifest"]["digest"], *(p["manifest"]["digest"] for p in image.get("platforms", []))}
+        own |= {image["index"]["digest"]} if "index" in image else set()
+        own |= {r["manifest"]["digest"] for r in records
+                if r["kind"] == "index" and r["subject"] == r["manifest"]["digest"]}
+        for k, record in enumerate(records):
+            where = f"images[{n}].artifacts[{k}]"
+            if record["subject"] not in own:
+                problems.append(f"{where}: its subject is no manifest of its image")
+            if "tag" in record:
+                derived.add(record["tag"])
+                if record["kind"] not in _DERIVED_SUFFIX or \
+                        record["tag"] != f"sha256-{record['subject'][7:]}{_DERIVED_SUFFIX[record['kind']]}":
+                    problems.append(f"{where}: its tag is not the one derived from its subject")
+            for blob in (record["manifest"], *record["blobs"]):
+                listed = files.get(f"blobs/sha256/{blob['digest'][7:]}")
+                if listed is None or listed["size"] != blob["size"]:
+                    problems.append(f"{where}: names {blob['digest'][:19]}, not a file of the bundle of that size")
+    problems += [f"images[{n}]: tagged {ref!r}, the name an artifact is handed on under"
+                 for n, image in enumerate(doc["images"]) for ref in image["refs"] if _tag_of(ref) in derived]
+    return problems
+
+
 def _reference_index_problems(bundle: Path, image: dict) -> list[str]:
     """A carried index lists exactly the image's recorded platform manifests, each for its platform."""
     if "index" not in image:
@@ -406,6 +455,247 @@ def _reference_index_problems(bundle: Path, image: dict) -> list[str]:
     return []
 
 
+# ============================================================================ schema 3.5: cuda, artifacts, signatures
+
+SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
+_CUDA_KEYS = ["cudaVersion", "torchCuda", "disableRequire", "require", "compatLibs", "NVIDIA_REQUIRE_CUDA"]
+_ODD_CUDA = ["12.4", "12.4.1", "999.0", "cuda>=99.0", "driver>=470", "550.54.15", {"NVIDIA_REQUIRE_CUDA": 7},
+             {"NVIDIA_REQUIRE_X": "cuda>=1"}, {"OTHER": "x"}, ["550"], [550], False, "true"]
+
+
+def _all_images(doc: Any) -> list[dict]:
+    return [img for img in doc.get("images", []) if isinstance(img, dict)] if isinstance(doc, dict) else []
+
+
+def _identities(doc: Any) -> list[str]:
+    """Repositories a payload may name: the bundle's own and a few that are none of its images'."""
+    refs = [r for img in _all_images(doc) for r in img.get("refs", []) if isinstance(r, str)]
+    return [_repository(r) for r in refs] + ["registry.example:5000/fuzz/other", "docker.io/multi/app",
+                                              "registry.example:5000/fuzz/app:2", ""]
+
+
+def _manifest_digests(doc: Any) -> list[str]:
+    """Every manifest and index digest bundle.json names (the images', the artifacts')."""
+    found = []
+    for img in _all_images(doc):
+        for rec in (img, *img.get("platforms", []), *img.get("artifacts", [])):
+            for key in ("manifest", "index"):
+                if isinstance(rec, dict) and isinstance(rec.get(key), dict):
+                    found.append(rec[key].get("digest"))
+    return [d for d in found if isinstance(d, str)]
+
+
+def _mutate_cuda(doc: dict, rnd: random.Random) -> None:
+    image = rnd.choice([img for img in _all_images(doc) if "cuda" in img] or _all_images(doc))
+    if rnd.random() < 0.3 and isinstance(image.get("cuda"), dict):  # one field given an odd value
+        key = rnd.choice(_CUDA_KEYS)
+        target = image["cuda"]["require"] if key.startswith("NVIDIA") and isinstance(
+            image["cuda"].get("require"), dict) else image["cuda"]
+        target[key] = rnd.choice([*_ODD_CUDA, _odd_value(rnd, [])])
+    else:
+        image["cuda"] = mutate_json(image.get("cuda"), rnd, known=_ODD_CUDA)
+
+
+def _mutate_artifacts(doc: dict, rnd: random.Random) -> None:
+    """JSON mutations of one image's records or of one record, with the bundle's digests, derived
+    tags and repositories at hand; or a record moved or copied to another image."""
+    images = _all_images(doc)
+    image = rnd.choice([img for img in images if img.get("artifacts")] or images)
+    digests = _manifest_digests(doc)
+    known = digests + [f"sha256-{d[7:]}{x}" for d in digests for x in ("", ".sig", ".sbom")] + _identities(doc)
+    records = image.get("artifacts")
+    op = rnd.random()
+    if op < 0.15 and isinstance(records, list) and records and len(images) > 1:
+        other = rnd.choice([img for img in images if img is not image])
+        record = records.pop(rnd.randrange(len(records))) if rnd.random() < 0.5 else rnd.choice(records)
+        other.setdefault("artifacts", []).append(record)
+    elif op < 0.6 and isinstance(records, list) and records:
+        i = rnd.randrange(len(records))
+        records[i] = mutate_json(records[i], rnd, known=known)
+    else:
+        image["artifacts"] = mutate_json(records, rnd, known=known)
+
+
+def _signature_records(doc: Any) -> list[dict]:
+    return [a for img in _all_images(doc) for a in img.get("artifacts", [])
+            if isinstance(a, dict) and a.get("kind") == "signature"]
+
+
+def _mutate_signature_manifest(bundle: Path, doc: dict, rnd: random.Random, repinned: bool) -> None:
+    """One signature manifest mutated (its layers, their digests and annotations); the others'
+    payload digests and signatures at hand."""
+    records = _signature_records(doc)
+    old = rnd.choice(records)["manifest"]["digest"]
+    known: list[Any] = []
+    for rec in records:
+        raw = json.loads((bundle / "blobs/sha256" / rec["manifest"]["digest"][7:]).read_bytes())
+        known += _leaves(raw)
+    manifest = json.loads((bundle / "blobs/sha256" / old[7:]).read_bytes())
+    layers = manifest.get("layers")
+    if rnd.random() < 0.25 and isinstance(layers, list) and layers:  # a layer of another signature added
+        other = json.loads((bundle / "blobs/sha256" / rnd.choice(records)["manifest"]["digest"][7:]).read_bytes())
+        layers.insert(rnd.randrange(len(layers) + 1), rnd.choice(other["layers"]))
+        data = json.dumps(manifest).encode()
+    else:
+        data = json.dumps(mutate_json(manifest, rnd, known=known)).encode()
+    if repinned:
+        replace_blob(bundle, old, data)
+    else:
+        (bundle / "blobs/sha256" / old[7:]).write_bytes(data)
+
+
+_ATTACKER: list[Any] = []
+
+
+def _attacker_key() -> Any:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if not _ATTACKER:
+        _ATTACKER.append(ec.generate_private_key(ec.SECP256R1()))
+    return _ATTACKER[0]
+
+
+def _mutate_signature_payload(bundle: Path, doc: dict, rnd: random.Random, repinned: bool, key: Any) -> None:
+    """One signature's payload: mutated (its signature kept, or made again by the kit key or by
+    another key), or a fresh statement the kit key signed: another manifest or index of the bundle,
+    a random digest, as the bundle's own or another repository (what the publisher's key may
+    really have signed)."""
+    import base64
+
+    from tests.kit.supplykit import payload, sign_bytes
+
+    old_manifest = rnd.choice(_signature_records(doc))["manifest"]["digest"]
+    manifest = json.loads((bundle / "blobs/sha256" / old_manifest[7:]).read_bytes())
+    layer = manifest["layers"][0]
+    old = layer["digest"]
+    digests = [*_manifest_digests(doc), "sha256:" + f"{rnd.getrandbits(256):064x}"]
+    mode = rnd.randrange(4)
+    if mode == 3:
+        data = payload(rnd.choice(digests), rnd.choice(_identities(doc)))
+    else:
+        data = json.dumps(mutate_json(json.loads((bundle / "blobs/sha256" / old[7:]).read_bytes()), rnd,
+                                      known=digests + _identities(doc))).encode()
+    if mode in (1, 3):
+        layer.setdefault("annotations", {})[SIGNATURE_ANNOTATION] = base64.b64encode(sign_bytes(key, data)).decode()
+    elif mode == 2:
+        layer.setdefault("annotations", {})[SIGNATURE_ANNOTATION] = base64.b64encode(
+            sign_bytes(_attacker_key(), data)).decode()
+    if not repinned:
+        (bundle / "blobs/sha256" / old[7:]).write_bytes(data)
+        return
+    if mode != 0:
+        replace_blob(bundle, old_manifest, json.dumps(manifest).encode())
+    replace_blob(bundle, old, data)  # re-pins the signature manifest naming it in turn
+
+
+def _repository(ref: str) -> str:
+    """HOST/REPO of HOST/REPO:TAG or HOST/REPO@DIGEST (written here, apart from the importer)."""
+    name = ref.split("@", 1)[0]
+    head, sep, tail = name.rpartition(":")
+    return head if sep and "/" not in tail else name
+
+
+def _blob(bundle: Path, digest: Any) -> bytes | None:
+    """A blob of the bundle by digest, None unless the file holds bytes of that digest."""
+    if not isinstance(digest, str) or len(digest) != 71 or not digest.startswith("sha256:") or \
+            any(c not in "0123456789abcdef" for c in digest[7:]):
+        return None
+    path = bundle / "blobs/sha256" / digest[7:]
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > 4 * 1024 * 1024:
+        return None
+    data = path.read_bytes()
+    return data if _sha(data) == digest[7:] else None
+
+
+def _json_of(data: bytes | None) -> Any:
+    try:
+        return json.loads(data.decode("utf-8")) if data is not None else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _verifies(public: Any, signature: bytes, data: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    try:
+        if isinstance(public, ec.EllipticCurvePublicKey) and isinstance(public.curve, ec.SECP256R1):
+            public.verify(signature, data, ec.ECDSA(hashes.SHA256()))
+        elif isinstance(public, ed25519.Ed25519PublicKey):
+            public.verify(signature, data)
+        else:
+            return False
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def vouched(bundle: Path, keys: list[Path]) -> set[tuple[str, str]]:
+    """Every (manifest digest, repository) a key holder really signed, by what the bundle holds:
+    any blob that is a manifest with layers carrying a signature annotation, each such layer's
+    blob read as a simple-signing payload, the signature checked with ``cryptography``. Where in
+    the bundle a signature sits does not matter here: only what the key vouched for."""
+    import base64
+    import binascii
+
+    from cryptography.hazmat.primitives import serialization
+
+    publics = [serialization.load_pem_public_key(k.read_bytes()) for k in keys]
+    found: set[tuple[str, str]] = set()
+    for path in sorted((bundle / "blobs" / "sha256").iterdir()):
+        doc = _json_of(_blob(bundle, "sha256:" + path.name))
+        layers = doc.get("layers") if isinstance(doc, dict) else None
+        for layer in layers if isinstance(layers, list) else []:
+            notes = layer.get("annotations") if isinstance(layer, dict) else None
+            text = notes.get(SIGNATURE_ANNOTATION) if isinstance(notes, dict) else None
+            data = _blob(bundle, layer.get("digest")) if isinstance(text, str) else None
+            claims = _json_of(data)
+            critical = claims.get("critical") if isinstance(claims, dict) else None
+            if data is None or not isinstance(critical, dict):
+                continue
+            image, identity = critical.get("image"), critical.get("identity")
+            digest = image.get("docker-manifest-digest") if isinstance(image, dict) else None
+            reference = identity.get("docker-reference") if isinstance(identity, dict) else None
+            if not isinstance(digest, str) or not isinstance(reference, str):
+                continue
+            try:
+                signature = base64.b64decode(str(text))
+            except (binascii.Error, ValueError):
+                continue
+            if any(_verifies(p, signature, data) for p in publics):
+                found.add((digest, reference))
+    return found
+
+
+def policy_problems(bundle: Path, keys: list[Path]) -> list[str]:
+    """The policy oracle (issue 38), written apart from importer/verify/cosign.py: what
+    ``--require-signed`` must not have admitted. Every manifest of every image of bundle.json
+    (each platform's and the carried index) must be named by a signature a key verifies, whose
+    repository is that of one of the image's refs, or be listed by digest in an index (any blob
+    of the bundle holding those bytes) whose own digest is so signed."""
+    try:
+        doc = json.loads((bundle / "bundle.json").read_bytes())
+        statements = vouched(bundle, keys)
+        problems = []
+        for n, image in enumerate(doc["images"]):
+            needed = [image["manifest"]["digest"], *(p["manifest"]["digest"] for p in image.get("platforms", []))]
+            needed += [image["index"]["digest"]] if "index" in image else []
+            mine = {_repository(r) for r in image["refs"]}
+            signed = {d for d, r in statements if r in mine}
+            listed: set[str] = set()
+            for index in signed:
+                got = _json_of(_blob(bundle, index))
+                entries = got.get("manifests") if isinstance(got, dict) else None
+                listed |= {e["digest"] for e in entries if isinstance(e, dict) and isinstance(e.get("digest"), str)} \
+                    if isinstance(entries, list) else set()
+            problems += [f"images[{n}]: {d[:19]} is admitted, but no verified signature as {sorted(mine)} names it "
+                         "and no signed index lists it" for d in needed if d not in signed | listed]
+        return problems
+    except (KeyError, TypeError, AttributeError, ValueError, OSError) as e:
+        return [f"the oracle cannot read the admitted bundle: {type(e).__name__}: {e}"]
+
+
 # ============================================================================ one case
 
 
@@ -418,12 +708,27 @@ class Outcome:
     seconds: float
     inspect_error: str = ""
     reference: list[str] = field(default_factory=list)
+    #: the same bundle with ``--require-signed KIT-KEY`` (a signed pristine only): its exit code
+    #: (None: not run), whether its image-signatures step admitted the images, the oracle's word
+    policy_code: int | None = None
+    policy_stderr: str = ""
+    admitted: bool = False
+    policy: list[str] = field(default_factory=list)
 
     @property
     def defects(self) -> list[str]:
         found = []
         if self.exit_code == 1 or "error[internal]" in self.stderr:
             found.append("internal error")
+        if self.policy_code == 1 or "error[internal]" in self.policy_stderr:
+            found.append("internal error with --require-signed: " + self.policy_stderr.strip()[:300])
+        if self.admitted and self.policy:
+            found.append("--require-signed admitted it, but the policy oracle refuses it: "
+                         + "; ".join(self.policy[:3]))
+        if self.admitted and self.policy_code != self.exit_code:
+            found.append(f"--require-signed admitted it, then exited {self.policy_code}; without it: {self.exit_code}")
+        if self.policy_code == 0 and not self.admitted:
+            found.append("--require-signed exited 0 without admitting the images")
         if self.exit_code == 0 and self.reference:
             found.append("accepted, but the reference check refuses it: " + "; ".join(self.reference[:3]))
         if self.inspect_error:
@@ -444,13 +749,13 @@ def _deadline(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _run_importer(target: Path) -> tuple[int, str]:
+def _run_importer(target: Path, *extra: str) -> tuple[int, str]:
     from importer.cli.main import main
 
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         try:
-            code = main([str(target), "--verify-only", "--quiet"])
+            code = main([str(target), "--verify-only", "--quiet", *extra])
         except SystemExit as e:  # argparse
             code = int(e.code or 0)
         except TimeoutError:
@@ -458,6 +763,27 @@ def _run_importer(target: Path) -> tuple[int, str]:
         except BaseException as e:
             code, err = 1, io.StringIO(f"error[internal]: escaped main(): {type(e).__name__}: {e}")
     return code, err.getvalue()
+
+
+def _run_policy(target: Path, key: Path) -> tuple[int, str, bool]:
+    """``bundle-import TARGET --verify-only --require-signed KEY`` in-process; whether the walk's
+    image-signatures step returned (admitted every image) is seen through a wrapper around it."""
+    from importer.pipeline import walk
+
+    seen: list[Any] = []
+    real = walk.images_signed
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        seen.append(result)
+        return result
+
+    walk.images_signed = watched
+    try:
+        code, stderr = _run_importer(target, "--require-signed", str(key))
+    finally:
+        walk.images_signed = real
+    return code, stderr, bool(seen)
 
 
 def _inspect(target: Path) -> str:
@@ -486,7 +812,19 @@ def run_case(pristine: Path, work: Path, rnd: random.Random, target: str) -> Out
     repinned = rnd.random() < 0.6
     doc = json.loads((bundle / "bundle.json").read_bytes())
     subject: Path = bundle
-    if target == "bundle.json":
+    key = pristine.parent / "cosign.pub"
+    if target in ("cuda", "artifacts"):
+        (_mutate_cuda if target == "cuda" else _mutate_artifacts)(doc, rnd)
+        (bundle / "bundle.json").write_text(json.dumps(doc, indent=2))
+        if repinned:
+            regenerate_sums(bundle)
+    elif target == "signature-manifest":
+        _mutate_signature_manifest(bundle, doc, rnd, repinned)
+    elif target == "signature-payload":
+        from tests.kit.bundlegen import kit_key
+
+        _mutate_signature_payload(bundle, doc, rnd, repinned, kit_key(pristine)[0])
+    elif target == "bundle.json":
         mutated = mutate_json(doc, rnd)
         (bundle / "bundle.json").write_text(json.dumps(mutated, indent=2))
         if repinned:
@@ -535,10 +873,15 @@ def run_case(pristine: Path, work: Path, rnd: random.Random, target: str) -> Out
             data[at:at + 512] = block
         subject.write_bytes(bytes(data))
     started = time.monotonic()
+    signed = key.is_file() and subject == bundle
     with _deadline(CASE_SECONDS):
         code, stderr = _run_importer(subject)
         inspect_error = _inspect(subject)
+        policy = _run_policy(subject, key) if signed else (None, "", False)
     outcome = Outcome(target, repinned, code, stderr, time.monotonic() - started, inspect_error)
+    outcome.policy_code, outcome.policy_stderr, outcome.admitted = policy
+    if outcome.admitted:
+        outcome.policy = policy_problems(bundle, [key])
     if code == 0 and subject == bundle:
         outcome.reference = reference_problems(bundle)
     elif code == 0:  # a tar or parts that verified: the reference reads it unpacked
