@@ -441,6 +441,33 @@ def test_receipt_matches_its_schema_and_the_schema_bites() -> None:
         assert schema_errors(r), breaks
 
 
+def test_the_receipt_says_where_the_gates_ran_and_on_which_gpus() -> None:
+    """Issue 39: a qualification says what it qualified: where (the image or this Python) and the
+    GPUs the gates ran on, as torch in the suite saw them (none on the CPU)."""
+    cpu = _receipt("pass", _gates())
+    assert cpu["receiptVersion"] == "1.1" and cpu["device"] == "cpu" and cpu["where"] == "image"
+    assert cpu["gpus"] == {"count": 0, "models": []}  # the host has a GPU; a CPU run used none
+    gates = _gates()
+    gates[2]["metrics"] = {"cudaAvailable": True, "deviceCount": 3, "devices": [
+        {"index": n, "name": name, "capability": "9.0"} for n, name in enumerate(["NVIDIA H200", "NVIDIA H200", "X"])]}
+    facts = HostFacts(source="nvml", gpus=[HostGPU(0, "NVIDIA H200", "GPU-1", 1, "0", "NVIDIA")])
+    for no_container, where in ((False, "image"), (True, "host-python")):
+        q = Qualification(settings=SmokeSettings(device="cuda", no_container=no_container), host=facts, gates=gates,
+                          verdict="pass")
+        r = build_qualification_receipt(q)
+        assert r["where"] == where and r["gpus"] == {"count": 3, "models": ["NVIDIA H200", "X"]}
+    for breaks in (lambda r: r.pop("where"), lambda r: r.pop("gpus"), lambda r: r.update(where="docker"),
+                   lambda r: r["gpus"].update(count=1),  # the CPU used no GPU
+                   lambda r: r.update(where="host-python")):  # this Python ran no image
+        r = json.loads(json.dumps(cpu))
+        breaks(r)
+        assert schema_errors(r), breaks
+    old = json.loads(json.dumps(cpu))
+    for key in ("where", "gpus"):
+        old.pop(key)
+    assert not schema_errors(dict(old, receiptVersion="1.0"))  # receipts of 1.0 stay valid
+
+
 def test_candidate_has_its_own_exit_code_not_the_configuration_errors() -> None:
     from importer.cli.smoke import EXIT_CONFIG
 
