@@ -25,7 +25,7 @@ from importer.cli.output import ArgumentParser, emit, guarded, success, with_exa
 from importer.errors import BundleError, Interrupted, UsageError
 from importer.format.manifest import BundleManifest
 from importer.format.text import printable
-from importer.registry.sink import REALM_HELP
+from importer.registry.access import access_from_args, add_access_arguments
 from importer.streams.progress import human_bytes
 from importer.verify.inspection import inspect_bundle
 
@@ -72,11 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tag", action="append", default=[], metavar="REF",
                    help="the name the image carries in the bundle, instead of the source's (once per IMAGE, "
                    "in order; e.g. for an OCI layout whose ref name is a bare tag)")
-    e.add_argument("--insecure", action="store_true",
-                   help="docker:// sources: HTTPS without certificate checks, else plain HTTP (the default for a "
-                   "registry on loopback)")
-    e.add_argument("--allow-realm-credentials", action="store_true",
-                   help="docker:// sources: " + REALM_HELP)
+    add_access_arguments(e, "docker:// sources: ")
     e.add_argument("--platform", action="append", default=[], metavar="OS/ARCH[/VARIANT]",
                    help="which manifest of a multi-platform image (an index) to carry, e.g. linux/arm64 "
                    "(docker://, containerd: and oci: sources; default: this host's platform; arm64 means arm64/v8 as "
@@ -196,10 +192,10 @@ def cmd_export(args: argparse.Namespace) -> int:
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
-                               tags=args.tag, platforms=platforms, insecure=args.insecure,
+                               tags=args.tag, platforms=platforms, access=access_from_args(args),
                                all_platforms=args.all_platforms, referrers=not args.no_referrers,
                                require_signed=args.require_signed, files=files,
-                               realm_credentials=args.allow_realm_credentials, allow_unfit=args.allow_unfit)
+                               allow_unfit=args.allow_unfit)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:

@@ -33,6 +33,7 @@ from importer.format.platform import host, parse_platforms
 from importer.format.reference import parse_reference
 from importer.input.opened import read_bundle_file
 from importer.inventory.have import engines_read_zstd, have_platform, merge_have, zstd_is_fast_on
+from importer.registry.access import RegistryAccess
 from importer.streams.progress import close_progress
 from importer.verify.cosign import CosignKey, SignedImage, check_bundle, checked_reader, load_cosign_keys
 
@@ -85,16 +86,16 @@ def export_images(
     namespace: Optional[str] = None,
     tags: Sequence[str] = (),
     platforms: Sequence[str] = (),
-    insecure: bool = False,
+    access: Optional[RegistryAccess] = None,
     all_platforms: bool = False,
-    realm_credentials: bool = False,
     allow_unfit: bool = False,
     referrers: bool = True,
     require_signed: Sequence[str] = (),
     files: Optional[FileSet] = None,
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
-    source's (schema 3)."""
+    source's (schema 3). ``access``: a ``docker://`` source's logins, CA certificates and
+    ``--insecure`` (importer/registry/access.py)."""
     compression, asked = _check_options(schema, compression, sign_key, have)
     if not refs and files is None:
         raise UsageError("exporting: expected at least one image, found none")
@@ -104,7 +105,7 @@ def export_images(
     out_dir = os.path.abspath(out_dir)
     parent = _check_output(out_dir, force)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
-                                insecure=insecure, realm_credentials=realm_credentials)
+                                access=access)
     with contextlib.closing(source):  # its connections closed however the export ends
         selection = _selection(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
         have_layers = merge_have(have) if have else None
