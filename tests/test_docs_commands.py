@@ -417,8 +417,8 @@ SPECS: Dict[str, Spec] = {
     "python3 /shared/bundle-import.pyz sign-receipt /shared/receipts/node01/check.json "
     "--sign-key /secure/fleet.key": skip(FLEET),
     "bundle sign-receipt /shared/receipts/node01/smoke.json --sign-key /secure/fleet.key": skip(FLEET),
-    "python3 bundle-import.pyz fleet-report /shared/receipts --hosts 'node[01-16]' --require image,smoke":
-        skip(FLEET),
+    "python3 bundle-import.pyz fleet-report /shared/receipts --hosts 'node[01-16]' --require image,smoke "
+    "--bundle /shared/train.bundle": skip(FLEET),
     "python3 bundle-import.pyz fleet-report /shared/receipts --expect-hosts hosts.txt --trust /secure/fleet.pub "
     "--json > fleet.json": skip(FLEET),
     # docs/supply-chain.md: a registry holding signed images (tests/test_supply_chain.py runs each step)

@@ -16,6 +16,8 @@ from importer.receipts.fleet import (
     REQUIREMENTS,
     build_report,
     expand_hostlist,
+    expected_bundle,
+    expected_digest,
     load_receipts,
     read_host_file,
     receipt_files,
@@ -37,10 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(
         prog="bundle-import fleet-report",
         description="Join the import, check-only and qualification receipts of many hosts into one table (host, "
-        "engine, image digest, verify, each gate, NCCL bus bandwidth, verdict) and one verdict. docs/fleet.md.",
-        epilog="exit codes: 0 every host passed; 1 a host failed, is missing, disagrees on a digest, has a bad or "
-        "(with --trust) missing signature, or a file is not a receipt; 2 usage (a path that names nothing, a bad "
-        "key or host list)",
+        "engine, image digest, verify, device and where the smoke ran, each gate, NCCL bus bandwidth, verdict; one "
+        "row per host and engine) and one verdict. docs/fleet.md says exactly what PASS means.",
+        epilog="exit codes: 0 every host passed; 1 a host failed, is missing or stale (no receipt naming the bundle "
+        "named, or older than it), disagrees on a digest, has a bad or (with --trust) missing signature, or a file "
+        "is not a receipt; 2 usage (a path that names nothing, a bad key, host list or digest); 4 --bundle's "
+        "bundle.json cannot be read",
     )
     p.add_argument("receipts", metavar="RECEIPT", nargs="+",
                    help="receipt files, or folders searched for *.json files (RECEIPT.sig beside each: its signature)")
@@ -51,13 +55,25 @@ def build_parser() -> argparse.ArgumentParser:
                    "`kubectl get nodes -o name`)")
     p.add_argument("--require", metavar="LIST", default="image",
                    help="what every host needs: image (an import or check-only receipt that passed; the default), "
-                   "smoke (a qualification receipt that passed), or image,smoke")
+                   "smoke (a qualification that passed on the host's GPUs in the bundle's image), or image,smoke")
+    p.add_argument("--bundle", action="append", default=[], metavar="BUNDLE",
+                   help="the bundle the fleet must hold (folder, tar or parts index; only bundle.json is read): every "
+                   "host needs receipts naming its digest, written at or after its created time; repeatable")
+    p.add_argument("--expect-digest", action="append", default=[], metavar="sha256:HEX",
+                   help="as --bundle, by the bundle.json digest alone (receipts must name it; no time is judged); "
+                   "repeatable")
+    p.add_argument("--allow-cpu", action="store_true",
+                   help="--require smoke: accept a qualification run on the CPU (--device cpu); noted per host")
+    p.add_argument("--allow-host-python", action="store_true",
+                   help="--require smoke: accept a qualification run in the host's Python (--no-container) instead "
+                   "of the bundle's image; noted per host")
     p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
                    help="require every counted receipt to be signed by this Ed25519 public key (a .pub file of "
                    "`bundle keygen`, or a folder of them); repeatable")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return with_examples(p, "bundle-import fleet-report receipts/*/check.json",
+                         "bundle-import fleet-report receipts/ --bundle /data/train.bundle --require image,smoke",
                          "bundle-import fleet-report receipts/ --trust site.pub --json")
 
 
@@ -71,9 +87,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         expected = (expand_hostlist(args.hosts) if args.hosts else []) + (
             read_host_file(args.expect_hosts) if args.expect_hosts else [])
         expected = list(dict.fromkeys(expected))
+    named = {b.digest: b for b in [expected_digest(d) for d in args.expect_digest]}
+    named.update({b.digest: b for b in [expected_bundle(path) for path in args.bundle]})  # --bundle's has a time
+    bundles = list(named.values())
     keys = load_trusted_keys(args.trust)
     receipts, problems = load_receipts(receipt_files(args.receipts), keys)
-    report = build_report(receipts, problems, expected=expected, require=require, keys=keys)
+    report = build_report(receipts, problems, expected=expected, require=require, keys=keys,
+                          allow_cpu=args.allow_cpu, allow_host_python=args.allow_host_python, bundles=bundles)
     if args.json:
         emit(report)
     else:
