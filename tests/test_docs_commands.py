@@ -417,6 +417,10 @@ SPECS: Dict[str, Spec] = {
     "python3 /shared/bundle-import.pyz sign-receipt /shared/receipts/node01/check.json "
     "--sign-key /secure/fleet.key": skip(FLEET),
     "bundle sign-receipt /shared/receipts/node01/smoke.json --sign-key /secure/fleet.key": skip(FLEET),
+    # docs/gpu-fit.md: the agreement run needs a GPU host (tests/test_gpu_fit_agreement.py: the table, a fake engine)
+    "python3 scripts/gpu-fit-agreement.py nvidia/cuda:12.4.1-runtime-ubuntu22.04 "
+    "nvidia/cuda:13.0.0-runtime-ubuntu24.04 my/train:1 --cuda-probe --out agreement.md --json agreement.json":
+        skip(GPU),
     "python3 bundle-import.pyz fleet-report /shared/receipts --hosts 'node[01-16]' --require image,smoke "
     "--bundle /shared/train.bundle": skip(FLEET),
     "python3 bundle-import.pyz fleet-report /shared/receipts --expect-hosts hosts.txt --trust /secure/fleet.pub "
