@@ -128,6 +128,37 @@ def _pull_round(addr: str, clients: int, out: Path, server_pid: int) -> dict[str
     return {"wall": wall, "server_cpu": cpu_of([server_pid]) - cpu0, "bytes": pulled}
 
 
+def small_responses(addr: str, digest: str, repo: str, count: int = 200) -> dict[str, float]:
+    """``count`` one-byte Range requests of a blob on one kept-alive connection, against one full GET
+    of the same blob on another: small responses must not each wait for a delayed ACK (issue 44)."""
+    import http.client
+
+    host, port = addr.rsplit(":", 1)
+    path = f"/v2/{repo}/blobs/{digest}"
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    t0 = time.monotonic()
+    for i in range(count):
+        conn.request("GET", path, headers={"Range": f"bytes={i}-{i}"})
+        resp = conn.getresponse()
+        if resp.status != 206 or len(resp.read()) != 1:
+            raise SystemExit(f"bench: a one-byte Range request to {addr} answered {resp.status}")
+    ranges = time.monotonic() - t0
+    conn.close()
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    t0 = time.monotonic()
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    got = 0
+    while True:
+        chunk = resp.read(1 << 20)
+        if not chunk:
+            break
+        got += len(chunk)
+    whole = time.monotonic() - t0
+    conn.close()
+    return {"ranges": ranges, "whole": whole, "count": count, "bytes": got}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="1G", help="image size (default 1G)")
@@ -199,6 +230,9 @@ def main() -> int:
                 print(f"bench: round {r + 1}/{args.runs} {name:20} {args.clients} pulls {s['wall']:7.1f}s "
                       f"server cpu {s['server_cpu']:6.1f}s", file=sys.stderr)
         image_bytes = sum(f.stat().st_size for f in (bundle / "blobs" / "sha256").iterdir())
+        biggest = max((bundle / "blobs" / "sha256").iterdir(), key=lambda f: f.stat().st_size)
+        small = {name: small_responses(addr, f"sha256:{biggest.name}", REF.split(":")[0])
+                 for name, (addr, _pid, idle) in servers.items() if not idle}
         rows = []
         for name, items in samples.items():
             wall = statistics.median(s["wall"] for s in items)
@@ -229,6 +263,12 @@ def main() -> int:
                          f"{row['wall_median']:.1f} ({row['wall_min']:.1f}-{row['wall_max']:.1f}) | "
                          f"{row['throughput_mib_s']:.0f} | {row['server_cpu_median']:.1f} | "
                          f"{row['server_peak_rss_mib']:.0f} | {ratio} |")
+        lines += ["", f"Small responses: 200 one-byte Range requests on one kept-alive connection against one full "
+                  f"GET of the largest blob ({biggest.stat().st_size / (1 << 20):.0f} MiB) (goal: under 10x).", "",
+                  "| server | 200 one-byte ranges s | one full GET s | ranges/full |", "| --- | --- | --- | --- |"]
+        for name, sm in small.items():
+            lines.append(f"| {name} | {sm['ranges']:.2f} | {sm['whole']:.2f} | {sm['ranges'] / sm['whole']:.1f}x |")
+        meta["small_responses"] = small
         if args.idle:
             reopened = sum(int(r["idle_reopened"]) for r in rows)
             lines += ["", f"With {args.idle} idle connections held open to serve during its rounds (each one serve "

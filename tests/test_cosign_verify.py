@@ -105,8 +105,10 @@ def _deep() -> bytes:
     (_deep(), "not this image's manifest"),
     (supplykit.payload(str(Digest.of_bytes(b"another image")), REPO), "not this image's manifest"),
     (supplykit.payload(str(SUBJECT), "registry.example:5000/team/other"), "names the repository"),
+    (supplykit.payload(str(SUBJECT), REPO).replace(b"cosign container image signature", b"atomic container"),
+     "not this image's manifest"),
 ], ids=["not-utf8", "not-json", "a-list", "critical-not-object", "digest-not-string", "nested-deep",
-        "another-digest", "another-repository"])
+        "another-digest", "another-repository", "another-critical-type"])
 def test_a_verified_payload_must_name_the_image(backend: str, key: tuple[Any, Path], payload: bytes,
                                                 why: str) -> None:
     """A payload the key really signed, that names no image or another one, is refused."""

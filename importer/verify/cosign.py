@@ -42,6 +42,7 @@ from importer.verify.signature import BACKEND_ENV, SignatureVerifierUnavailable,
 
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
+COSIGN_CRITICAL_TYPE = "cosign container image signature"
 MAX_KEY_FILE = 64 * 1024
 MAX_PAYLOAD = 1024 * 1024
 #: cosign's own bound on the layers of one signature manifest (pkg/oci/remote/signatures.go, maxLayers)
@@ -220,13 +221,15 @@ def _index_candidates(image: ImageRecord) -> Set[Digest]:
 
 
 def _payload_claims(payload: bytes) -> Tuple[str, str]:
-    """(docker-manifest-digest, docker-reference) of a simple-signing payload, or ("", "")."""
+    """(docker-manifest-digest, docker-reference) of a simple-signing payload, or ("", "") when it
+    is none: its ``critical.type`` must be cosign's (sigstore's payload check, ``Valid``/
+    ``unmarshalAndValidate``: "unknown critical type for Cosign signature payload")."""
     try:
         doc = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return "", ""
     critical = doc.get("critical") if isinstance(doc, dict) else None
-    if not isinstance(critical, dict):
+    if not isinstance(critical, dict) or critical.get("type") != COSIGN_CRITICAL_TYPE:
         return "", ""
     image: Dict[str, Any] = critical["image"] if isinstance(critical.get("image"), dict) else {}
     identity: Dict[str, Any] = critical["identity"] if isinstance(critical.get("identity"), dict) else {}
