@@ -25,7 +25,7 @@ from tests.kit import engines, supplykit
 from tests.kit.clijson import export_json as export
 from tests.kit.clijson import validate
 from tests.kit.engines import Registry
-from tests.kit.helpers import forget, image_ids, run_cli, run_pyz
+from tests.kit.helpers import forget, image_ids, run_cli, run_pyz, run_zipapp
 from tests.kit.servekit import serving
 from tests.kit.transferkit import FlakyProxy
 from tests.kit.trustkit import error_id, python38, regenerate_sums
@@ -714,3 +714,30 @@ def test_import_into_a_registry_says_what_recompression_does_to_signatures(
         said = run_pyz(bundles["app"], "--engine", "registry", "--registry", f"{namespace}-unchecked",
                        "--compression", "zstd", "--no-receipt")  # no --require-signed: said, not refused
         assert said.returncode == 0 and "no signature names" in said.stderr, said.stderr
+
+
+def test_serve_says_what_recompression_does_to_signatures(registry: dict[str, Any], keys: dict[str, Any],
+                                                         tmp_path: Path) -> None:
+    """`serve --compression gzip` of a signed image with zstd layers serves manifests no signature
+    names: said at start; under --require-signed refused (nothing served) unless allowed; the
+    signatures are checked as at import before anything is verified or served."""
+    addr = registry["addr"]
+    image = supplykit.push_image(addr, "sn/zsigned", "1", "zstd and signed\n", zstd=True)
+    supplykit.cosign_sign(addr, "sn/zsigned", image["digest"], keys["signer"])
+    bundle = tmp_path / "z"
+    assert export(f"docker://{addr}/sn/zsigned:1", "-o", str(bundle))[0].returncode == 0
+    pyz = bundle / "bundle-import.pyz"
+    refused = run_zipapp(pyz, "serve", str(bundle), "--listen", "127.0.0.1:0", "--compression", "gzip",
+                         "--require-signed", str(keys["pub"]), "--json", timeout=120)
+    assert refused.returncode == 7, refused.stderr
+    error = json.loads(refused.stdout)["error"]
+    assert error["id"] == "policy-rejected" and "no signature names" in error["message"], error
+    other = run_zipapp(pyz, "serve", str(bundle), "--listen", "127.0.0.1:0", "--require-signed",
+                       str(keys["other_pub"]), timeout=120)
+    assert other.returncode == 7 and error_id(other.stderr) == "image-signature-invalid", other.stderr
+    with serving(pyz, bundle, "--compression", "gzip", "--require-signed", str(keys["pub"]),
+                 "--allow-recompressed-signed") as served:
+        status, body, _ = _get(served.addr, "/v2/sn/zsigned/manifests/1")
+        assert status == 200 and hashlib_hex(body) != image["digest"][7:]  # the rewritten manifest
+        assert "no signature names" in served.stderr()
+        assert served.start["imageSignatures"][0]["digest"] == image["digest"]

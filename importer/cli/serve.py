@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from importer.cli.output import ArgumentParser, guarded, with_examples
 from importer.cli.servesecure import add_options, print_node_config, security, start_info, start_lines
-from importer.errors import UsageError
+from importer.errors import PolicyRejected, UsageError
 from importer.format.manifest import LayerRecord
 from importer.format.text import printable
 from importer.input.archive import locate
@@ -24,9 +24,18 @@ from importer.registry.servelimits import (
     default_per_client,
 )
 from importer.registry.servetls import GuardedRegistry
-from importer.registry.transcode import ZSTD_READERS, new_workdir, remove_workdir, transcode, zstd_warning
+from importer.registry.transcode import (
+    ZSTD_READERS,
+    new_workdir,
+    remove_workdir,
+    signatures_lost,
+    signed_and_rewritten,
+    transcode,
+    zstd_warning,
+)
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
+from importer.verify.cosign import images_signed
 from importer.verify.opened import verify_or_raise
 from importer.verify.signature import TrustPolicy, check_signature, load_trusted_keys
 
@@ -64,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
                    f"by {ZSTD_READERS}); gzip: recompress zstd layers once at start into a private temp folder "
                    "(each layer's diff_id checked; removed at exit) and serve those, for Docker before 23.0 "
                    "(same image IDs, new manifest digests)")
+    p.add_argument("--require-signed", action="append", default=[], metavar="KEY.pub",
+                   help="serve only if every image carries a cosign signature by one of these public keys (as "
+                   "bundle-import --require-signed checks it; repeatable), checked before anything is served")
+    p.add_argument("--allow-recompressed-signed", action="store_true",
+                   help="with --require-signed: let --compression gzip rewrite signed images (their signatures "
+                   "then name digests serve does not answer for, so `cosign verify` refuses the served images)")
     p.add_argument("--json", action="store_true", help="print one JSON line on stdout once serving (the address)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines and no access log")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -97,6 +112,24 @@ def _recompressed(bundle: OpenedBundle, args: argparse.Namespace, workdir: str) 
     return Catalog(done.manifest(manifest), _say, local=done.files)
 
 
+def _signatures(bundle: OpenedBundle, args: argparse.Namespace) -> Optional[List[Dict[str, Any]]]:
+    """``--require-signed``: the images' cosign signatures, checked before anything is verified or
+    served; what ``--compression`` does to signed images, said (refused under --require-signed
+    unless ``--allow-recompressed-signed``) before anything is recompressed."""
+    signed = None
+    if args.require_signed:
+        signed = images_signed(bundle, args.require_signed, None, quiet=args.quiet, on_notice=_say,
+                               doing="serving with --require-signed")
+    lost = signed_and_rewritten(bundle.manifest(), args.compression)
+    if lost and args.require_signed and not args.allow_recompressed_signed:
+        raise PolicyRejected(signatures_lost("serving with --require-signed", args.compression, lost),
+                             hint="serve with --compression keep (Docker 23.0 and newer, containerd and podman read "
+                             "zstd), or pass --allow-recompressed-signed")
+    if lost and not args.quiet:
+        _say("serve: note: " + signatures_lost("serve", args.compression, lost))
+    return signed
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     bundle = open_bundle(args.bundle)
     sec = security(args)  # certificate and users: a bad file fails before anything is checked or listens
@@ -107,6 +140,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"serving {bundle.path}: expected a schema 3 bundle (OCI blobs), found schema "
                          f"{bundle.schema_major()}", hint="re-export it with this version of `bundle export`")
     limits = checked_limits(args.idle_timeout, args.max_connections, args.max_connections_per_client)
+    signed = _signatures(bundle, args)
     if args.print_node_config:
         return print_node_config(bundle, args, sec)
     args.renamed = {}
@@ -131,7 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.json:
             doc = {"ok": True, "listening": server.address, "url": url, "bundle": bundle.path, "kind": bundle.kind,
                    "compression": args.compression, "renamedManifests": dict(args.renamed),
-                   "bundleDigest": str(bundle.digest), "verification": report.to_dict(),
+                   "bundleDigest": str(bundle.digest), "verification": report.to_dict(), "imageSignatures": signed,
                    "repositories": listing, **info}
             sys.stdout.write(json.dumps(doc) + "\n")
             sys.stdout.flush()

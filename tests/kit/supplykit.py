@@ -65,9 +65,9 @@ def push_manifest(c: RegistryClient, repo: str, doc: dict[str, Any], reference: 
     return {"mediaType": doc["mediaType"], "digest": digest, "size": len(raw)}
 
 
-def push_image(addr: str, repo: str, tag: str, text: str, *, arch: str = "amd64") -> dict[str, Any]:
-    """A one-layer image (a gzip tar holding /hello.txt = ``text``); its manifest's descriptor
-    (``tag`` "": pushed by digest only)."""
+def push_image(addr: str, repo: str, tag: str, text: str, *, arch: str = "amd64", zstd: bool = False) -> dict[str, Any]:
+    """A one-layer image (a gzip tar, or with ``zstd`` a zstd one, holding /hello.txt = ``text``);
+    its manifest's descriptor (``tag`` "": pushed by digest only)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         data = text.encode()
@@ -78,7 +78,12 @@ def push_image(addr: str, repo: str, tag: str, text: str, *, arch: str = "amd64"
     config = {"architecture": arch, "os": "linux", "config": {},
               "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(plain).hexdigest()]}}
     with client(addr) as c:
-        layer = push_blob(c, repo, gzip.compress(plain, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
+        if zstd:
+            import zstandard
+            layer = push_blob(c, repo, zstandard.ZstdCompressor().compress(plain),
+                              "application/vnd.oci.image.layer.v1.tar+zstd")
+        else:
+            layer = push_blob(c, repo, gzip.compress(plain, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")
         cfg = push_blob(c, repo, _json(config), OCI_CONFIG)
         return push_manifest(c, repo, {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": cfg,
                                        "layers": [layer]}, tag)
