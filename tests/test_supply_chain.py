@@ -741,3 +741,32 @@ def test_serve_says_what_recompression_does_to_signatures(registry: dict[str, An
         assert status == 200 and hashlib_hex(body) != image["digest"][7:]  # the rewritten manifest
         assert "no signature names" in served.stderr()
         assert served.start["imageSignatures"][0]["digest"] == image["digest"]
+
+
+def test_the_image_tags_are_written_after_every_artifact(bundles: dict[str, Path], registry: dict[str, Any],
+                                                        mirror: Registry) -> None:
+    """The push writes manifests by digest, then the artifacts (their derived tags), then the
+    image tags, and reads the tags back after that: the order of the registry's manifest PUTs."""
+    from importer.format.manifest import load_bundle_manifest
+    from importer.registry.client import RegistryClient, parse_target
+    from importer.registry.push import push_bundle
+    from importer.registry.push_artifacts import push_artifacts
+
+    puts: list[str] = []
+
+    class Recording(RegistryClient):
+        def put_manifest(self, repo: str, reference: str, raw: bytes, media_type: str) -> Any:
+            puts.append(reference)
+            return super().put_manifest(repo, reference, raw, media_type)
+
+    root = str(bundles["app"])
+    manifest = load_bundle_manifest((bundles["app"] / "bundle.json").read_bytes())
+    with Recording(parse_target(f"{mirror.addr}/ordered")) as client:
+        client.ping()
+        report = push_bundle(root, manifest, client,
+                             before_tags=lambda: puts.append("artifacts:" + str(len(push_artifacts(root, manifest,
+                                                                                                   client)))))
+    assert report.ok
+    hexd = registry["app"]["digest"][7:]
+    assert puts == [registry["app"]["digest"], f"sha256-{hexd}.sig", registry["sbom"]["digest"], f"sha256-{hexd}",
+                    "artifacts:3", "1"], puts
