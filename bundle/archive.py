@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
 from importer import __version__
-from importer.errors import DigestMismatch, ManifestError, SizeMismatch, UsageError
+from importer.errors import (
+    PLACE_ERRNOS,
+    BundleError,
+    DigestMismatch,
+    ManifestError,
+    SizeMismatch,
+    UsageError,
+    name_write_error,
+    write_error,
+)
 from importer.format.digest import CHUNK, Digest
 from importer.format.limits import MAX_BUNDLE_JSON, read_limited
 from importer.format.manifest import (
@@ -42,6 +51,7 @@ from importer.input.archive import (
     index_name,
     part_name,
 )
+from importer.pipeline.preflight import InsufficientSpace, SpaceNeed, check_space, free_bytes
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir, open_regular
 from importer.streams.progress import close_progress
 from importer.streams.readers import HashingReader
@@ -99,6 +109,12 @@ class PartWriter:
         self._hash = hashlib.sha256()
         self._n = 0
 
+    @property
+    def current(self) -> str:
+        """The file being written, under the name it gets when whole."""
+        name = part_name(self.name, len(self.parts)) if self.part_size else self.name
+        return os.path.join(self.directory, name)
+
     def _close_part(self) -> None:
         assert self._f is not None
         self._f.flush()
@@ -112,6 +128,13 @@ class PartWriter:
         self.parts.append(PartRecord(final, self._n, Digest("sha256", self._hash.hexdigest())))
 
     def write(self, data: Any) -> int:
+        try:
+            return self._write(data)
+        except OSError as e:  # write() names no file: the part (or tar) being written
+            name_write_error(e, self.current, any_errno=True)
+            raise
+
+    def _write(self, data: Any) -> int:
         view = memoryview(data)
         size = len(view)
         while len(view):
@@ -135,10 +158,14 @@ class PartWriter:
             self._f.flush()
 
     def finish(self) -> None:
-        if self._f is not None or not self.parts:
-            if self._f is None:
-                self._open()
-            self._close_part()
+        try:
+            if self._f is not None or not self.parts:
+                if self._f is None:
+                    self._open()
+                self._close_part()
+        except OSError as e:
+            name_write_error(e, self.current, any_errno=True)
+            raise
         fsync_dir(self.directory)
 
     def abort(self) -> None:
@@ -232,13 +259,30 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     with _open_member(src, BUNDLE_JSON) as f:  # a link, FIFO or device is refused, never opened or followed
         raw_bj = read_limited(f, MAX_BUNDLE_JSON, BUNDLE_JSON)
     manifest = load_bundle_manifest(raw_bj, where=os.path.join(src, BUNDLE_JSON))
-    for path in stale:
-        os.unlink(path)
     pins: Dict[str, FileRecord] = {f.path: f for f in manifest.files}
     order = member_order(manifest, src)
     total = sum(_regular_size(src, p) for p in order)
+    if not consume:  # export --archive checked the space first; packing frees the staging folder as it goes
+        check_pack_space(archive, total, len(order), manifest, stale)
+    for path in stale:
+        os.unlink(path)
     on_bytes = progress("pack", total) if progress is not None else None
     writer = PartWriter(archive, split)
+    try:
+        return _pack(src, archive, split, consume, order, pins, raw_bj, manifest, writer, on_bytes, started)
+    except OSError as e:
+        failed = pack_write_error(e, archive)
+        if failed is None:
+            raise
+        raise failed from e
+
+
+def _pack(src: str, archive: str, split: Optional[int], consume: bool, order: List[str],
+          pins: Dict[str, FileRecord], raw_bj: bytes, manifest: BundleManifest, writer: PartWriter,
+          on_bytes: Optional[ProgressFn], started: float) -> PackResult:
+    """Write the tar or parts, the importer beside them and the parts index; on any failure what
+    this run wrote is removed (nothing under the archive's name, no temp file)."""
+    beside: Optional[str] = None
     try:
         with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT, bufsize=CHUNK) as tar:  # type: ignore[call-overload]
             for rel in order:
@@ -259,33 +303,68 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
                     os.unlink(full)
         writer.finish()
         close_progress(on_bytes)
+        importer_rec = manifest.importer
+        if importer_rec is not None:
+            pyz = _read_member(src, importer_rec.path, 256 * 1024 * 1024) \
+                if os.path.lexists(os.path.join(src, importer_rec.path)) else None
+            if pyz is not None and Digest.of_bytes(pyz) == importer_rec.digest:
+                beside = os.path.join(os.path.dirname(archive), IMPORTER_PYZ)
+                atomic_write_bytes(beside, pyz, mode=0o755)
+        result_path = archive
+        if split:
+            index = PartsIndex(
+                schema_version="1.0", archive_name=os.path.basename(archive), size=writer.total, digest=writer.digest,
+                part_size=split, parts=tuple(writer.parts),
+                created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                tool_version=__version__, bundle_digest=Digest.of_bytes(raw_bj),
+                importer=(FileRecord(IMPORTER_PYZ, importer_rec.digest, importer_rec.size)
+                          if beside and importer_rec else None),
+            )
+            result_path = os.path.join(os.path.dirname(archive), index_name(os.path.basename(archive)))
+            atomic_write_bytes(result_path, (json.dumps(index.to_dict(), indent=2) + "\n").encode("utf-8"))
+        fsync_dir(os.path.dirname(archive))
     except BaseException:
         writer.abort()
+        if beside is not None:  # written by this run for an archive that is not there
+            with contextlib.suppress(OSError):
+                os.unlink(beside)
         raise
-    importer_rec = manifest.importer
-    beside: Optional[str] = None
-    if importer_rec is not None:
-        pyz = _read_member(src, importer_rec.path, 256 * 1024 * 1024) \
-            if os.path.lexists(os.path.join(src, importer_rec.path)) else None
-        if pyz is not None and Digest.of_bytes(pyz) == importer_rec.digest:
-            beside = os.path.join(os.path.dirname(archive), IMPORTER_PYZ)
-            atomic_write_bytes(beside, pyz, mode=0o755)
-    result_path = archive
-    if split:
-        index = PartsIndex(
-            schema_version="1.0", archive_name=os.path.basename(archive), size=writer.total, digest=writer.digest,
-            part_size=split, parts=tuple(writer.parts),
-            created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            tool_version=__version__, bundle_digest=Digest.of_bytes(raw_bj),
-            importer=(FileRecord(IMPORTER_PYZ, importer_rec.digest, importer_rec.size)
-                      if beside and importer_rec else None),
-        )
-        result_path = os.path.join(os.path.dirname(archive), index_name(os.path.basename(archive)))
-        atomic_write_bytes(result_path, (json.dumps(index.to_dict(), indent=2) + "\n").encode("utf-8"))
-    fsync_dir(os.path.dirname(archive))
     return PackResult(result_path, list(writer.parts) if split else [], writer.total, writer.digest, beside,
                       time.monotonic() - started, members=len(order),
                       importer_digest=importer_rec.digest if beside and importer_rec else None)
+
+
+def check_pack_space(archive: str, total: int, members: int, manifest: BundleManifest, stale: List[str]) -> None:
+    """Free space for the tar (or parts) before the first byte: the members, their tar headers and the
+    importer beside it, less what the earlier outputs ``--force`` replaces hold (removed first), as
+    the import preflight measures it (importer/pipeline/preflight.py)."""
+    directory = os.path.dirname(archive)
+    dev, _ = free_bytes(directory)
+    freed = 0
+    for path in stale:
+        with contextlib.suppress(OSError):
+            st = os.lstat(path)
+            freed += st.st_size if st.st_dev == dev else 0
+    pyz = manifest.importer.size if manifest.importer is not None else 0
+    need = total + members * 3 * tarfile.BLOCKSIZE + tarfile.RECORDSIZE + pyz + 64 * 1024
+    check = check_space([SpaceNeed(directory, f"the archive {os.path.basename(archive)}: {members} file(s), "
+                                   f"the importer beside it", max(0, need - freed))])[0]
+    if not check.ok:
+        raise InsufficientSpace(
+            f"packing into {archive}: expected enough free space for the archive, found too little on {check.text()}"
+            + (f" (the {len(stale)} earlier output(s) --force replaces counted as free)" if stale else ""),
+            hint="nothing was written; free space there or pack onto a larger disk")
+
+
+def pack_write_error(err: OSError, archive: str) -> Optional[BundleError]:
+    """A write of the archive, a part, the importer beside it or the parts index that failed,
+    naming the file, the folder and the space left there; None for other errors."""
+    directory = os.path.dirname(archive)
+    path = err.filename if isinstance(err.filename, str) else None
+    if err.errno not in PLACE_ERRNOS or path is None or os.path.dirname(os.path.abspath(path)) != directory:
+        return None
+    return write_error(err, f"packing into {archive}", path, directory,
+                       note=f"what this run wrote was removed: nothing is left under {os.path.basename(archive)}")
 
 
 def _check_pin(rel: str, pin: Optional[FileRecord], hashing: HashingReader, raw_bj: Optional[bytes]) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import zstandard
 
+from importer.errors import name_write_error
 from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
@@ -123,16 +124,20 @@ class BlobStore:
     @contextlib.contextmanager
     def temp(self) -> Any:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+        done = False
         try:
             with os.fdopen(fd, "wb") as f:
                 yield f, tmp
+                done = True
                 f.flush()
                 os.fchmod(f.fileno(), 0o644)
                 if self.fsync:
                     os.fsync(f.fileno())
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(e, OSError):  # write() names no file: an out-of-space error names the blob's
+                name_write_error(e, tmp, any_errno=done)
             raise
 
     def discard(self, digest: Digest) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,17 +28,28 @@ from bundle.sources.blobcopy import PlatformChoice
 from bundle.sources.choose import open_source as open_any
 from bundle.sources.protocol import ExportSource, Selection
 from bundle.writer import write_bundle
-from importer.errors import BundleError, DestinationInUse, InvalidReference, UsageError
+from importer.errors import (
+    PLACE_ERRNOS,
+    WRITE_ERRNOS,
+    BundleError,
+    DestinationInUse,
+    InvalidReference,
+    UsageError,
+    write_error,
+)
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
 from importer.format.reference import parse_reference
 from importer.input.opened import read_bundle_file
 from importer.inventory.have import engines_read_zstd, have_platform, merge_have, zstd_is_fast_on
+from importer.pipeline.preflight import InsufficientSpace, SpaceNeed, check_space
 from importer.registry.access import RegistryAccess
-from importer.streams.progress import close_progress
+from importer.streams.progress import close_progress, human_bytes
 from importer.verify.cosign import CosignKey, SignedImage, check_bundle, checked_reader, load_cosign_keys
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
+#: what a bundle holds beside the images' blobs: the importer (about 400 KiB), bundle.json, SHA256SUMS, index.json
+EXPORT_MARGIN = 1024 * 1024
 
 
 @dataclass
@@ -112,6 +124,8 @@ def export_images(
         source_info = source.info()
         checked = source.check_refs(names, selection)
         fit = gpufit.precheck(source, names, have, allow_unfit) if schema == 3 else None
+        check_export_space(out_dir, checked.size, len(names), exact=source.knows_sizes_ahead and not have and not asked,
+                           say=progress is not None)
         signed_by, signed_images, store = None, None, None
         staging = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".partial-", dir=parent)
         try:
@@ -139,17 +153,63 @@ def export_images(
                 _check_replaceable(out_dir)  # again: it may have changed while the images were read
                 shutil.rmtree(out_dir)
             os.replace(staging, out_dir)
-        except BundleError as e:
+        except BaseException as e:
             with contextlib.suppress(OSError):
                 shutil.rmtree(staging)
-            raise user_paths(e, staging, out_dir) from e.__cause__
-        except BaseException:
-            with contextlib.suppress(OSError):
-                shutil.rmtree(staging)
+            _typed(e, staging, out_dir)
             raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
                         len(store.recompressed) if store is not None else 0, checked.notes, fit,
                         signed_images)
+
+
+def check_export_space(out_dir: str, size: int, images: int, *, exact: bool, say: bool = True) -> None:
+    """Free space at the target before anything is written (importer/pipeline/preflight.py measures
+    it): the images' ``size`` as the source reports it, the importer and the documents
+    (:data:`EXPORT_MARGIN`). ``exact`` (the blobs as the source stores them, copied as they are): too
+    little is refused; otherwise ``size`` is an estimate (Docker's counts the files uncompressed, a
+    delta leaves layers out, a recompression changes them), and too little is said (``say``) and
+    the export goes on."""
+    need = SpaceNeed(os.path.dirname(out_dir), f"the bundle: {images} image(s) "
+                     f"{'of' if exact else 'of up to'} {human_bytes(size)}, the importer and metadata",
+                     size + EXPORT_MARGIN + images * 64 * 1024)
+    short = [c for c in check_space([need]) if not c.ok]
+    if not short:
+        return
+    if exact:
+        raise InsufficientSpace(
+            f"exporting to {out_dir}: expected enough free space for the bundle, found too little on "
+            + "; ".join(c.text() for c in short),
+            hint="nothing was written; free space there, or export to a larger disk (then `bundle copy` or "
+            "`bundle pack --split` onto this one)")
+    if say:
+        sys.stderr.write(f"note: the bundle may not fit in {os.path.dirname(out_dir)} (it holds up to the images' "
+                         f"size as the source reports it; compressed it is usually smaller): {short[0].text()}\n")
+
+
+def _typed(error: BaseException, staging: str, out_dir: str) -> None:
+    """Raise what a failed export says (the staging folder removed): a BundleError naming the
+    user's folder, a failed write naming its place; return for anything else (raised as it is)."""
+    if isinstance(error, BundleError):
+        raise user_paths(error, staging, out_dir) from error.__cause__
+    failed = export_write_error(error, staging, out_dir) if isinstance(error, OSError) else None
+    if failed is not None:
+        raise failed from error
+
+
+def export_write_error(err: OSError, staging: str, out_dir: str) -> Optional[BundleError]:
+    """A write into the staging folder that failed (out of space, permissions, an I/O error),
+    naming the file, the target's folder and the space left there; None for other errors (the
+    source's), which stay as they are."""
+    path = err.filename if isinstance(err.filename, str) else None
+    if path is None and err.errno not in WRITE_ERRNOS:
+        return None
+    if path is not None and not os.path.abspath(path).startswith(os.path.dirname(out_dir) + os.sep):
+        return None
+    if err.errno not in PLACE_ERRNOS:
+        return None
+    return write_error(err, f"exporting to {out_dir}", path, os.path.dirname(out_dir),
+                       note=f"the bundle was being built in {staging}, removed: nothing is left under {out_dir}")
 
 
 def _cosign_keys(require_signed: Sequence[str], schema: int) -> Tuple[CosignKey, ...]:

@@ -367,15 +367,79 @@ def _in_bundle(path: str, bundle: str) -> bool:
     return cut > len(os.path.dirname(b)) and p.startswith(b[:cut + 4])
 
 
+#: errors only a write gives: an OSError of these raised while writing a file is that file's
+#: (:func:`name_write_error`), whatever else the block read
+WRITE_ERRNOS = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EFBIG, errno.EROFS) if e)
+#: what a failed write can tell about its place (:func:`write_error`)
+PLACE_ERRNOS = WRITE_ERRNOS | {errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def name_write_error(err: OSError, path: str, *, any_errno: bool = False) -> OSError:
+    """``err`` naming ``path`` when it names no file and is a write's (:data:`WRITE_ERRNOS`; any
+    errno with ``any_errno``: a flush, fsync or rename of that file): ``write()`` names none."""
+    if not isinstance(err.filename, str) and (any_errno or err.errno in WRITE_ERRNOS):
+        err.filename = path
+    return err
+
+
+def _bytes_text(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def free_space_text(folder: str) -> str:
+    """``1.2 MiB (1258291 bytes) free of 3.9 GiB``: the file system holding ``folder`` (its nearest
+    existing folder); "" when that cannot be read."""
+    where = os.path.abspath(folder)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        st = os.statvfs(where)
+    except (OSError, AttributeError):
+        return ""
+    free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    return f"{_bytes_text(free)} ({free} bytes) free of {_bytes_text(total)}"
+
+
+def write_error(err: OSError, doing: str, path: Optional[str] = None, folder: Optional[str] = None, *,
+                note: str = "", hint: Optional[str] = None) -> FileAccessError:
+    """A failed write as a :class:`FileAccessError` naming the file, the folder it was written in
+    and, out of space, the space left there; ``note`` is said after the place (e.g. a staging
+    folder that is gone by now), ``hint`` replaces the one the errno gives."""
+    path = path or (err.filename if isinstance(err.filename, str) else None)
+    folder = folder or (os.path.dirname(os.path.abspath(path)) if path else None)
+    place = f"{path or 'a file'}" + (f" in the folder {folder}" if folder else "")
+    found = os_error_text(err)
+    if err.errno in WRITE_ERRNOS - {errno.EROFS} and folder:
+        free = free_space_text(folder)
+        found += f" (its file system has {free} now, with this run's partial files removed)" if free else ""
+    where = folder or "that folder"
+    default = (f"free space on the file system of {where}, or write somewhere else"
+               if err.errno in WRITE_ERRNOS - {errno.EROFS} else
+               f"give this user write access to {where} (or write somewhere else)"
+               if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else
+               f"the medium holding {where} failed (an I/O error): check it (dmesg), or write somewhere else"
+               if err.errno == errno.EIO else "check the path, its permissions and the free space of its file system")
+    return FileAccessError(f"{doing}: expected to write {place}, found {found}" + (f"; {note}" if note else ""),
+                           hint=hint or default)
+
+
 def os_error(err: OSError, bundle: Optional[str] = None) -> BundleError:
     """An OSError that reached a CLI, typed: :class:`UnreadableFile` when it concerns a file of
     ``bundle`` (the BUNDLE argument), else :class:`FileAccessError`; both name the file and the
-    errno text."""
+    errno text (a write's out-of-space, permission or I/O error: the folder too, :func:`write_error`)."""
     path = err.filename if isinstance(err.filename, str) else None
     if path is not None and bundle and _in_bundle(path, bundle):
         return UnreadableFile.of(err, path)
+    if path is not None and err.errno in WRITE_ERRNOS:
+        return write_error(err, "writing")
     other = f" and {err.filename2}" if isinstance(err.filename2, str) else ""
+    folder = f" (in the folder {os.path.dirname(os.path.abspath(path))})" if path and not other else ""
     return FileAccessError(
-        f"accessing {path or 'a file'}{other}: expected it readable and writable, found {os_error_text(err)}",
+        f"accessing {path or 'a file'}{other}{folder}: expected it readable and writable, found {os_error_text(err)}",
         hint="check the path, its permissions and the free space of its file system",
     )

@@ -13,6 +13,7 @@ Docker commands go to the private dockerd of the session (``docker_host``, via D
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -329,7 +330,7 @@ SPECS: Dict[str, Spec] = {
     "python3 /media/usb/bundle-import.pyz /media/usb/train.tar.parts.json --verify": run(),
     "bundle export my/train:1 my/eval:1 --archive /media/usb/train.tar --split 3900M --force": run(),
     "sync; umount /media/usb": skip("unmounts the USB disk"),
-    "python3 /media/usb/bundle-import.pyz copy /media/usb/train.tar.parts.json /data/incoming": run(),
+    "python3 /media/usb/bundle-import.pyz copy /media/usb/train.tar.parts.json /data/incoming --replace": run(),
     "python3 /data/incoming/bundle-import.pyz /data/incoming/train.tar.parts.json --verify": run(),
     "bundle copy SRC DST [--bwlimit RATE] [--json]": run(fresh=True),
     "python3 bundle-import.pyz copy SRC DST [--bwlimit RATE] [--json]": run(fresh=True, cwd="usb"),
@@ -651,6 +652,41 @@ def test_readme_quickstart_needs_no_docker(template: Path, docker_host: str, tmp
     inspected = json.loads(proc.stdout)
     assert inspected["Layers"] and inspected["Os"] == "linux"
     assert (tmp_path / "hello.out" / "index.json").is_file()
+
+
+WEEKLY = "bundle export my/train:1 my/eval:1 --archive /media/usb/train.tar --split 3900M --force"
+
+
+@pytest.mark.engine
+def test_the_weekly_usb_routine_works_two_weeks_running(template: Path, docker_host: str, tmp_path: Path) -> None:
+    """docs/transfer.md's weekly USB block, pasted as written two weeks running with a new build of
+    my/train:1 the second week (issue 40, point 4): the export replaces the stick's archive, the
+    copy replaces last week's bundle in /data/incoming (it refused to before), and the import
+    verifies this week's bundle."""
+    week = [c for c in all_commands() if c.doc == "docs/transfer.md"
+            and c.block == next(w.block for w in all_commands() if w.key == WEEKLY)]
+    runnable = [c for c in week if not SPECS[c.key].skip]
+    assert [c.key.split()[0] for c in runnable] == ["bundle", "python3", "python3"], [c.key for c in week]
+    world = tmp_path / "world"
+    shutil.copytree(template / "world", world, symlinks=True)
+    env = _env(template, docker_host, docker=True)
+    before = engines.docker(docker_host, "image", "inspect", "--format", "{{.Id}}", "my/train:1").strip()
+    digests = []
+    try:
+        for n in (1, 2):
+            if n == 2:  # a new build under the same name
+                engines.build_image(docker_host, layered_context(tmp_path / "week2", base="my/train:1",
+                                                                 files={"/week": "2\n"}), "my/train:1")
+            for c in runnable:
+                proc = _sh(concrete(c.text, SPECS[c.key], world, docker_host), cwd=world, env=env, timeout=300)
+                assert proc.returncode == 0, f"week {n}: {c.text}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            index = json.loads((world / "data" / "incoming" / "train.tar.parts.json").read_text())
+            digests.append(index["bundle"]["digest"])
+            assert sorted(p.name for p in (world / "data" / "incoming").iterdir()) == sorted(
+                [*(p["name"] for p in index["parts"]), "train.tar.parts.json", "bundle-import.pyz"])
+        assert digests[0] != digests[1]
+    finally:
+        engines.docker(docker_host, "tag", before, "my/train:1")
 
 
 def _unpack_commands() -> List[Tuple[str, str]]:

@@ -14,7 +14,7 @@ from importer import SCHEMA_MAJOR, __version__
 from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success, with_examples
 from importer.cli.smoke import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.cli.smoke import main as smoke_main
-from importer.errors import BundleError, UsageError, VerificationFailed, os_error, os_error_text
+from importer.errors import BundleError, FileAccessError, UsageError, VerificationFailed, os_error, os_error_text
 from importer.format.text import printable, printable_block
 from importer.input.archive import locate
 from importer.pipeline.checkonly import receipt_sections
@@ -234,7 +234,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         error.hint = ("run the same command again: it verifies everything again and removes staging tags "
                       "an interrupted run left (sneakernet-staging/*)")
     receipt = _receipt(args, plan, result, error)
-    if isinstance(error, UsageError):  # a run that did nothing (bad arguments): no receipt
+    if isinstance(error, UsageError) and not isinstance(error, FileAccessError):  # bad arguments, nothing done
         receipt_path = None
     if receipt_path is not None:
         try:

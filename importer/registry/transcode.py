@@ -11,6 +11,7 @@ leaves out are kept as they are."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import importlib
@@ -21,7 +22,14 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
-from importer.errors import DigestMismatch, EngineUnavailable, UsageError
+from importer.errors import (
+    WRITE_ERRNOS,
+    DigestMismatch,
+    EngineUnavailable,
+    FileAccessError,
+    UsageError,
+    write_error,
+)
 from importer.format.artifacts import HANDED_ON
 from importer.format.digest import CHUNK, Digest
 from importer.format.limits import MAX_INDEX, MAX_MANIFEST
@@ -164,9 +172,14 @@ def _write_doc(doc: Any, media_type: str, workdir: str, out: Transcoded) -> Blob
     data = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     digest = Digest.of_bytes(data)
     path = os.path.join(workdir, digest.hex)
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)
+    try:
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(path + ".tmp")
+        raise _workdir_error(e, path + ".tmp", workdir, "writing a rewritten manifest") from None
     out.files[str(digest)] = path
     return BlobRef(media_type, digest, len(data))
 
@@ -175,15 +188,25 @@ def _layer(root: BundleRoot, layer: LayerRecord, to: str, workdir: str, out: Tra
     """Decompress, check the diff_id, recompress; the new layer record (same diff_id)."""
     what = f"layer {layer.digest.short}"
     tmp = os.path.join(workdir, f"{layer.digest.hex}.part")
-    with open_bundle_file(root, layer.digest.blob_path) as raw_file:
-        raw = HashingReader(raw_file)
-        with open_decompressed(raw, compression_of(layer.media_type), bound=layer.uncompressed_size,
-                               what=what) as plain:
-            tar = HashingReader(plain)
-            with open(tmp, "wb") as f:
-                written = HashingWriter(f)
-                _compress(tar, to, written, what)
-            raw.drain()
+    try:
+        with open_bundle_file(root, layer.digest.blob_path) as raw_file:
+            raw = HashingReader(raw_file)
+            with open_decompressed(raw, compression_of(layer.media_type), bound=layer.uncompressed_size,
+                                   what=what) as plain:
+                tar = HashingReader(plain)
+                try:
+                    with open(tmp, "wb") as f:
+                        written = HashingWriter(f)
+                        _compress(tar, to, written, what)
+                except OSError as e:  # out of space, or the temp file itself: the temp folder's
+                    if e.errno not in WRITE_ERRNOS and e.filename != tmp:  # a read of the bundle's
+                        raise
+                    raise _workdir_error(e, tmp, workdir, f"recompressing {what} to {to}") from None
+                raw.drain()
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     if raw.digest() != layer.digest:
         os.unlink(tmp)
         raise DigestMismatch(f"recompressing {what}: expected {layer.digest}, found {raw.digest()}",
@@ -198,6 +221,17 @@ def _layer(root: BundleRoot, layer: LayerRecord, to: str, workdir: str, out: Tra
     os.replace(tmp, path)
     out.files[str(digest)] = path
     return dataclasses.replace(layer, media_type=_TYPES[to], digest=digest, size=written.count)
+
+
+def _workdir_error(err: OSError, path: str, workdir: str, doing: str) -> FileAccessError:
+    """A write into the recompression's temp folder failed: the file, the folder, and where TMPDIR
+    could point instead."""
+    return write_error(err, doing, path, workdir,
+                       note=f"the recompressed layers go to a private temp folder ({workdir}, removed) under "
+                       "TMPDIR until they are sent",
+                       hint=f"free space on the file system of {os.path.dirname(workdir) or workdir}, or point TMPDIR "
+                       "at a folder with room for the recompressed layers (about the bundle's size), then run it "
+                       "again; nothing was kept")
 
 
 def _compress(src: HashingReader, to: str, dst: HashingWriter, what: str) -> None:

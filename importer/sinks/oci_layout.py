@@ -15,7 +15,15 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from importer.errors import DigestMismatch, EngineUnavailable, ManifestError, SinkError, SizeMismatch
+from importer.errors import (
+    PLACE_ERRNOS,
+    DigestMismatch,
+    EngineUnavailable,
+    ManifestError,
+    SinkError,
+    SizeMismatch,
+    write_error,
+)
 from importer.format.artifacts import handed_on_reference
 from importer.format.digest import CHUNK, Digest, hash_file, is_digest
 from importer.format.identity import OCI
@@ -273,6 +281,16 @@ class OciLayoutSink(SinkBase):
         dst = os.path.join(self.dir, digest.blob_path)
         if os.path.isfile(dst) and os.path.getsize(dst) == size and hash_file(dst)[0] == digest:
             return  # content-addressed and intact: already there
+        try:
+            self._write_blob(root, digest, size, what, on_bytes, dst)
+        except OSError as e:
+            if e.errno not in PLACE_ERRNOS or e.filename != dst:  # the bundle's side: as it is
+                raise
+            raise write_error(e, f"copying {what} into the OCI layout {self.dir}", dst,
+                              note="the layout's index.json was not changed: it names no image of this run") from e
+
+    def _write_blob(self, root: str, digest: Digest, size: int, what: str, on_bytes: Optional[ProgressFn],
+                    dst: str) -> None:
         h = hashlib.sha256()
         n = 0
         with open(os.path.join(root, digest.blob_path), "rb") as src, atomic_writer(dst, 0o444) as out:

@@ -11,7 +11,7 @@ import stat
 import tempfile
 from typing import BinaryIO, Iterator, List, Optional
 
-from importer.errors import MissingBlob, NotRegularFile, SizeMismatch, UnreadableFile
+from importer.errors import MissingBlob, NotRegularFile, SizeMismatch, UnreadableFile, name_write_error
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -26,16 +26,20 @@ def atomic_writer(path: str, mode: int = 0o644) -> Iterator[BinaryIO]:
     """Yield a file that appears under ``path`` only if the block completes."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    done = False  # past the block: any error is this file's (flush, fsync, rename)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
+            done = True
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError):  # write() names no file: an out-of-space error names this one
+            name_write_error(e, path, any_errno=done)
         raise
 
 

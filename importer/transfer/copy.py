@@ -23,12 +23,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import stat
+import tarfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 from importer.errors import (
+    BundleError,
     DestinationInUse,
     DigestMismatch,
     ManifestError,
@@ -36,11 +39,13 @@ from importer.errors import (
     UnwritableDestination,
     UsageError,
     VerificationFailed,
+    name_write_error,
+    write_error,
 )
 from importer.format.digest import CHUNK, Digest
 from importer.format.limits import MAX_BUNDLE_JSON, read_limited
 from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, SUMS_FILE, load_bundle_manifest
-from importer.input.archive import ArchiveReader, locate
+from importer.input.archive import PARTS_SUFFIX, ArchiveReader, locate
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.streams.fsutil import describe_mode, fsync_dir, open_regular, read_exactly
 from importer.streams.progress import close_progress
@@ -78,6 +83,7 @@ class CopyResult:
     seconds: float = 0.0
     verification: Optional[VerifyReport] = None
     target: str = ""  # what to import on the far side (DST, DST/FILE.tar or the parts index)
+    replaced: List[str] = field(default_factory=list)  # --replace: the other bundle's files removed from DST
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -91,6 +97,7 @@ class CopyResult:
             "bytesCopied": self.bytes_copied,
             "seconds": round(self.seconds, 3),
             "verification": self.verification.to_dict() if self.verification else None,
+            "replaced": self.replaced,
         }
 
 
@@ -206,9 +213,10 @@ def plan_copy(src: str) -> Tuple[str, List[CopyItem], str]:
 
 
 def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], ProgressFn]] = None,
-                bwlimit: Optional[int] = None) -> CopyResult:
+                bwlimit: Optional[int] = None, replace: bool = False) -> CopyResult:
     """Copy, resume, verify. Raises VerificationFailed if the copy does not verify, and only
-    BundleError subclasses otherwise (an OSError at DST is UnwritableDestination)."""
+    BundleError subclasses otherwise (an OSError at DST is UnwritableDestination). ``replace``
+    (``--replace``): DST may hold another bundle (and nothing else), removed before the copy."""
     started = time.monotonic()
     kind, items, target = plan_copy(src)
     dst = os.path.abspath(dst)
@@ -217,9 +225,15 @@ def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], P
     real_src, real_dst = os.path.realpath(src), os.path.realpath(dst)
     if real_src == real_dst or os.path.dirname(real_src) == real_dst:
         raise UsageError(f"copying {src} to {dst}: expected another place, found the source itself")
-    check_destination(dst, items)
+    replaced: List[str] = []
+    try:
+        check_destination(dst, items)
+    except DestinationInUse:
+        if not replace:
+            raise
+        replaced = replace_other_bundle(dst, items)
     result = CopyResult(src=os.path.abspath(src), dst=dst, kind=kind,
-                        target=os.path.join(dst, target) if target else dst)
+                        target=os.path.join(dst, target) if target else dst, replaced=replaced)
     on_bytes = progress("copy", sum(i.size for i in items)) if progress is not None else None
     throttle = _Throttle(bwlimit)
     try:
@@ -229,10 +243,8 @@ def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], P
             result.bytes_copied += n
             {"copied": result.copied, "resumed": result.resumed, "skipped": result.skipped}[outcome].append(item.rel)
     except OSError as e:  # the source side raises typed errors (open_regular): this is DST
-        where = f" {e.filename}" if e.filename else ""
-        raise UnwritableDestination(f"copying to {dst}: expected to write{where}, found an error ({e.strerror})",
-                                    hint="check DST's permissions and free space, then run the copy again: "
-                                    "it resumes") from None
+        said = write_error(e, f"copying to {dst}", folder=None if e.filename else dst)
+        raise UnwritableDestination(said.message, hint=f"{said.hint}; then run the copy again: it resumes") from None
     close_progress(on_bytes)
     report = verify_opened(open_bundle(result.target))
     result.verification = report
@@ -282,9 +294,75 @@ def check_destination(dst: str, items: List[CopyItem]) -> None:
                 found = f"another bundle or layout ({item.rel} differs from the source's)"
                 break
     if found:
+        dated = os.path.join(dst, time.strftime("%Y-%m-%d"))
         raise DestinationInUse(
             f"copying to {dst}: expected a new or empty folder, or a copy of this same bundle to resume, found {found}",
-            hint="copy into a new folder (e.g. DST/NAME); a copy never merges into other files")
+            hint=f"copy into a new folder, e.g. a dated one ({dated}); or, if {dst} holds only an earlier bundle "
+            "you no longer need, pass --replace to remove it first; a copy never merges into other files")
+
+
+def _bundle_files(dst: str) -> Optional[List[str]]:
+    """The files of the one bundle DST holds (a bundle folder: everything in it; else each tar, parts
+    index and its parts, the importer beside them and their ``.partial`` files), or None when DST
+    holds anything else (a folder, another file): never removed by ``--replace``."""
+    if os.path.isfile(os.path.join(dst, BUNDLE_JSON)) and not os.path.islink(os.path.join(dst, BUNDLE_JSON)):
+        return [os.path.relpath(os.path.join(here, n), dst) for here, dirs, names in os.walk(dst)
+                for n in [*names, *(d for d in dirs if os.path.islink(os.path.join(here, d)))]]
+    names = sorted(os.listdir(dst))
+    ours = set()
+    for name in names:
+        full = os.path.join(dst, name)
+        if not name.endswith(PARTS_SUFFIX) or not stat.S_ISREG(os.lstat(full).st_mode):
+            continue
+        try:
+            index = ArchiveReader(full).index
+        except BundleError:
+            return None
+        if index is None:
+            return None
+        ours |= {name, index.archive_name, *(p.name for p in index.parts)}
+    ours |= {n for n in names if n.endswith(".tar") and _bundle_tar(os.path.join(dst, n))} | {IMPORTER_PYZ}
+    ours |= {n + PARTIAL for n in ours}
+    for name in names:
+        if name not in ours or not stat.S_ISREG(os.lstat(os.path.join(dst, name)).st_mode):
+            return None
+    return names
+
+
+def _bundle_tar(path: str) -> bool:
+    """Whether ``path`` is a bundle's tar: a regular file whose first member is bundle.json."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        with tarfile.open(path, "r|") as tar:
+            first = tar.next()
+    except (OSError, tarfile.TarError):
+        return False
+    return first is not None and first.name == BUNDLE_JSON
+
+
+def replace_other_bundle(dst: str, items: List[CopyItem]) -> List[str]:
+    """``--replace``: remove the other bundle DST holds (:func:`_bundle_files`), then check DST again;
+    the files removed. Anything else there is refused, nothing removed."""
+    files = _bundle_files(dst)
+    if not files:
+        raise DestinationInUse(
+            f"copying to {dst} with --replace: expected another bundle there (a bundle folder, or a tar or parts "
+            "with their index and importer) and nothing else, found other files",
+            hint="copy into a new folder (e.g. a dated one); --replace never removes what is not a bundle")
+    if os.path.isfile(os.path.join(dst, BUNDLE_JSON)):
+        for name in os.listdir(dst):
+            full = os.path.join(dst, name)
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
+    else:
+        for name in files:
+            os.unlink(os.path.join(dst, name))
+    fsync_dir(dst)
+    check_destination(dst, items)
+    return sorted(f.replace(os.sep, "/") for f in files)
 
 
 def _same_or_not_a_file(path: str, item: CopyItem) -> bool:
@@ -354,6 +432,16 @@ def _open_partial(path: str, append: bool) -> BinaryIO:
     return os.fdopen(os.open(path, flags | getattr(os, "O_BINARY", 0), 0o644), "ab" if append else "wb")
 
 
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """An OSError in the block names ``path`` when it names no file (the source's reads raise typed errors)."""
+    try:
+        yield
+    except OSError as e:
+        name_write_error(e, path, any_errno=True)
+        raise
+
+
 def copy_file(item: CopyItem, dst_dir: str, *, on_bytes: Optional[ProgressFn] = None,
               throttle: Optional[Callable[[int], None]] = None) -> Tuple[str, int]:
     """("skipped"|"copied"|"resumed", bytes written) for one file.
@@ -377,7 +465,7 @@ def copy_file(item: CopyItem, dst_dir: str, *, on_bytes: Optional[ProgressFn] = 
             start = 0
         h = hashlib.sha256()
         written = 0
-        with item.open() as f, _open_partial(partial, append=bool(start)) as out:
+        with item.open() as f, _open_partial(partial, append=bool(start)) as out, _naming(partial):
             if start:
                 with open_regular(partial, f"resuming {item.rel}", start) as prefix:  # what an earlier run wrote
                     for data in read_exactly(prefix, start, partial, f"resuming {item.rel}", chunk=CHUNK):

@@ -12,7 +12,8 @@
   CUDA-like images): no test writes a Dockerfile; ``fakesave``: a fake ``docker save`` stream;
   ``bundlegen``: bundles without an engine (pristine, multi-platform); ``layoutgen``: OCI layouts
   (a three-platform index); ``transferkit``: random bundles for carrying, tars and parts;
-  ``fileskit``: a model folder, its bundle of files (schema 3.6), hostile edits of its bundle.json.
+  ``fileskit``: a model folder, its bundle of files (schema 3.6), hostile edits of its bundle.json;
+  ``spacekit``: a small tmpfs mounted for a block (``small_fs``), for out-of-space tests.
 - ``trustkit``: keys, signing, tampering, the engine-side security images; ``fuzzkit``: the
   bundle fuzzer, its reference check, and re-pinned damage (``replace_blob``, ``rewrite_index``);
   ``supplykit``: cosign-format signatures and referrers.

@@ -1,0 +1,38 @@
+"""Small file systems for out-of-space tests: a tmpfs of a given size mounted by the test (root),
+unmounted however the test ends. Under CI=true a host that cannot mount one fails the test."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.kit import engines
+
+
+@contextlib.contextmanager
+def small_fs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``4m``) mounted at ``path`` (made when missing) for the block."""
+    engines.require_root("mounting a tmpfs")
+    path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        engines.unavailable(f"cannot mount a tmpfs at {path}: {proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def everything_under(path: Path) -> list[str]:
+    """Every file and folder below ``path`` (relative, sorted): what a failed run left."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
