@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage-driver", metavar="NAME", help="podman: storage driver (overlay, vfs, ...)")
     p.add_argument("--oci-dir", metavar="DIR", help="oci: the OCI image layout folder to write to")
     add_registry_arguments(p)
+    p.add_argument("--files-to", metavar="DIR",
+                   help="write the files the bundle carries (schema 3.6, `bundle export --files`) below DIR, after "
+                   "every byte was verified: staged in DIR/.sneakernet-staging-*, each renamed into place; a file "
+                   "already there with the same bytes is kept, one with other bytes refused (--force replaces it); "
+                   "an interrupted run resumes. The images go to the engine as usual (a bundle of files alone needs "
+                   "none; docs/files.md)")
+    p.add_argument("--files-only", action="store_true",
+                   help="with --files-to: write the files only, leave the images (no engine needed)")
     p.add_argument("--deep", action="store_true",
                    help="after loading, export every image back out of the engine and hash every layer again "
                    "(proves the stored bytes, not just the metadata)")
@@ -208,19 +216,23 @@ def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
 def cmd_import(args: argparse.Namespace) -> int:
     """Parse -> plan (importer/pipeline/plan.py) -> run_import (importer/pipeline/walk.py) -> receipt and output."""
     plan = plan_from_args(args)
-    if not plan.needs_engine:
+    if not plan.needs_engine and plan.receipt_kind is None:
         return cmd_verify_only(args, plan)
     if args.engine:
         _refuse_smoke_engine(args, args.engine)
     receipt_path = _receipt_target(args, plan)  # before anything changes: never a failure after the work
     if args.smoke:
         args.smoke_receipt_base = smoke_receipt_base(args)
-    sink = make_sink(args)
-    _refuse_smoke_engine(args, sink.kind)
+    def engine() -> Sink:
+        made = make_sink(args)
+        _refuse_smoke_engine(args, made.kind)
+        return made
+
+    sink = None if plan.files_to else engine()  # --files-to: a bundle of files alone needs no engine
     result = result_for(plan)
     error: Optional[BundleError] = None
     try:
-        run_import(plan, sink, result, progress=_progress(plan.quiet), on_notice=_say)
+        run_import(plan, sink, result, progress=_progress(plan.quiet), on_notice=_say, make_sink=engine)
     except BundleError as e:
         error = e
     except OSError as e:  # typed here too, so that the receipt records it
@@ -248,6 +260,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         args.json_done = True
     elif result.checks and not args.json:
         print(printable_block(render_table(result.checks)))
+    if result.files and not args.json:
+        print(printable_block(_files_lines(result.files)))
     if receipt_path and not args.json:
         _say(f"receipt: {receipt_path}")
     if result.leftovers:
@@ -284,8 +298,16 @@ def _receipt(args: argparse.Namespace, plan: ImportPlan, res: ImportResult,
         extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
                **({"push": res.registry_push} if res.registry_push else {}),
                **({"imageSignatures": res.image_signatures} if res.image_signatures is not None else {}),
+               **({"files": res.files} if res.files is not None else {}),
                **(receipt_sections(res) if plan.receipt_kind == CHECK_ONLY_RECEIPT else {})},
     )
+
+
+def _files_lines(section: Dict[str, Any]) -> str:
+    """``--files-to``: what happened to each file (written, resumed, unchanged, replaced), one line each."""
+    lines = [f"{f['action']:9} {f['path']}  {f['digest'][:19]}  {f['size']} bytes  {f['mode']}"
+             for f in section.get("files", [])]
+    return "\n".join([*lines, f"files: {len(lines)} below {section['target']}"])
 
 
 def _engine_dict(args: argparse.Namespace, res: ImportResult) -> Optional[Dict[str, Any]]:
@@ -347,6 +369,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(after --check-only: bundle-import smoke IMAGE)")
         if args.check_only and (args.verify_only or args.inventory or args.force):
             parser.error("--check-only changes nothing: not with --verify-only, --inventory or --force")
+        if args.files_to and (args.verify_only or args.inventory or args.check_only):
+            parser.error("--files-to writes files: not with --verify-only, --inventory or --check-only")
         if args.name_prefix and not args.check_only:
             parser.error("--name-prefix goes with --check-only")
         handler: Callable[[argparse.Namespace], int] = cmd_inventory if args.inventory else cmd_import

@@ -58,9 +58,12 @@ class ImportResult:
     gpu_fit: Optional[Dict[str, Any]] = None  # each image judged on this host's driver (docs/gpu-fit.md)
     registry_push: Optional[Dict[str, Any]] = None  # --engine registry: what the push did (the receipt's "push")
     image_signatures: Optional[List[Dict[str, Any]]] = None  # --require-signed: which key signed which image
+    files: Optional[Dict[str, Any]] = None  # --files-to: the files written (the receipt's "files", 3.6)
 
     @property
     def ok(self) -> bool:
+        if self.files is not None and not self.checks:  # files alone (3.6): no image to check
+            return self.report.ok
         return self.report.ok and bool(self.checks) and all(c.ok for c in self.checks)
 
 

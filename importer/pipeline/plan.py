@@ -26,26 +26,29 @@ CHECK_ONLY = "check-only"  # prove the engine already holds each image; changes 
 IMPORT = "import"  # a schema 3 bundle into an engine (importer/pipeline/importing.py)
 LEGACY_IMPORT = "legacy-import"  # a schema 1/2 bundle into an engine (importer/pipeline/legacy.py)
 REGISTRY = "registry"  # push into a registry and read back (importer/pipeline/registry.py)
-MODES = (VERIFY_ONLY, CHECK_ONLY, IMPORT, LEGACY_IMPORT, REGISTRY)
+FILES = "files"  # --files-to DIR with --files-only, or a bundle of files alone: no engine (importer/pipeline/files.py)
+MODES = (VERIFY_ONLY, CHECK_ONLY, IMPORT, LEGACY_IMPORT, REGISTRY, FILES)
 
 FRONT_STEPS = ("open", "signature", "schema")
 IMAGE_SIGNATURES = "image-signatures"  # --require-signed: before the engine is asked anything
 DEEP = "deep"  # --deep: every image exported back out of the engine, every layer hashed again
 RECEIPT = "receipt"
+WRITE_FILES = "write-files"  # --files-to DIR: the files the bundle carries (3.6), after the images
 # the steps of each route, in the order the route runs them (DEEP only with --deep; RECEIPT: the plan's
 # receipt_kind); tests/test_import_plan.py records the steps real runs reach and compares
 ROUTE_STEPS: Dict[str, Tuple[str, ...]] = {
     VERIFY_ONLY: ("verify",),
     CHECK_ONLY: ("probe", "verify", "read-back", DEEP, RECEIPT),
     IMPORT: ("probe", "lock", "preflight", "verify", "staging-load", "read-back", DEEP, "tag",
-             "drop-stale-staging", RECEIPT),
+             "drop-stale-staging", WRITE_FILES, RECEIPT),
     LEGACY_IMPORT: ("probe", "lock", "preflight", "verify", "staging-load", "read-back", DEEP, "tag",
-                    "drop-stale-staging", RECEIPT),
-    REGISTRY: ("verify", "probe", "push", "read-back", RECEIPT),
+                    "drop-stale-staging", WRITE_FILES, RECEIPT),
+    REGISTRY: ("verify", "probe", "push", "read-back", WRITE_FILES, RECEIPT),
+    FILES: ("verify", WRITE_FILES, RECEIPT),
 }
 IMPORT_RECEIPT, CHECK_ONLY_RECEIPT = "import", "check-only"  # the receipt's "kind" (schemas/receipt/)
 RECEIPT_KINDS = {CHECK_ONLY: CHECK_ONLY_RECEIPT, IMPORT: IMPORT_RECEIPT, LEGACY_IMPORT: IMPORT_RECEIPT,
-                 REGISTRY: IMPORT_RECEIPT}
+                 REGISTRY: IMPORT_RECEIPT, FILES: IMPORT_RECEIPT}
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class ImportPlan:
     quiet: bool = False  # no progress and no notice lines
     quiet_image_signatures: bool = False  # no line per verified image signature (also with --json --verify-only)
     legacy_major: Optional[int] = None  # set by the schema step: a schema 1/2 bundle
+    files_to: Optional[str] = None  # --files-to DIR: the files the bundle carries (3.6) written below DIR
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -78,7 +82,8 @@ class ImportPlan:
     def steps(self) -> Tuple[str, ...]:
         """Every step of the run, in order."""
         front = FRONT_STEPS + ((IMAGE_SIGNATURES,) if self.require_signed else ())
-        route = tuple(s for s in ROUTE_STEPS[self.mode] if s != DEEP or self.deep)
+        route = tuple(s for s in ROUTE_STEPS[self.mode] if (s != DEEP or self.deep)
+                      and (s != WRITE_FILES or self.files_to))
         return front + route
 
     def runs(self, step: str) -> bool:
@@ -92,7 +97,17 @@ class ImportPlan:
 
     @property
     def needs_engine(self) -> bool:
-        return self.mode != VERIFY_ONLY
+        return self.mode not in (VERIFY_ONLY, FILES)
+
+    def for_images(self, images: int) -> ImportPlan:
+        """The plan once the bundle was opened: one with no image (files alone, 3.6) needs no engine
+        with ``--files-to`` (mode ``files``); without it there is nothing to import."""
+        if images or self.mode not in (IMPORT, REGISTRY):
+            return self
+        if not self.files_to:
+            raise UsageError(f"importing {self.bundle}: expected images to import, found a bundle of files alone",
+                             hint="give --files-to DIR to write its files (or --verify-only); nothing was done")
+        return dataclasses.replace(self, mode=FILES)
 
     def for_schema(self, major: Optional[int]) -> ImportPlan:
         """The plan once the schema step read the bundle: a schema 1/2 bundle (``major``) is loaded
@@ -113,6 +128,8 @@ def mode_from_args(args: argparse.Namespace) -> str:
     """The mode the arguments ask for (before the bundle is opened: a schema 3 bundle assumed)."""
     if getattr(args, "verify_only", False):
         return VERIFY_ONLY
+    if getattr(args, "files_only", False):
+        return FILES
     if getattr(args, "check_only", False):
         return CHECK_ONLY
     return REGISTRY if wants_registry(args) else IMPORT
@@ -134,8 +151,12 @@ def plan_from_args(args: argparse.Namespace) -> ImportPlan:
             f"reading --compression {compression}: expected --engine registry (the layers' compression in a "
             "registry), found another engine", hint="an engine stores the layers uncompressed: drop --compression; "
             "nothing was done")
+    if getattr(args, "files_only", False) and not getattr(args, "files_to", None):
+        raise UsageError("reading --files-only: expected --files-to DIR (where the files go), found none",
+                         hint="bundle-import BUNDLE --files-to DIR --files-only; nothing was done")
     return ImportPlan(
         mode=mode,
+        files_to=getattr(args, "files_to", None),
         bundle=args.bundle,
         trust=tuple(getattr(args, "trust", None) or ()),
         require_signature=bool(getattr(args, "require_signature", False)),

@@ -14,9 +14,19 @@ from typing import Callable, Dict, Optional
 from importer.errors import UsageError
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only
+from importer.pipeline.files import files_only, write_carried_files
 from importer.pipeline.importing import ImportResult, import_bundle
 from importer.pipeline.legacy import import_legacy_bundle
-from importer.pipeline.plan import CHECK_ONLY, IMPORT, LEGACY_IMPORT, REGISTRY, VERIFY_ONLY, ImportPlan
+from importer.pipeline.plan import (
+    CHECK_ONLY,
+    FILES,
+    IMPORT,
+    LEGACY_IMPORT,
+    REGISTRY,
+    VERIFY_ONLY,
+    WRITE_FILES,
+    ImportPlan,
+)
 from importer.pipeline.registry import import_to_registry
 from importer.registry.sink import RegistrySink
 from importer.sinks import Sink
@@ -42,6 +52,7 @@ class Walk:
     on_notice: Notice
     bundle: Optional[OpenedBundle] = None
     signature: Optional[SignatureCheck] = None
+    make_sink: Optional[Callable[[], Sink]] = None
 
     def opened(self) -> OpenedBundle:
         assert self.bundle is not None, "the open step runs first"
@@ -52,6 +63,8 @@ class Walk:
         return self.signature
 
     def engine(self) -> Sink:
+        if self.sink is None and self.make_sink is not None:  # --files-to: made once the bundle said it has images
+            self.sink = self.make_sink()
         assert self.sink is not None, f"a {self.plan.mode} plan needs a sink"
         return self.sink
 
@@ -63,15 +76,19 @@ def result_for(plan: ImportPlan) -> ImportResult:
 
 
 def run_import(plan: ImportPlan, sink: Optional[Sink], result: ImportResult, *,
-               progress: Optional[ProgressFactory] = None, on_notice: Optional[Notice] = None) -> ImportResult:
+               progress: Optional[ProgressFactory] = None, on_notice: Optional[Notice] = None,
+               make_sink: Optional[Callable[[], Sink]] = None) -> ImportResult:
     """Walk ``plan``: its front steps, then its route (the plan as the schema step refined it).
-    ``sink``: None for a plan that needs no engine (``verify-only``)."""
-    walk = Walk(plan, sink, result, progress, on_notice or (lambda line: None))
+    ``sink``: None for a plan that needs no engine (``verify-only``, ``files``); ``make_sink``: makes
+    it when the route first asks (``--files-to``: a bundle of files alone needs none)."""
+    walk = Walk(plan, sink, result, progress, on_notice or (lambda line: None), make_sink=make_sink)
     for step in walk.plan.steps:
         front = FRONT.get(step)
         if front is not None:
             front(walk)
     ROUTES[walk.plan.mode](walk)
+    if walk.plan.mode != FILES and walk.plan.runs(WRITE_FILES):  # after the images (the files route: its own)
+        write_carried_files(walk.opened(), walk.plan, result, progress=walk.progress)
     return result
 
 
@@ -93,6 +110,8 @@ def signature_step(walk: Walk) -> None:
 def schema_step(walk: Walk) -> None:
     """A schema 1/2 bundle (a folder only) refines the plan (:meth:`ImportPlan.for_schema`)."""
     walk.plan = walk.plan.for_schema(legacy_major(walk.opened()))
+    if walk.plan.legacy_major is None and walk.plan.mode in (IMPORT, REGISTRY):  # 3.6: files alone need no engine
+        walk.plan = walk.plan.for_images(len(walk.opened().manifest().images))
 
 
 def image_signatures_step(walk: Walk) -> None:
@@ -142,6 +161,11 @@ def registry_import(walk: Walk) -> None:
     import_to_registry(walk.opened(), sink, walk.plan, walk.result, progress=walk.progress)
 
 
+def files_route(walk: Walk) -> None:
+    """Verify every byte, write the files (``--files-only``, or a bundle of files alone: no engine)."""
+    files_only(walk.opened(), walk.plan, walk.result, progress=walk.progress)
+
+
 def engine_import(walk: Walk) -> None:
     import_bundle(walk.opened(), walk.engine(), walk.plan, walk.result, signature=walk.sig(), progress=walk.progress,
                   on_notice=walk.on_notice)
@@ -152,5 +176,5 @@ FRONT: Dict[str, Callable[[Walk], None]] = {
 }
 ROUTES: Dict[str, Callable[[Walk], None]] = {
     VERIFY_ONLY: verify_only, CHECK_ONLY: check, IMPORT: engine_import, LEGACY_IMPORT: legacy_import,
-    REGISTRY: registry_import,
+    REGISTRY: registry_import, FILES: files_route,
 }

@@ -5,7 +5,8 @@ to ``$SNEAKERNET_TEST_HOLD_FILE`` when it reaches that point and sleeps there (a
 
 Points: ``verify`` (bytes are being verified), ``load`` (``docker load`` is receiving layer
 bytes), ``loaded`` (the engine holds the staged images; nothing checked or tagged yet),
-``tagged`` (the first user tag is applied; staging tags not yet dropped)."""
+``tagged`` (the first user tag is applied; staging tags not yet dropped), ``files-staged``
+(``--files-to``: one file staged whole, nothing placed yet)."""
 
 from __future__ import annotations
 
