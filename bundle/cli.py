@@ -18,6 +18,7 @@ from bundle.gpufit import cuda_lines
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.progressui import progress_factory, stop_progress
+from bundle.pullcheck import add_check_command, add_manifest_images, add_manifest_options, check_examples, print_why
 from bundle.tlscert import add_tls_command
 from bundle.transfercmds import add_archive_options, add_transfer_commands, export_target, finish_export, pack_lines
 from importer import __version__
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--images-from-allow-local", action="store_true",
                    help="let a hauler manifest or zarf.yaml name local sources too (oci:, containerd:, "
                    "docker-daemon:, a path); without it such an entry is refused (a plain list, your own, may always)")
+    add_manifest_options(e)  # --images-from-manifests, --why (bundle/pullcheck.py)
     e.add_argument("-o", "--output", metavar="DIR", help="the bundle folder to create (optional with --archive)")
     add_archive_options(e)
     e.add_argument("--schema", type=int, default=3, choices=[1, 2, 3],
@@ -121,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_key_commands(sub)
     add_tls_command(sub)
     add_transfer_commands(sub)
+    add_check_command(sub)
     for name, parser in sub.choices.items():
         with_examples(parser, *EXAMPLES[name])
     return p
@@ -141,6 +144,7 @@ EXAMPLES = {
     "tls-cert": ["bundle tls-cert /etc/sneakernet/serve-tls --name gpu-gw.example --name 10.0.0.5"],
     "push": ["bundle push train.bundle 127.0.0.1:5000/team",
              "bundle push train.bundle 127.0.0.1:5000/team --ssh ops@offline-gw"],
+    "check": list(check_examples()),
 }
 
 
@@ -183,6 +187,9 @@ def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.why:
+        return print_why(args)
+    add_manifest_images(args)  # what --images-from-manifests pulls (and the --have nodes' driver images) joins IMAGE
     images, platforms = _listed_images(args)
     files = scan_files(args.files, args.file, args.artifact_ref, model=args.model, schema=args.schema)
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing

@@ -144,11 +144,11 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
 # The floors of bundle/ (the exporter), lowest first: the command lines on top, then the commands'
 # helpers, the export, the writers, the sources, and the small pieces everything uses.
 BUNDLE_LAYERS: List[Set[str]] = [
-    {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "yamlbound", "progressui"},
+    {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "yamlbound", "progressui", "k8simages"},
     {"sources"},
-    {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact"},
+    {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact", "gpudriver"},
     {"export"},
-    {"keycmds", "transfercmds", "tlscert"},
+    {"keycmds", "transfercmds", "tlscert", "pullcheck"},
     {"cli", "__main__"},
 ]
 BUNDLE_FLOOR = {part: n for n, parts in enumerate(BUNDLE_LAYERS) for part in parts}

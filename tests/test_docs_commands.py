@@ -148,6 +148,9 @@ FIRST_RUN = ("run as a block by tests/test_importer_copies.py::test_first_run_ch
              "signed tar with a good and with a swapped importer beside it")
 INSTALL = "run as written by tests/test_install.py, in a clean copy of the checkout (pip from PyPI)"
 NEW = "{W}/new.bundle"
+HELM = "needs helm and a chart (no helm binary is packaged; tests/data/ holds charts rendered by hand)"
+K8S = ("needs the images the manifests name in their registries and node inventories (tests/test_pull_check.py "
+       "exports them from a loopback registry and checks; tests/test_k8s_images.py --why)")
 SUPPLY = ("needs a registry holding signed images (tests/test_supply_chain.py signs with cosign and "
           "cryptography, exports, inspects and imports with --require-signed)")
 
@@ -438,6 +441,16 @@ SPECS: Dict[str, Spec] = {
         skip(SUPPLY),
     "cosign sign --key cosign.key --tlog-upload=false --allow-insecure-registry --yes "
     "127.0.0.1:5000/team/train@sha256:...": skip(SUPPLY),
+    # docs/kubernetes.md
+    "python3 bundle-import.pyz --inventory --engine containerd > node-a.json": skip(CONTAINERD),
+    "helm template gpu-operator nvidia/gpu-operator --version v25.3.4 -n gpu-operator > rendered.yaml": skip(HELM),
+    "helm template web ./web -n shop >> rendered.yaml": skip(HELM),
+    "bundle export --images-from-manifests rendered.yaml --have node-a.json --have node-b.json -o cluster.bundle":
+        skip(K8S),
+    "bundle export --images-from-manifests rendered.yaml --have node-a.json --why "
+    "nvcr.io/nvidia/driver:580.82.07-ubuntu22.04": skip(K8S),
+    "bundle check --manifests rendered.yaml --against cluster.bundle --have node-a.json --have node-b.json":
+        skip(K8S),
 }
 
 # The docs' placeholders (whole words) and example paths, and what stands for them here.

@@ -18,7 +18,11 @@ picks that platform from a multi-platform image unless ``--platform`` says other
 Since 1.3 it describes the host's GPU side (``gpu``: driver, its CUDA, each GPU's name, brand,
 compute capability and data-center flag, the container toolkit's version and mode;
 importer/inventory/gpuhost.py), so ``bundle export --have`` says whether each image will run
-there (docs/gpu-fit.md). Older inventories still read: no ``gpu``, the fit is "unknown"."""
+there (docs/gpu-fit.md). Older inventories still read: no ``gpu``, the fit is "unknown".
+
+Since 1.4 it names the ``node`` as the GPU Operator sees it (os-release ``ID``/``VERSION_ID``, kernel
+release and flavour, architecture; importer/inventory/nodefacts.py), so ``bundle export
+--images-from-manifests --have`` computes each node's driver image tag (docs/kubernetes.md)."""
 
 from __future__ import annotations
 
@@ -32,11 +36,12 @@ from importer.format.digest import is_digest
 from importer.format.limits import parse_json
 from importer.format.platform import Platform, host, of_dict, to_dict
 from importer.inventory import gpuhost
+from importer.inventory.nodefacts import env_os_release, node_facts
 from importer.receipts.receipt import host_facts, now_utc
 from importer.sinks import EngineImage, EngineInfo, Sink
 from importer.streams.compression import host_decoders
 
-INVENTORY_VERSION = "1.3"  # 1.1: decoders; 1.2: platform; 1.3: gpu
+INVENTORY_VERSION = "1.4"  # 1.1: decoders; 1.2: platform; 1.3: gpu; 1.4: node
 ENGINE_KINDS = ("docker", "containerd", "podman")
 KIND = "inventory"
 
@@ -83,6 +88,7 @@ def build_inventory(engine: EngineInfo, images: List[EngineImage], *, selected_b
         "host": host_facts(),
         "decoders": host_decoders(),
         "gpu": gpuhost.probe(),
+        "node": node_facts(env_os_release()),
         "engine": engine_doc,
         "images": sorted((image_entry(x) for x in images), key=lambda e: (e["id"], e["names"])),
     }

@@ -90,3 +90,28 @@ def two_platform_layout(layout: Path) -> dict[str, Any]:
         {**index, "annotations": {"org.opencontainers.image.ref.name": REF}}]}))
     out["index"], out["index_raw"] = index["digest"], index_raw
     return out
+
+
+def named_indexes_layout(layout: Path, refs: list[str], arches: tuple[str, ...] = ARCHES) -> None:
+    """An OCI layout holding one image index per ref of ``refs`` (linux/``arches``, each image's
+    bytes its own), each named by its ref (the pull check's bundles: bundle export
+    ``oci:LAYOUT:REF`` for each)."""
+    (layout / "blobs" / "sha256").mkdir(parents=True)
+    (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+    top = []
+    for ref in refs:
+        entries = []
+        for arch in arches:
+            layer, diff_id = gzip_layer(f"{ref} built for {arch}\n")
+            layer_desc = {"mediaType": OCI_LAYER, **oci_blob(layout, layer)}
+            config = json.dumps({"architecture": arch, "os": "linux", "config": {"Cmd": ["/platform.txt"]},
+                                 "rootfs": {"type": "layers", "diff_ids": [diff_id]}}, sort_keys=True).encode()
+            manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                                   "config": {"mediaType": OCI_CONFIG, **oci_blob(layout, config)},
+                                   "layers": [layer_desc]}).encode()
+            entries.append({"mediaType": OCI_MANIFEST, **oci_blob(layout, manifest),
+                            "platform": {"architecture": arch, "os": "linux"}})
+        index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+        top.append({"mediaType": OCI_INDEX, **oci_blob(layout, index),
+                    "annotations": {"org.opencontainers.image.ref.name": ref}})
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": top}))
