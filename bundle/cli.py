@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from bundle.archive import PackResult
 from bundle.embed import first_run_check
-from bundle.export import export_images, user_paths
+from bundle.export import ExportResult, export_images, user_paths
 from bundle.fileartifact import scan_files
 from bundle.gpufit import cuda_lines
 from bundle.imagelist import platform_of, read_image_lists
@@ -201,8 +202,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, access=access_from_args(args),
                                all_platforms=args.all_platforms, referrers=not args.no_referrers,
-                               require_signed=args.require_signed, files=files,
-                               allow_unfit=args.allow_unfit)
+                               require_signed=args.require_signed, files=files, allow_unfit=args.allow_unfit)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:
@@ -231,23 +231,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             print(pack_lines(packed))
         return 0
-    summary: Dict[str, Any] = {
-        "bundle": result.path,
-        "schemaVersion": m.schema_version,
-        "images": [{"refs": list(i.refs), "configDigest": str(i.config.digest),
-                    "manifestDigest": str(i.manifest.digest), "layers": len(i.layers),
-                    "artifacts": len(i.artifacts)} for i in m.images],
-        "fileArtifacts": file_artifact_summary(m),
-        "bytes": m.compressed_bytes(),
-        "uncompressedBytes": m.uncompressed_bytes(),
-        "seconds": round(result.seconds, 3),
-        "imageSignatures": [s.to_dict() for s in result.signed_images] if result.signed_images else None,
-        "signature": {"keyFingerprint": result.signed_by} if result.signed_by else None,
-        "archive": packed.to_dict() if packed is not None else None,
-        "importer": ({"path": os.path.join(result.path, m.importer.path), "digest": str(m.importer.digest),
-                      "size": m.importer.size} if m.importer is not None else None),
-        "gpuFit": result.gpu_fit.to_dict() if result.gpu_fit is not None else None,
-    }
+    summary = _export_summary(result, packed)
     if args.json:
         emit(success(summary))
     else:
@@ -267,6 +251,29 @@ def cmd_export(args: argparse.Namespace) -> int:
         if packed is not None:
             print(pack_lines(packed))
     return 0
+
+
+def _export_summary(result: ExportResult, packed: Optional[PackResult]) -> Dict[str, Any]:
+    """What ``bundle export --json`` prints for a written bundle (schemas/cli/export.schema.json)."""
+    m = result.manifest
+    assert m is not None
+    return {
+        "bundle": result.path,
+        "schemaVersion": m.schema_version,
+        "images": [{"refs": list(i.refs), "configDigest": str(i.config.digest),
+                    "manifestDigest": str(i.manifest.digest), "layers": len(i.layers),
+                    "artifacts": len(i.artifacts)} for i in m.images],
+        "fileArtifacts": file_artifact_summary(m),
+        "bytes": m.compressed_bytes(),
+        "uncompressedBytes": m.uncompressed_bytes(),
+        "seconds": round(result.seconds, 3),
+        "imageSignatures": [s.to_dict() for s in result.signed_images] if result.signed_images else None,
+        "signature": {"keyFingerprint": result.signed_by} if result.signed_by else None,
+        "archive": packed.to_dict() if packed is not None else None,
+        "importer": ({"path": os.path.join(result.path, m.importer.path), "digest": str(m.importer.digest),
+                      "size": m.importer.size} if m.importer is not None else None),
+        "gpuFit": result.gpu_fit.to_dict() if result.gpu_fit is not None else None,
+    }
 
 
 def _t(value: object, style: str = "") -> Text:
