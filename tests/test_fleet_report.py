@@ -88,11 +88,11 @@ def test_a_missing_host_fails_the_report(fleet: dict[str, Path], tmp_path: Path)
     folder = _copy(fleet, tmp_path, "node01.check", "node02.import")
     (tmp_path / "hosts.txt").write_text("# the job's nodes\nnode01\nnode02\nnode04\n")
     code, doc = report(str(folder), "--expect-hosts", str(tmp_path / "hosts.txt"))
-    assert code == 1 and doc["ok"] is False and doc["missingHosts"] == ["node04"]
+    assert code == 12 and doc["ok"] is False and doc["missingHosts"] == ["node04"]
     assert hosts(doc)["node04"]["verdict"] == "missing"
     assert [h["verdict"] for h in doc["hosts"]] == ["pass", "pass", "missing"]
     code, doc = report(str(folder), "--hosts", "node01")  # node02 reported but is not expected
-    assert code == 1 and doc["unexpectedHosts"] == ["node02"]
+    assert code == 12 and doc["unexpectedHosts"] == ["node02"]
     assert "not in the expected hosts" in hosts(doc)["node02"]["reasons"]
 
 
@@ -100,7 +100,7 @@ def test_a_host_holding_another_build_disagrees(fleet: dict[str, Path], tmp_path
     """node03's own import passed, but of another build: its digests are not the fleet's."""
     folder = _copy(fleet, tmp_path, "node01.check", "node02.import", "node03.import")
     code, doc = report(str(folder))
-    assert code == 1 and doc["counts"]["passed"] == 2
+    assert code == 12 and doc["counts"]["passed"] == 2
     by_host = hosts(doc)
     assert by_host["node03"]["proof"]["result"] == "pass" and by_host["node03"]["verdict"] == "fail"
     whats = {d["what"]: d for d in doc["disagreements"]}
@@ -116,7 +116,7 @@ def test_a_failed_check_and_a_candidate_smoke_do_not_pass(fleet: dict[str, Path]
     folder = _copy(fleet, tmp_path, "node01.check", "node02.import", "node01.smoke")
     code, doc = report(str(folder))
     node01 = hosts(doc)["node01"]
-    assert code == 1 and node01["verdict"] == "candidate"  # all-reduce only: the other gates SKIP
+    assert code == 12 and node01["verdict"] == "candidate"  # all-reduce only: the other gates SKIP
     assert node01["gates"]["allreduce"] == "PASS" and node01["gates"]["matmul"] == "SKIP"
     assert node01["busbwGBps"] is not None and node01["busbwGBps"] > 0
     assert node01["qualifications"][0]["image"] == "(this Python, --no-container)"
@@ -135,7 +135,7 @@ def test_a_failed_check_and_a_candidate_smoke_do_not_pass(fleet: dict[str, Path]
     assert proc.returncode == 8, proc.stderr
     code, doc = report(str(folder))
     node03 = hosts(doc)["node03"]
-    assert code == 1 and node03["proof"]["kind"] == "check-only" and node03["proof"]["errorId"] == "check-only-missing"
+    assert code == 12 and node03["proof"]["kind"] == "check-only" and node03["proof"]["errorId"] == "check-only-missing"
     assert node03["superseded"] == [str(folder / "node03" / "node03.import.json")]
     assert node03["reasons"][0].startswith("check-only failed: error[check-only-missing]")
 
@@ -152,7 +152,7 @@ def test_two_engines_on_one_host_are_two_rows(fleet: dict[str, Path], tmp_path: 
     assert proc.returncode == 8, proc.stderr
     code, doc, table = report_and_table(str(folder))
     by_row = rows(doc)
-    assert code == 1 and sorted(by_row) == [("node01", "docker"), ("node02", "docker"), ("node02", "oci")]
+    assert code == 12 and sorted(by_row) == [("node01", "docker"), ("node02", "docker"), ("node02", "oci")]
     docker, oci = by_row["node02", "docker"], by_row["node02", "oci"]
     assert docker["verdict"] == "pass" and docker["superseded"] == [] and docker["proof"]["kind"] == "import"
     assert oci["verdict"] == "fail" and oci["proof"]["errorId"] == "check-only-missing" and oci["row"] == "node02 (oci)"
@@ -221,7 +221,7 @@ def test_a_cpu_smoke_never_qualifies_a_gpu_host_silently(fleet: dict[str, Path],
     _qualification(fleet, folder, "node02", "node02.smoke", device="cpu")  # in the image, on the CPU
     code, doc, table = report_and_table(str(folder), "--require", "image,smoke", "--bundle", str(fleet["bundle"]))
     node02 = hosts(doc)["node02"]
-    assert code == 1 and node02["verdict"] == "fail" and hosts(doc)["node01"]["verdict"] == "pass"
+    assert code == 12 and node02["verdict"] == "fail" and hosts(doc)["node01"]["verdict"] == "pass"
     assert node02["qualifications"][0]["qualifies"] is False
     assert "ran on the CPU (--device cpu), which qualifies no GPU (--allow-cpu accepts CPU runs)" \
         in node02["reasons"][0]
@@ -244,7 +244,7 @@ def test_a_host_python_smoke_is_not_the_bundles_image(fleet: dict[str, Path], tm
     _qualification(fleet, folder, "node02", "node02.smoke", where="host-python", image=None, engine=None)
     code, doc, table = report_and_table(str(folder), "--require", "image,smoke")
     node01, node02 = hosts(doc)["node01"], hosts(doc)["node02"]
-    assert code == 1 and node01["verdict"] == "fail" and node02["verdict"] == "fail"
+    assert code == 12 and node01["verdict"] == "fail" and node02["verdict"] == "fail"
     real = node01["qualifications"][0]
     assert (real["device"], real["where"], real["gpuCount"], real["qualifies"]) == ("cpu", "host-python", 0, False)
     assert "ran on the CPU" in node01["reasons"][-1]
@@ -259,7 +259,7 @@ def test_a_host_python_smoke_is_not_the_bundles_image(fleet: dict[str, Path], tm
         "(this Python, --no-container): qualified in this Python (--allow-host-python), not in the bundle's image"]
     assert node01["verdict"] == "fail"  # still on the CPU (and only a candidate)
     code, doc = report(str(folder), "--require", "image,smoke", "--allow-host-python", "--allow-cpu")
-    assert hosts(doc)["node01"]["verdict"] == "candidate" and code == 1  # the real run skipped gates
+    assert hosts(doc)["node01"]["verdict"] == "candidate" and code == 12  # the real run skipped gates
 
 
 def test_a_smoke_receipt_before_device_recording_does_not_qualify(fleet: dict[str, Path], tmp_path: Path) -> None:
@@ -270,7 +270,7 @@ def test_a_smoke_receipt_before_device_recording_does_not_qualify(fleet: dict[st
     path.write_text(json.dumps(old))
     code, doc, table = report_and_table(str(folder), "--require", "image,smoke", "--allow-cpu", "--allow-host-python")
     node01 = hosts(doc)["node01"]
-    assert code == 1 and node01["verdict"] == "fail"
+    assert code == 12 and node01["verdict"] == "fail"
     assert "receipt predates device recording; re-run the smoke" in node01["reasons"][0]
     assert node01["qualifications"][0]["where"] is None and node01["qualifications"][0]["qualifies"] is False
     assert table_row(table, "node01", "docker")["DEVICE"] == "?"
@@ -289,7 +289,7 @@ def test_receipts_of_another_or_an_older_bundle_are_stale(fleet: dict[str, Path]
     code, doc, table = report_and_table(str(folder), "--require", "image,smoke", "--bundle", str(fresh),
                                         "--hosts", "node[01-04]")
     by_host = hosts(doc)
-    assert code == 1 and [by_host[h]["verdict"] for h in sorted(by_host)] == ["stale", "stale", "fail", "missing"]
+    assert code == 12 and [by_host[h]["verdict"] for h in sorted(by_host)] == ["stale", "stale", "fail", "missing"]
     assert doc["counts"]["stale"] == 2 and doc["counts"]["missing"] == 1 and doc["disagreements"] == []
     assert by_host["node03"]["reasons"][0].startswith("no receipt names bundle")  # and it never ran the smoke
     assert by_host["node03"]["reasons"][1] == "no qualification receipt (bundle-import smoke)"
@@ -302,7 +302,7 @@ def test_receipts_of_another_or_an_older_bundle_are_stale(fleet: dict[str, Path]
     # by digest: the fleet's bundle passes on node01 and node02; node03 holds another build
     code, doc = report(str(folder), "--require", "image,smoke", "--expect-digest", digest)
     by_host = hosts(doc)
-    assert code == 1 and [by_host[h]["verdict"] for h in sorted(by_host)] == ["pass", "pass", "fail"]
+    assert code == 12 and [by_host[h]["verdict"] for h in sorted(by_host)] == ["pass", "pass", "fail"]
     node03 = json.loads((folder / "node03" / "node03.import.json").read_text())
     assert by_host["node03"]["proof"] is None and by_host["node03"]["superseded"] == [
         str(folder / "node03" / "node03.import.json")]  # a receipt of another bundle does not count
@@ -323,7 +323,7 @@ def test_receipts_of_another_or_an_older_bundle_are_stale(fleet: dict[str, Path]
     code, doc = report(str(folder / "node01"), str(folder / "node02"), "--require", "image,smoke",
                        "--bundle", str(fleet["bundle"]))
     by_host = hosts(doc)
-    assert code == 1 and by_host["node01"]["verdict"] == "stale" and by_host["node02"]["verdict"] == "stale"
+    assert code == 12 and by_host["node01"]["verdict"] == "stale" and by_host["node02"]["verdict"] == "stale"
     assert "are older than the bundle (created " in by_host["node01"]["reasons"][0]
     assert by_host["node02"]["reasons"] == [
         f"its qualifications of bundle {digest} are older than the bundle (created "
@@ -375,7 +375,7 @@ def test_bad_bundle_digest_and_receipt_inputs_are_one_line(fleet: dict[str, Path
         f.truncate(33 * 1024 * 1024)
     code, doc = report(str(folder), "--require", "image,smoke")
     node01 = hosts(doc)["node01"]
-    assert code == 1 and node01["verdict"] == "fail"
+    assert code == 12 and node01["verdict"] == "fail"
     assert [p["id"] for p in doc["problems"]] == ["not-a-receipt"] and "larger than" in doc["problems"][0]["message"]
     assert all(q["qualifies"] is False for q in node01["qualifications"])
     bad0 = next(q for q in node01["qualifications"] if q["path"].endswith("bad0.json"))
@@ -390,7 +390,7 @@ def test_a_long_reason_is_printed_whole(fleet: dict[str, Path], tmp_path: Path) 
     receipt.update(result="fail", ok=False, error={"id": "check-only-missing", "message": "m" * 3000 + " end"})
     path.write_text(json.dumps(receipt))
     code, _, table = report_and_table(str(folder))
-    assert code == 1 and ("m" * 3000 + " end") in table
+    assert code == 12 and ("m" * 3000 + " end") in table
 
 
 def test_signed_receipts_pass_and_unsigned_changed_or_foreign_ones_fail(fleet: dict[str, Path],
@@ -399,7 +399,7 @@ def test_signed_receipts_pass_and_unsigned_changed_or_foreign_ones_fail(fleet: d
     folder = _copy(fleet, tmp_path, "node01.check", "node02.import")
     node01, node02 = folder / "node01" / "node01.check.json", folder / "node02" / "node02.import.json"
     code, doc = report(str(folder), "--trust", str(keys / "site.pub"))
-    assert code == 1 and all("signature unsigned" in h["reasons"][0] for h in doc["hosts"])
+    assert code == 12 and all("signature unsigned" in h["reasons"][0] for h in doc["hosts"])
 
     signed = run_cli("bundle", "sign-receipt", str(node01), "--sign-key", str(keys / "site.key"), "--json")
     assert signed.returncode == 0, signed.stderr
@@ -411,12 +411,12 @@ def test_signed_receipts_pass_and_unsigned_changed_or_foreign_ones_fail(fleet: d
     assert code == 0, doc
     assert {h["proof"]["signature"]["status"] for h in doc["hosts"]} == {"verified"}
     code, doc = report(str(folder), "--trust", str(keys / "other.pub"))  # signed, by a key not trusted
-    assert code == 1 and {h["proof"]["signature"]["status"] for h in doc["hosts"]} == {"untrusted-key"}
+    assert code == 12 and {h["proof"]["signature"]["status"] for h in doc["hosts"]} == {"untrusted-key"}
 
     text = node02.read_text()
     node02.write_text(text.replace('"result": "pass"', '"result":  "pass"', 1))  # one byte more, same meaning
     code, doc = report(str(folder), "--trust", str(keys / "site.pub"))
-    assert code == 1 and hosts(doc)["node01"]["verdict"] == "pass"
+    assert code == 12 and hosts(doc)["node01"]["verdict"] == "pass"
     assert hosts(doc)["node02"]["proof"]["signature"]["status"] == "bad"
     assert "the receipt was changed after signing" in hosts(doc)["node02"]["reasons"][0]
     code, doc = report(str(folder))  # without --trust signatures are reported, not checked
@@ -429,7 +429,7 @@ def test_files_that_are_not_receipts_and_paths_that_name_nothing(fleet: dict[str
     (folder / "notes.json").write_text('{"hello": "world"}')
     (folder / "broken.json").write_text('{"kind": "import", ')
     code, doc = report(str(folder))
-    assert code == 1 and hosts(doc)["node01"]["verdict"] == "pass"
+    assert code == 12 and hosts(doc)["node01"]["verdict"] == "pass"
     assert sorted(p["id"] for p in doc["problems"]) == ["not-a-receipt", "not-a-receipt"]
     proc = run_cli("importer", "fleet-report", str(tmp_path / "nowhere"), "--json")
     assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["id"] == "file-access"

@@ -56,7 +56,7 @@ def _hostile_receipts(receipt: dict[str, Any], folder: Path) -> Path:
 def test_fleet_report_prints_hostile_receipt_strings_escaped(receipt: dict[str, Any], tmp_path: Path) -> None:
     folder = _hostile_receipts(receipt, tmp_path / "receipts")
     proc = run_cli("importer", "fleet-report", str(folder))
-    assert proc.returncode == 1, proc.stderr  # a host failed and a file is not a receipt
+    assert proc.returncode == 12, proc.stderr  # a host failed and a file is not a receipt
     assert "Traceback" not in proc.stderr and "UnicodeEncodeError" not in proc.stderr, proc.stderr
     for raw in RAW:
         assert raw not in proc.stdout, (raw, proc.stdout)

@@ -68,7 +68,7 @@ def test_wrong_all_reduce_sum_fails_in_the_container(docker_host: str, image: st
     proc, receipt = smoke(image, "--device", "cpu", "--gates", "allreduce", *host_mounts(),
                           "--inject-fault", "wrong-sum", "--receipt", str(tmp_path / "q.json"), "--json",
                           docker_host=docker_host)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 11, proc.stderr
     assert not schema_errors(receipt)
     reduce_ = gate(receipt, "allreduce")
     assert reduce_["status"] == "FAIL" and "all-reduce returned wrong sums" in reduce_["error"]
@@ -82,7 +82,7 @@ def test_image_without_torch_fails_clearly(docker_host: str, image: str, tmp_pat
     proc, receipt = smoke(image, "--device", "cpu", *host_mounts(), f"--volume={Path(py).parents[1]}:"
                           f"{Path(py).parents[1]}", "--python", py, "--receipt", str(tmp_path / "q.json"), "--json",
                           docker_host=docker_host)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 11, proc.stderr
     assert not schema_errors(receipt)
     torch_gate = gate(receipt, "torch")
     assert torch_gate["status"] == "FAIL"
@@ -93,7 +93,7 @@ def test_image_without_torch_fails_clearly(docker_host: str, image: str, tmp_pat
 def test_image_without_python_fails_clearly(docker_host: str, image: str, tmp_path: Path) -> None:
     proc, receipt = smoke(image, "--device", "cpu", "--receipt", str(tmp_path / "q.json"), "--json",
                           docker_host=docker_host)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 11, proc.stderr
     assert not schema_errors(receipt)
     assert "could not start `python3` in the image" in gate(receipt, "torch")["error"]
     assert "executable file not found" in gate(receipt, "torch")["error"]

@@ -86,7 +86,7 @@ def test_import_smoke_passes_and_an_injected_fault_fails(kind: str, smoke_bundle
 
     proc, receipt = smoke(image, *engine_args, "--device", "cpu", "--gates", "allreduce", *host_mounts(),
                           "--inject-fault", "wrong-sum", "--no-receipt", "--json")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 11, proc.stdout + proc.stderr
     assert not schema_errors(receipt)
     failed = gate(receipt, "allreduce")
     assert failed["status"] == "FAIL" and "all-reduce returned wrong sums" in failed["error"]

@@ -21,9 +21,9 @@ def test_rank_dying_by_sigsegv_fails_shutdown_naming_rank_and_signal(tmp_path: P
     receipt_path = tmp_path / "q.json"
     proc, receipt = smoke("--no-container", "--device", "cpu", "--gates", "allreduce,shutdown",
                           "--inject-fault", "segv:0", "--receipt", str(receipt_path), "--json")
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 11, proc.stderr
     assert not schema_errors(receipt)
-    assert receipt["verdict"] == "fail" and receipt["exitCode"] == 1
+    assert receipt["verdict"] == "fail" and receipt["exitCode"] == 11
     down = gate(receipt, "shutdown")
     assert down["status"] == "FAIL"
     assert "rank 0 exited by signal SIGSEGV (11) after destroy_process_group" in down["error"]
@@ -39,7 +39,7 @@ def test_hung_rank_is_killed_and_the_receipt_still_written(tmp_path: Path) -> No
     proc, receipt = smoke("--no-container", "--device", "cpu", "--gates", "shutdown", "--rank-timeout", "12",
                           "--inject-fault", "hang:1", "--receipt", str(receipt_path), "--json")
     assert time.monotonic() - t0 < 60
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 11, proc.stderr
     assert receipt_path.exists() and not schema_errors(receipt)
     down = gate(receipt, "shutdown")
     assert down["status"] == "FAIL"

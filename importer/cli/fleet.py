@@ -27,7 +27,8 @@ from importer.streams.signals import stop_on_signals
 from importer.verify.receiptsig import openssl_signer, sign_receipt_file
 from importer.verify.signature import load_trusted_keys
 
-EXIT_NOT_PASSED = 1
+#: the fleet did not pass (a host failed, is missing or stale): a code of its own, so exit 1 means only "a bug"
+EXIT_NOT_PASSED = 12
 MAX_PASSPHRASE = 4096
 
 
@@ -41,10 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Join the import, check-only and qualification receipts of many hosts into one table (host, "
         "engine, image digest, verify, device and where the smoke ran, each gate, NCCL bus bandwidth, verdict; one "
         "row per host and engine) and one verdict. docs/fleet.md says exactly what PASS means.",
-        epilog="exit codes: 0 every host passed; 1 a host failed, is missing or stale (no receipt naming the bundle "
-        "named, or older than it), disagrees on a digest, has a bad or (with --trust) missing signature, or a file "
-        "is not a receipt; 2 usage (a path that names nothing, a bad key, host list or digest); 4 --bundle's "
-        "bundle.json cannot be read",
+        epilog=f"exit codes: 0 every host passed; {EXIT_NOT_PASSED} a host failed, is missing or stale (no "
+        "receipt naming the bundle named, or older than it), disagrees on a digest, has a bad or (with --trust) "
+        "missing signature, or a file is not a receipt; 2 usage (a path that names nothing, a bad key, host list "
+        "or digest); 4 --bundle's bundle.json cannot be read",
     )
     p.add_argument("receipts", metavar="RECEIPT", nargs="+",
                    help="receipt files, or folders searched for *.json files (RECEIPT.sig beside each: its signature)")

@@ -3,7 +3,7 @@
 The smoke suite of ``bundle-import smoke`` with ``--no-container --device cuda`` (host/NVML,
 compat, torch, bf16 matmul, torch.compile, fused AdamW, NCCL all-reduce over every visible GPU,
 clean shutdown). Prints the receipt on stdout, a one-line summary on stderr, and exits with the
-suite's code (0 pass, 1 a gate failed, 10 a required gate skipped: verdict candidate, 2 a
+suite's code (0 pass, 11 a gate failed, 10 a required gate skipped: verdict candidate, 2 a
 configuration error).
 
     sneakernet-gpu-check [RECEIPT] [more smoke flags, e.g. --gpus 0,1 --env NCCL_NVLS_ENABLE=0]

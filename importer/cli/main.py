@@ -37,7 +37,8 @@ EXIT_CODES_HELP = """exit codes (docs/errors.md):
   3 integrity               4 invalid bundle manifest or unsupported schema
   6 engine                  7 policy (tag conflict, signature)
   8 engine holds something else                          9 delta: base layers missing in the engine
-  10 --smoke / smoke: verdict candidate (a required gate skipped; 1: a gate failed)
+  10 --smoke / smoke: verdict candidate (a required gate skipped)   11 --smoke / smoke: a gate failed
+  12 fleet-report: the fleet did not pass (a host failed, is missing or stale)
   130 interrupted (SIGINT)  143 terminated (SIGTERM/SIGHUP)
 trust and signatures: docs/security.md"""
 

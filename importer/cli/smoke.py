@@ -1,5 +1,5 @@
 """``bundle-import smoke [IMAGE]`` and the smoke half of ``bundle-import BUNDLE --smoke``:
-parse, qualify, render, write the receipt, exit 0 pass / 1 a gate failed / 10 a required gate
+parse, qualify, render, write the receipt, exit 0 pass / 11 a gate failed / 10 a required gate
 skipped (verdict candidate) / 2 configuration error."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from importer.format.text import printable_block
 from importer.receipts.receipt import check_receipt_path, default_receipt_path
 from importer.smoke.container import ENGINES
 from importer.smoke.receipt import build_qualification_receipt, write_qualification_receipt
-from importer.smoke.results import EXIT_CANDIDATE
+from importer.smoke.results import EXIT_CANDIDATE, EXIT_GATE_FAILED
 from importer.smoke.runner import qualify
 from importer.smoke.settings import (
     DEFAULT_RANK_TIMEOUT,
@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bundle-import smoke",
         description="Qualify this host with an imported image: driver and CUDA compatibility, torch, bf16 "
         "matmul, torch.compile, fused AdamW, all-reduce, clean shutdown. Writes qualification.json.",
-        epilog=f"Exit codes: 0 pass, 1 a gate failed, {EXIT_CANDIDATE} a required gate skipped (verdict "
-        "candidate), 2 configuration error. See docs/qualification.md.",
+        epilog=f"Exit codes: 0 pass, {EXIT_GATE_FAILED} a gate failed, {EXIT_CANDIDATE} a required gate skipped "
+        "(verdict candidate), 2 configuration error. See docs/qualification.md.",
     )
     add_smoke_arguments(p, standalone=True)
     p.add_argument("--version", action="version", version=f"bundle-import smoke {__version__}")

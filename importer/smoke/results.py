@@ -16,7 +16,9 @@ REQUIRED = {
 #: Exit codes of the verdicts: 10 for candidate, its own code (2 is a configuration error,
 #: docs/errors.md); the codes 3-9 belong to the import.
 EXIT_CANDIDATE = 10
-EXIT_CODES = {"pass": 0, "fail": 1, "candidate": EXIT_CANDIDATE}
+#: a gate failed: a code of its own (docs/errors.md), so that exit 1 means only "a bug"
+EXIT_GATE_FAILED = 11
+EXIT_CODES = {"pass": 0, "fail": EXIT_GATE_FAILED, "candidate": EXIT_CANDIDATE}
 
 
 def required_gates(device: str, restart: bool) -> Set[str]:
