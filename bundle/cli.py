@@ -16,6 +16,7 @@ from bundle.embed import first_run_check
 from bundle.export import ExportResult, export_images, user_paths
 from bundle.fileartifact import scan_files
 from bundle.gpufit import cuda_lines
+from bundle.helmchart import add_chart_options, read_charts
 from bundle.imagelist import platform_of, read_image_lists
 from bundle.keycmds import add_key_commands, signing_key_from_args
 from bundle.progressui import progress_factory, stop_progress
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", action="store_true",
                    help="pack the files as a CNCF ModelPack model (weights, config, docs layer types; the model "
                    "config) instead of plain files")
+    add_chart_options(e)  # --chart, --chart-repository (bundle/helmchart.py)
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     e.set_defaults(handler=cmd_export)
@@ -181,7 +183,7 @@ def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     kept); the platform the lists name (hauler), agreeing with ``--platform``."""
     listed = read_image_lists(args.images_from, allow_local=args.images_from_allow_local)
     images = list(dict.fromkeys([*args.images, *(i.ref for i in listed)]))
-    if not images and not (args.files or args.file):
+    if not images and not (args.files or args.file or args.chart):
         raise UsageError("exporting: expected at least one IMAGE or --images-from FILE, found none",
                          hint="bundle export IMAGE... -o DIR, or bundle export --images-from images.txt -o DIR")
     return images, list(platform_of(listed, args.platform))
@@ -193,6 +195,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     add_manifest_images(args)  # what --images-from-manifests pulls (and the --have nodes' driver images) joins IMAGE
     images, platforms = _listed_images(args)
     files = scan_files(args.files, args.file, args.artifact_ref, model=args.model, schema=args.schema)
+    charts = read_charts(args.chart, args.chart_repository, schema=args.schema)
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     try:
@@ -202,7 +205,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, access=access_from_args(args),
                                all_platforms=args.all_platforms, referrers=not args.no_referrers,
-                               require_signed=args.require_signed, files=files, allow_unfit=args.allow_unfit)
+                               require_signed=args.require_signed, files=files, allow_unfit=args.allow_unfit,
+                               charts=charts)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:

@@ -21,6 +21,7 @@ from bundle import gpufit
 from bundle.blobstore import BlobStore
 from bundle.fileartifact import FileSet, NoImages, carry_files
 from bundle.gpufit import FitCheck
+from bundle.helmchart import ChartPackage, write_chart
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources import SourceImage
@@ -104,12 +105,13 @@ def export_images(
     referrers: bool = True,
     require_signed: Sequence[str] = (),
     files: Optional[FileSet] = None,
+    charts: Sequence[ChartPackage] = (),
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3). ``access``: a ``docker://`` source's logins, CA certificates and
     ``--insecure`` (importer/registry/access.py)."""
     compression, asked = _check_options(schema, compression, sign_key, have)
-    if not refs and files is None:
+    if not refs and files is None and not charts:
         raise UsageError("exporting: expected at least one image, found none")
     _check_tags(refs, tags, schema)
     cosign_keys = _cosign_keys(require_signed, schema)
@@ -145,7 +147,8 @@ def export_images(
                                        on_bytes=on_bytes, have=have_layers)
                 gpufit.postcheck(fit, store, images)
                 manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc,
-                                        file_artifacts=carry_files(store, files, on_bytes))
+                                        file_artifacts=(*carry_files(store, files, on_bytes),
+                                                        *(write_chart(store, c, on_bytes) for c in charts)))
                 signed_images, signed_by = _sign_and_check(staging, manifest, cosign_keys, sign_key)
             close_progress(on_bytes)
             os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
