@@ -24,6 +24,7 @@ from bundle.k8simages import DriverSpec, ManifestImagesError, operand_image
 from importer.errors import SourceError, UsageError
 from importer.format.limits import MAX_ENGINE_JSON, parse_json, read_file_limited
 from importer.format.platform import Platform, of_dict
+from importer.format.reference import DOCKER_HUB, DOCKER_HUB_API
 from importer.inventory.engine import load_inventory
 from importer.inventory.nodefacts import kernel_of, os_tag
 
@@ -178,7 +179,7 @@ def registry_exists(access: Any = None) -> Callable[[str], bool]:
     def exists(ref: str) -> bool:
         name, tag, digest = split_ref(normalize(ref))
         host, repo = split_domain(name)
-        server = "registry-1.docker.io" if host == "docker.io" else host
+        server = DOCKER_HUB_API if host == DOCKER_HUB else host
         if server not in clients:
             clients[server] = RegistryClient(parse_target(server))
             clients[server].ping()  # HTTPS, or plain HTTP where allowed (loopback)

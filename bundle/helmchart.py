@@ -48,6 +48,7 @@ from importer.format.digest import BlobRef
 from importer.format.fileartifacts import MODE_ANNOTATION, TITLE_ANNOTATION, CarriedFile, FileArtifact, mode_text
 from importer.format.manifest import valid_ref
 from importer.format.mediatypes import OCI_MANIFEST
+from importer.format.reference import valid_name_component, valid_tag
 
 CHART_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
@@ -57,13 +58,11 @@ MAX_DECOMPRESSED = 100 * 1024 * 1024  # helm's MaxDecompressedChartSize
 MAX_FILE = 5 * 1024 * 1024  # helm's MaxDecompressedFileSize
 MAX_MEMBERS = 100_000
 YAML_DEPTH, YAML_NODES = 64, 200_000
-_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _NUM = r"(?:0|[1-9]\d*)"
 _PRE = r"(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
 #: Masterminds/semver v3 ``NewVersion`` (``Metadata.Validate``): loose, a ``v`` prefix, minor and patch optional
 _SEMVER_RE = re.compile(rf"v?{_NUM}(?:\.{_NUM})?(?:\.{_NUM})?(?:-{_PRE}(?:\.{_PRE})*)?"
                         r"(?:\+[0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*)?")
-_COMPONENT_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")  # one OCI repository path component
 _ALIAS_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _GO_SPACE = set("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | {chr(c) for c in range(0x2000, 0x200B)}
 _DRIVE_RE = re.compile(r"[a-zA-Z]:/")
@@ -562,7 +561,7 @@ def _package(path: str, st: os.stat_result, config: Dict[str, Any], repository: 
     name, version = config["name"], config["version"]
     tag = version.replace("+", "_")  # helm's newReference: OCI tags have no '+'
     ref = f"{repository}/{name}:{tag}"
-    if not _TAG_RE.fullmatch(tag) or not _COMPONENT_RE.fullmatch(name) or not valid_ref(ref):
+    if not valid_tag(tag) or not valid_name_component(name) or not valid_ref(ref):
         raise ChartError(f"exporting --chart {path}: expected a chart name and version that make an OCI reference, "
                          f"found {ref!r}", hint="OCI repository names are lowercase letters, digits and separators; "
                          "helm push refuses this chart too; nothing was written")

@@ -470,6 +470,102 @@ def test_the_reference_guard_sees_a_hand_written_split(tmp_path: Path) -> None:
     assert reference_splits(REFERENCE_PARSER) != []  # the parser itself is what the guard would see
 
 
+# The reference grammar as a copy spells it: a tag (its 128-character bound, its two classes), a
+# name component (its lowercase start, its separators), a digest, Docker Hub's names and its
+# "library/". importer/format/reference.py writes them (the digest: importer/format/digest.py).
+DIGEST_MODULE = REPO / "importer" / "format" / "digest.py"
+_GRAMMAR_COPIES = (
+    ("a tag pattern", re.compile(r"\{0,127\}|\[A-Za-z0-9_\]\[A-Za-z0-9_\.-\]|\[\\w\]\[\\w\.-\]|\\w\[\\w\.-\]")),
+    ("a name component pattern", re.compile(r"\[a-z0-9\]\+\(\?:|__\|-\+")),
+)
+_DIGEST_COPY = re.compile(r"sha256:\[0-9a-f\]\{64\}")
+_DOCKER_HUB_NAME = re.compile(r"(?:https?://)?(?:index\.|registry-1\.)?docker\.io(?:/v1/?)?|library/")
+
+
+def grammar_copies(text: str, *, digest_allowed: bool = False) -> List[str]:
+    """``line: what`` of every string in a module's ``text`` that copies the reference grammar:
+    a regex of a tag, a name component or a digest, or a Docker Hub name written out."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        found += [f"{node.lineno}: {what}" for what, pattern in _GRAMMAR_COPIES if pattern.search(node.value)]
+        if not digest_allowed and _DIGEST_COPY.search(node.value):
+            found.append(f"{node.lineno}: a digest pattern")
+        if _DOCKER_HUB_NAME.fullmatch(node.value):
+            found.append(f"{node.lineno}: Docker Hub's name {node.value!r}")
+    return sorted(found)
+
+
+@pytest.mark.parametrize("path", IMPORTER_FILES + BUNDLE_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_reference_grammar_is_written_once(path: Path) -> None:
+    """The tag and name patterns and Docker Hub's names are importer/format/reference.py's
+    (valid_tag, valid_name_component, valid_path, DOCKER_HUB, DOCKER_HUB_LEGACY, DOCKER_HUB_API,
+    is_docker_hub, official_path); a copy drifts (two DOCKER_HUB constants held different hosts)."""
+    if path == REFERENCE_PARSER:
+        return
+    assert grammar_copies(path.read_text(), digest_allowed=path == DIGEST_MODULE) == [], \
+        f"{path.relative_to(REPO)} copies the reference grammar: use importer.format.reference"
+
+
+def test_the_grammar_guard_sees_a_copied_regex() -> None:
+    rogue = ('import re\n'
+             'TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")\n'
+             'TAG2 = re.compile(r"[\\w][\\w.-]{0,127}")\n'
+             'PATH = re.compile(r"[a-z0-9]+(?:(?:\\.|_|__|-+)[a-z0-9]+)*")\n'
+             'DIGEST = re.compile(r"sha256:[0-9a-f]{64}")\n'
+             'HUB = "registry-1.docker.io"\n'
+             'def repo(name):\n    return f"library/{name}", "https://index.docker.io/v1/"\n'
+             'NOT = ("docker.io/library/app:1", "a tag of [A-Za-z0-9_.-]", "[0-9]+")\n')
+    assert grammar_copies(rogue) == ["2: a tag pattern", "3: a tag pattern", "4: a name component pattern",
+                                     "5: a digest pattern", "6: Docker Hub's name 'registry-1.docker.io'",
+                                     "8: Docker Hub's name 'https://index.docker.io/v1/'",
+                                     "8: Docker Hub's name 'library/'"]
+    assert grammar_copies(REFERENCE_PARSER.read_text()) != []  # the grammar itself is what the guard would see
+
+
+PLATFORM_MODULE = REPO / "importer" / "format" / "platform.py"
+_PLATFORM_PARTS = {"os", "architecture", "variant"}
+
+
+def _platform_operand(node: ast.expr) -> bool:
+    """``x.normalized()``, ``x.normalized()[:2]``, ``x.architecture``: what a hand-made platform match compares."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "normalized":
+        return True
+    return isinstance(node, ast.Attribute) and node.attr in _PLATFORM_PARTS
+
+
+def platform_comparisons(text: str) -> List[str]:
+    """``line`` of every platform compared by hand (two normalised platforms, or two platforms'
+    architecture, OS or variant) in a module's ``text``: importer/format/platform.py's
+    platform_matches is the one rule."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+            operands = [node.left, *node.comparators]
+            if sum(_platform_operand(o) for o in operands) >= 2 or any(
+                    _platform_operand(o) and isinstance(o, (ast.Call, ast.Subscript)) for o in operands):
+                found.append(f"{node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("path", IMPORTER_FILES + BUNDLE_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_platforms_are_compared_by_one_rule(path: Path) -> None:
+    if path == PLATFORM_MODULE:
+        return
+    assert platform_comparisons(path.read_text()) == [], \
+        f"{path.relative_to(REPO)} compares platforms by hand: use importer.format.platform.platform_matches"
+
+
+def test_the_platform_guard_sees_a_hand_made_match() -> None:
+    rogue = ("def runs(p, want):\n    return p.normalized()[:2] == want.normalized()[:2]\n"
+             "def same(p, q):\n    return p.architecture == q.architecture and p.os != 'windows'\n"
+             "def ok(p):\n    return p.architecture == 'unknown'\n")
+    assert platform_comparisons(rogue) == ["2", "4"]
+
+
 ORCHESTRATORS = {"check_only", "import_bundle", "import_to_registry", "import_legacy_bundle"}
 THE_WALK = REPO / "importer" / "pipeline" / "walk.py"
 

@@ -158,10 +158,10 @@ def test_every_reader_of_a_reference_takes_the_one_split(ref: str, split: tuple,
     on where the tag, the digest or the host is (issue 27)."""
     from bundle.sources.choose import transport_of
     from bundle.sources.registry import parse_registry_ref
-    from importer.format.reference import split_host_path, split_reference
+    from importer.format.reference import DOCKER_HUB, split_host_path, split_reference
     from importer.format.refs import split_ref
     from importer.registry.client import map_ref, parse_target
-    from importer.registry.nodeconfig import DOCKER_HUB, upstreams_of
+    from importer.registry.nodeconfig import upstreams_of
     from importer.registry.serve import repository_of as served_as
     from importer.verify.cosign import repository_of
 

@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import http.client
 import io
-import re
 from dataclasses import dataclass
 from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -35,17 +34,23 @@ from importer.errors import ImageNotFound, InvalidReference, LimitExceeded, Regi
 from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST
 from importer.format.manifest import LayerRecord
-from importer.format.reference import split_host_path, split_reference
+from importer.format.reference import (
+    DOCKER_HUB_API,
+    OFFICIAL_PREFIX,
+    is_docker_hub,
+    official_path,
+    split_host_path,
+    split_reference,
+    valid_path,
+    valid_tag,
+)
 from importer.inventory.have import HaveLayers
 from importer.registry.access import RegistryAccess
 from importer.registry.client import RegistryClient, RegistryTarget
 from importer.streams.readers import Readable
 
-DOCKER_HUB = "registry-1.docker.io"
 RESUMES = 5
 MAX_DOCUMENT = max(MAX_MANIFEST, MAX_INDEX)  # a manifest or an index read from /manifests/
-_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,8 @@ class RegistryRef:
     @property
     def name(self) -> str:
         """The name the bundle gives a tagged image (``docker pull`` names it so)."""
-        hub = self.host == DOCKER_HUB
-        repo = self.repo[len("library/"):] if hub and self.repo.startswith("library/") else self.repo
+        hub = self.host == DOCKER_HUB_API
+        repo = self.repo[len(OFFICIAL_PREFIX):] if hub and self.repo.startswith(OFFICIAL_PREFIX) else self.repo
         return f"{repo}:{self.tag}" if hub else f"{self.host}/{self.repo}:{self.tag}"
 
     def __str__(self) -> str:
@@ -80,13 +85,13 @@ def parse_registry_ref(text: str) -> RegistryRef:
         raise InvalidReference(f"reading {where}: expected a digest 'sha256:' + 64 hex after '@', found {digest!r}")
     host_name, repo = split_host_path(name)
     if not host_name:
-        host_name, repo = DOCKER_HUB, (name if "/" in name else f"library/{name}")
-    if host_name in ("docker.io", "index.docker.io"):
-        host_name = DOCKER_HUB
-    if not _REPO_RE.fullmatch(repo):
+        host_name, repo = DOCKER_HUB_API, official_path(name)
+    if is_docker_hub(host_name):  # what a reference calls Docker Hub is asked at its API host
+        host_name = DOCKER_HUB_API
+    if not valid_path(repo):
         raise InvalidReference(f"reading {where}: expected a repository of lowercase path components, found {repo!r}",
                                hint="write it as docker://HOST[:PORT]/REPO:TAG or docker://HOST[:PORT]/REPO@sha256:...")
-    if tag and not _TAG_RE.fullmatch(tag):
+    if tag and not valid_tag(tag):
         raise InvalidReference(f"reading {where}: expected a tag of [A-Za-z0-9_.-] (at most 128), found {tag!r}")
     if not tag and not digest:
         tag = "latest"

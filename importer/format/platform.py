@@ -4,7 +4,8 @@ and which manifest of an image index a platform runs.
 Matching follows containerd's normalisation: ``aarch64`` is ``arm64`` and arm64's variant ``v8``
 is its default (``linux/arm64`` matches an index entry ``linux/arm64/v8`` and the reverse), as
 ``v7`` is arm's (``linux/arm`` is ``linux/arm/v7``); ``x86_64`` is ``amd64``. Other variants
-must be equal (``linux/arm/v6`` does not match ``linux/arm/v7``)."""
+must be equal (``linux/arm/v6`` does not match ``linux/arm/v7``). Every comparison of two platforms
+is :func:`platform_matches` (tests/test_architecture.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,27 @@ class Platform(NamedTuple):
 
     def matches(self, other: Platform) -> bool:
         """Both name the same platform once normalised (containerd's rules, see the module doc)."""
-        return self.normalized() == other.normalized()
+        return platform_matches(self, other)
+
+
+#: how :func:`platform_matches` compares variants
+VARIANT_EQUAL, VARIANT_IF_BOTH, VARIANT_IGNORED = "equal", "if-both", "ignored"
+
+
+def platform_matches(a: Platform, b: Platform, *, variant: str = VARIANT_EQUAL) -> bool:
+    """The one rule that says two platforms are the same: OS and architecture equal once normalised
+    (containerd's rules, see the module doc), and the variant by ``variant``: VARIANT_EQUAL
+    (containerd's matcher: index entries, ``--platform`` lists), VARIANT_IF_BOTH (compared only when
+    both name one: which carried platform an engine imports), VARIANT_IGNORED (OS and architecture
+    alone: a single-platform bundle refused for another architecture)."""
+    p, q = a.normalized(), b.normalized()
+    if (p.os, p.architecture) != (q.os, q.architecture):
+        return False
+    if variant == VARIANT_IGNORED:
+        return True
+    if variant == VARIANT_IF_BOTH and not (p.variant and q.variant):
+        return True
+    return p.variant == q.variant
 
 
 def parse_platform(text: str, *, what: str = "--platform") -> Platform:

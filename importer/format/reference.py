@@ -3,7 +3,14 @@
 is an :class:`~importer.errors.InvalidReference` naming the part that is wrong (the host, a path
 component, the tag, the digest), not "something else". Spelling rules for engines:
 importer/format/refs.py. ``bundle export``'s transport prefixes (skopeo's ``TRANSPORT:REFERENCE``)
-are split here too (:func:`split_transport`)."""
+are split here too (:func:`split_transport`).
+
+The grammar lives here alone (tests/test_architecture.py refuses a copy of it elsewhere): a name
+component (:data:`NAME_COMPONENT`, :func:`valid_name_component`), a repository path
+(:func:`valid_path`), a tag (:data:`TAG`, :func:`valid_tag`; a digest is
+:func:`importer.format.digest.is_digest`) and Docker Hub's names, one constant per meaning
+(:data:`DOCKER_HUB`, :data:`DOCKER_HUB_LEGACY`, :data:`DOCKER_HUB_API`, :func:`is_docker_hub`,
+:func:`official_path`)."""
 
 from __future__ import annotations
 
@@ -11,21 +18,58 @@ import re
 from typing import Callable, NamedTuple, Optional, Tuple
 
 from importer.errors import InvalidReference
+from importer.format.digest import is_digest
 
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: isdigit() also takes superscripts, int() other scripts' digits
 
 MAX_REFERENCE = 255  # Docker's NameTotalLengthMax
-_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_COMPONENT_RE = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+#: one repository path component (distribution/reference's path-component: lowercase, single separators)
+NAME_COMPONENT = re.compile(_COMPONENT_RE)
+#: a repository path: components joined by '/'
+REPOSITORY_PATH = re.compile(rf"{_COMPONENT_RE}(?:/{_COMPONENT_RE})*")
+#: a tag: letters, digits, '_', '.', '-', at most 128, not starting with '.' or '-'
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
                    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+#: Docker Hub, one constant per meaning
+DOCKER_HUB = "docker.io"  # its name in a reference: Docker's default domain, what a name without a host means
+DOCKER_HUB_LEGACY = "index.docker.io"  # its older name, which Docker's normalisation reads as DOCKER_HUB
+DOCKER_HUB_API = "registry-1.docker.io"  # the host its registry API (/v2/) answers at
+DOCKER_HUB_NAMES = (DOCKER_HUB, DOCKER_HUB_LEGACY, DOCKER_HUB_API)
+DOCKER_HUB_HELPER_KEY = f"https://{DOCKER_HUB_LEGACY}/v1/"  # the server Docker hands a credential helper for it
+OFFICIAL_PREFIX = "library/"  # Docker Hub's namespace of a one-component name (``app`` is ``library/app``)
 #: skopeo's transports, those ``bundle export`` reads and those it refuses by name
 TRANSPORTS = ("docker-daemon", "containerd", "oci", "docker", "oci-archive", "docker-archive", "podman", "dir")
 #: a transport word and its ':', unless a registry port follows (``docker:5000/app`` is a host)
 _TRANSPORT = re.compile(r"([a-z]+(?:-[a-z]+)*):(?![0-9]+/)")
 _HINT = ("write it as [HOST[:PORT]/]PATH[:TAG] or [HOST[:PORT]/]PATH@sha256:<64 hex>, "
          "e.g. registry.example:5000/team/app:1")
+
+
+def valid_name_component(text: str) -> bool:
+    """One repository path component (``team``, ``my-app``, ``a__b``)."""
+    return NAME_COMPONENT.fullmatch(text) is not None
+
+
+def valid_path(text: str) -> bool:
+    """A repository path of valid components (``team/app``); no host, no tag."""
+    return REPOSITORY_PATH.fullmatch(text) is not None
+
+
+def valid_tag(text: str) -> bool:
+    return TAG.fullmatch(text) is not None
+
+
+def is_docker_hub(host: str) -> bool:
+    """``host`` is one of Docker Hub's names (as written: callers that fold case lower it first)."""
+    return host in DOCKER_HUB_NAMES
+
+
+def official_path(path: str) -> str:
+    """Docker Hub's path of a repository: ``app`` -> ``library/app``; ``team/app`` stays."""
+    return path if "/" in path else OFFICIAL_PREFIX + path
 
 
 class Reference(NamedTuple):
@@ -106,9 +150,9 @@ def parse_reference(text: str, *, what: str = "reading the image reference") -> 
     if any(c.isspace() or not c.isprintable() for c in text):
         raise bad("no spaces", "a space or control character")
     name, tag, digest = split_reference(text)
-    if "@" in text and not _DIGEST.fullmatch(digest):
+    if "@" in text and not is_digest(digest):
         raise bad("'sha256:' and 64 lowercase hex digits after '@'", repr(digest))
-    if name != text.partition("@")[0] and not _TAG.fullmatch(tag):
+    if name != text.partition("@")[0] and not valid_tag(tag):
         raise bad("a tag of letters, digits, '_', '.', '-' (at most 128, not starting with '.' or '-')", repr(tag))
     host, path = split_host_path(name)
     if host and not _HOST.fullmatch(host):
@@ -116,7 +160,7 @@ def parse_reference(text: str, *, what: str = "reading the image reference") -> 
     if not path:
         raise bad("a repository name", "none")
     for component in path.split("/"):
-        if not _COMPONENT.fullmatch(component):
+        if not valid_name_component(component):
             found = (f"{component!r} (uppercase: repository names are lowercase)" if component.lower() != component
                      else repr(component) if component else "an empty one ('//' or a trailing '/')")
             raise bad("repository path components of lowercase letters, digits and single '.', '_' or '-'", found)

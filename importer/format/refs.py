@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from importer.format.reference import engine_host, split_host_path, split_reference
-
-DEFAULT_DOMAIN = "docker.io"
-LEGACY_DOMAIN = "index.docker.io"
-OFFICIAL_PREFIX = "library/"
+from importer.format.reference import (
+    DOCKER_HUB,
+    DOCKER_HUB_LEGACY,
+    OFFICIAL_PREFIX,
+    engine_host,
+    official_path,
+    split_host_path,
+    split_reference,
+)
 
 
 def has_domain(name: str) -> bool:
@@ -24,11 +28,11 @@ def has_domain(name: str) -> bool:
 def split_domain(name: str) -> Tuple[str, str]:
     """(domain, path) of a repository name without tag or digest."""
     domain, path = split_host_path(name, engine_host)
-    domain = domain or DEFAULT_DOMAIN
-    if domain == LEGACY_DOMAIN:
-        domain = DEFAULT_DOMAIN
-    if domain == DEFAULT_DOMAIN and "/" not in path:
-        path = OFFICIAL_PREFIX + path
+    domain = domain or DOCKER_HUB
+    if domain == DOCKER_HUB_LEGACY:  # Docker's rule: registry-1.docker.io stays a host of its own
+        domain = DOCKER_HUB
+    if domain == DOCKER_HUB:
+        path = official_path(path)
     return domain, path
 
 
@@ -55,7 +59,7 @@ def normalize(ref: str) -> str:
 def familiar(ref: str) -> str:
     """The short form Docker prints: ``docker.io/library/app:1`` -> ``app:1``."""
     full = normalize(ref)
-    for prefix in (f"{DEFAULT_DOMAIN}/{OFFICIAL_PREFIX}", f"{DEFAULT_DOMAIN}/"):
+    for prefix in (f"{DOCKER_HUB}/{OFFICIAL_PREFIX}", f"{DOCKER_HUB}/"):
         if full.startswith(prefix):
             return full[len(prefix):]
     return full

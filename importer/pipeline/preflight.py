@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from importer.errors import PlatformMismatch, SinkError
 from importer.format.manifest import BundleManifest, ImageRecord
-from importer.format.platform import Platform, host, of_dict
+from importer.format.platform import VARIANT_IF_BOTH, VARIANT_IGNORED, Platform, host, of_dict, platform_matches
 from importer.pipeline.steps import find_held
 from importer.sinks import EngineInfo, Sink
 from importer.streams.progress import human_bytes
@@ -245,10 +245,7 @@ def select_platform(manifest: BundleManifest, engine: EngineInfo, want: Optional
 
 
 def _runs(plat: Optional[Platform], runs: Platform) -> bool:
-    if plat is None:
-        return False
-    p = plat.normalized()
-    return p[:2] == runs[:2] and (not p.variant or not runs.variant or p.variant == runs.variant)
+    return plat is not None and platform_matches(plat, runs, variant=VARIANT_IF_BOTH)
 
 
 def check_platforms(manifest: BundleManifest, engine: EngineInfo, want: Optional[Platform] = None) -> None:
@@ -262,7 +259,7 @@ def check_platforms(manifest: BundleManifest, engine: EngineInfo, want: Optional
     other = []
     for image in manifest.images:
         plat = of_dict(image.platform)
-        if plat is not None and plat.normalized()[:2] != runs[:2]:
+        if plat is not None and not platform_matches(plat, runs, variant=VARIANT_IGNORED):
             other.append(f"{', '.join(image.refs) or image.config.digest} ({plat})")
     if other:
         raise PlatformMismatch(

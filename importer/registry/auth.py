@@ -23,11 +23,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from importer.errors import ManifestError, RegistryAuthError
 from importer.format.limits import parse_json
+from importer.format.reference import DOCKER_HUB_API
 from importer.registry.redirects import Origin, open_url, origin
 
 MAX_TOKEN_RESPONSE = 1024 * 1024
 #: registries whose token realm is on another host, known to belong to them (HTTPS)
-KNOWN_REALMS = {"registry-1.docker.io": "auth.docker.io"}
+KNOWN_REALMS = {DOCKER_HUB_API: "auth.docker.io"}
 _PARAM_RE = re.compile(r'([A-Za-z][A-Za-z0-9_-]*)=(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))')
 
 

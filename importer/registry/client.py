@@ -48,7 +48,14 @@ from importer.errors import (
 )
 from importer.format.digest import CHUNK, Digest
 from importer.format.mediatypes import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
-from importer.format.reference import split_host_path, split_host_port, split_reference, split_registry
+from importer.format.reference import (
+    split_host_path,
+    split_host_port,
+    split_reference,
+    split_registry,
+    valid_path,
+    valid_tag,
+)
 from importer.registry.access import RegistryAccess
 from importer.registry.auth import Credentials, fetch_token, parse_challenge
 from importer.registry.redirects import REDIRECTS, Origin, open_url
@@ -62,10 +69,7 @@ DEFAULT_ATTEMPTS = 6
 MAX_RESPONSE = 16 * 1024 * 1024
 USER_AGENT = f"sneakernet/{__version__}"
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_PATH_RE = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 _HOST_RE = re.compile(r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?::[0-9]{1,5})?")
-_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _RANGE_RE = re.compile(r"(?:bytes=)?0-([0-9]+)")
 
 Opener = Callable[[], ContextManager[BinaryIO]]
@@ -98,7 +102,7 @@ def parse_target(text: str) -> RegistryTarget:
     namespace = namespace.strip("/")
     if not _HOST_RE.fullmatch(host):
         raise UsageError(f"reading the registry {text!r}: expected a host name or address (with :PORT), found {host!r}")
-    if namespace and not _PATH_RE.fullmatch(namespace):
+    if namespace and not valid_path(namespace):
         raise UsageError(f"reading the registry {text!r}: expected a lowercase namespace path "
                          f"(a-z, 0-9, '.', '_', '-'), found {namespace!r}")
     return RegistryTarget(host, namespace)
@@ -136,12 +140,12 @@ def map_ref(ref: str, target: RegistryTarget) -> Destination:
     manifest is pushed by its own digest)."""
     name, tag, _digest = split_reference(ref)
     path = split_host_path(name, _push_host)[1]
-    if not _PATH_RE.fullmatch(path):
+    if not valid_path(path):
         raise InvalidReference(
             f"pushing {ref}: expected a repository path of lowercase components, found {path!r}",
             hint="re-tag the image with a lowercase name before exporting",
         )
-    if tag and not _TAG_RE.fullmatch(tag):
+    if tag and not valid_tag(tag):
         raise InvalidReference(f"pushing {ref}: expected a tag of [A-Za-z0-9_.-] (max 128), found {tag!r}")
     return Destination(target.repository(path), tag)
 

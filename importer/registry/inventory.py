@@ -27,13 +27,11 @@ from importer.format.limits import (
     REGISTRY_PAGE,
 )
 from importer.format.platform import pick_platform_manifest
+from importer.format.reference import valid_path, valid_tag
 from importer.registry.client import MANIFEST_ACCEPT, RegistryClient
 from importer.sinks import EngineImage
 from importer.streams.threads import each
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPO_RE = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
-_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _NEXT_RE = re.compile(r'<([^>]*)>\s*;\s*rel="?next"?')
 _INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                 "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -110,7 +108,7 @@ def list_repositories(client: RegistryClient, *, namespace: str = "", required: 
         raise RegistryNoCatalog(
             f"listing the repositories of {client.target.host}: expected the catalog API (/v2/_catalog), "
             "found none (HTTP 404/405)", hint=NO_CATALOG_HINT)
-    repos = [r for r in values if _REPO_RE.fullmatch(r) and len(r) <= 255]
+    repos = [r for r in values if valid_path(r) and len(r) <= 255]
     if namespace:
         repos = [r for r in repos if r == namespace or r.startswith(namespace + "/")]
     return sorted(repos)
@@ -120,7 +118,7 @@ def list_tags(client: RegistryClient, repo: str) -> List[str]:
     """Every tag of ``repo`` (none when the repository is gone or has none)."""
     values, _ok = _paged(client, f"/v2/{repo}/tags/list", "tags", MAX_REGISTRY_TAGS, repo=repo, missing_ok=True,
                          what=f"listing the tags of {repo}")
-    return sorted(t for t in values if _TAG_RE.fullmatch(t))
+    return sorted(t for t in values if valid_tag(t))
 
 
 @dataclass

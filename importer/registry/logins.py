@@ -44,20 +44,18 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from importer.errors import ManifestError, UsageError
 from importer.format.limits import parse_json
+from importer.format.reference import DOCKER_HUB, DOCKER_HUB_HELPER_KEY, is_docker_hub
 from importer.registry.auth import Credentials
 
 MAX_AUTH_FILE = 1024 * 1024
 HELPER_TIMEOUT = 15.0  # seconds a credential helper may take
 MAX_HELPER_OUTPUT = 64 * 1024
-DOCKER_HUB = "docker.io"
-_HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io")
-_HUB_HELPER_KEY = "https://index.docker.io/v1/"  # what Docker hands a helper for Docker Hub
 _HELPER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 LOGIN_COMMANDS = "podman login, skopeo login or docker login"
 
 
 def _hub(host: str) -> str:
-    return DOCKER_HUB if host.lower() in _HUB_NAMES else host
+    return DOCKER_HUB if is_docker_hub(host.lower()) else host
 
 
 def normalize_key(key: str) -> str:
@@ -310,7 +308,7 @@ class Logins:
         return None
 
     def _helper(self, name: str, host: str) -> Optional[Credentials]:
-        server = _HUB_HELPER_KEY if _hub(host) == DOCKER_HUB else host
+        server = DOCKER_HUB_HELPER_KEY if _hub(host) == DOCKER_HUB else host
         if (name, server) not in self._helpers:
             self._helpers[(name, server)] = run_helper(name, server, timeout=self.helper_timeout)
         found, why = self._helpers[(name, server)]

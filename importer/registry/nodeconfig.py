@@ -21,14 +21,21 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from importer.format.reference import engine_host, split_host_path, split_reference, split_registry
+from importer.format.reference import (
+    DOCKER_HUB,
+    DOCKER_HUB_API,
+    engine_host,
+    is_docker_hub,
+    split_host_path,
+    split_reference,
+    split_registry,
+)
 
-DOCKER_HUB = "docker.io"
 CONTAINERD_DIR = "/etc/containerd/certs.d"
 DOCKER_DIR = "/etc/docker/certs.d"
 PODMAN_DIR = "/etc/containers/certs.d"
 PODMAN_DROPIN = "/etc/containers/registries.conf.d/50-sneakernet-mirror.conf"
-_SERVER_OF = {DOCKER_HUB: "https://registry-1.docker.io"}
+_SERVER_OF = {DOCKER_HUB: f"https://{DOCKER_HUB_API}"}
 
 
 @dataclass
@@ -72,8 +79,7 @@ def upstreams_of(refs: Sequence[str]) -> Dict[str, List[str]]:
     for ref in refs:
         name = split_reference(ref)[0]
         host, repo = split_host_path(name, engine_host)
-        host = host or DOCKER_HUB
-        if host in ("index.docker.io", "registry-1.docker.io"):
+        if not host or is_docker_hub(host):
             host = DOCKER_HUB
         found.setdefault(host, [])
         if repo not in found[host]:

@@ -34,7 +34,7 @@ from importer import __version__
 from importer.errors import BundleError, IntegrityError, UsageError
 from importer.format.digest import Digest, is_digest
 from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
-from importer.format.reference import engine_host, split_host_path, split_reference
+from importer.format.reference import engine_host, split_host_path, split_reference, valid_path, valid_tag
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
 from importer.registry.serve_artifacts import REFERRERS_RE, ServedArtifacts
@@ -55,9 +55,6 @@ from importer.registry.servelimits import (
 CHUNK = 1024 * 1024
 DEFAULT_LISTEN = "127.0.0.1:5000"
 API_VERSION_HEADER = ("Docker-Distribution-API-Version", "registry/2.0")
-# distribution-spec repository name grammar (path components, lowercase)
-_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
-_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _ROUTE_RE = re.compile(r"^/v2/(?P<name>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/]+)$")
 _TAGS_RE = re.compile(r"^/v2/(?P<name>.+)/tags/list$")
 
@@ -133,7 +130,7 @@ class Catalog:
 
     def _add(self, image: ImageRecord, ref: str, stored: Set[str], on_notice: Callable[[str], None]) -> None:
         name, tag, _ = repository_of(ref)
-        if not _NAME_RE.fullmatch(name):
+        if not valid_path(name):
             on_notice(f"serve: not serving ref {ref}: {name!r} is no registry repository name")
             return
         repo = self.repositories.setdefault(name, Repository(name))
@@ -508,7 +505,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, doc, extra)
 
     def _manifest(self, repo: Repository, ref: str) -> None:
-        image = repo.manifests.get(ref) if is_digest(ref) else repo.tags.get(ref) if _TAG_RE.fullmatch(ref) else None
+        image = repo.manifests.get(ref) if is_digest(ref) else repo.tags.get(ref) if valid_tag(ref) else None
         if image is None and ref in repo.artifacts.manifests:  # a signature, SBOM, referrer (3.5)
             blob = self.server.catalog.blobs[repo.artifacts.manifests[ref]]
             return self._send_blob(blob, blob.media_type)
