@@ -12,16 +12,16 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import gpufit
 from bundle.blobstore import BlobStore
-from bundle.fileartifact import FileSet, NoImages, carry_files
+from bundle.fileartifact import FileSet, NoImages
 from bundle.gpufit import FitCheck
-from bundle.helmchart import ChartPackage, write_chart
+from bundle.helmchart import ChartPackage, carry_artifacts
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources import SourceImage
@@ -38,7 +38,6 @@ from importer.errors import (
     UsageError,
     write_error,
 )
-from importer.format.digest import Digest
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
 from importer.format.reference import parse_reference
@@ -65,8 +64,6 @@ class ExportResult:
     notes: Tuple[str, ...] = ()  # lines for the user: platforms a default export left out
     gpu_fit: Optional[FitCheck] = None  # --have INVENTORY: each image judged on that host (docs/gpu-fit.md)
     signed_images: Optional[List[SignedImage]] = None  # --require-signed: which key signed which image
-    #: config digest -> how a Docker source read the image ("store", "save", "content-store"; --json's ``read``)
-    reads: Dict[str, str] = field(default_factory=dict)
 
 
 def open_source(refs: Sequence[str], **options: Any) -> Tuple[ExportSource, List[str]]:
@@ -107,13 +104,11 @@ def export_images(
     allow_unfit: bool = False,
     referrers: bool = True,
     require_signed: Sequence[str] = (),
-    files: Optional[FileSet] = None,
-    charts: Sequence[ChartPackage] = (),
-    docker_read: str = "auto",
+    files: Optional[FileSet] = None, charts: Sequence[ChartPackage] = (),
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3). ``access``: a ``docker://`` source's logins, CA certificates and
-    ``--insecure`` (importer/registry/access.py); ``docker_read``: ``--docker-read`` (auto|store|save)."""
+    ``--insecure`` (importer/registry/access.py)."""
     compression, asked = _check_options(schema, compression, sign_key, have)
     if not refs and files is None and not charts:
         raise UsageError("exporting: expected at least one image, found none")
@@ -123,7 +118,7 @@ def export_images(
     out_dir = os.path.abspath(out_dir)
     parent = _check_output(out_dir, force)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
-                                access=access, docker_read=docker_read)
+                                access=access)
     with contextlib.closing(source):  # its connections closed however the export ends
         selection = _selection(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
         have_layers = merge_have(have) if have else None
@@ -151,8 +146,7 @@ def export_images(
                                        on_bytes=on_bytes, have=have_layers)
                 gpufit.postcheck(fit, store, images)
                 manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc,
-                                        file_artifacts=(*carry_files(store, files, on_bytes),
-                                                        *(write_chart(store, c, on_bytes) for c in charts)))
+                                        file_artifacts=carry_artifacts(store, files, charts, on_bytes))
                 signed_images, signed_by = _sign_and_check(staging, manifest, cosign_keys, sign_key)
             close_progress(on_bytes)
             os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export
@@ -167,12 +161,7 @@ def export_images(
             raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
                         len(store.recompressed) if store is not None else 0, checked.notes, fit,
-                        signed_images, reads=_reads(images) if store is not None else {})
-
-
-def _reads(images: Sequence[SourceImage]) -> Dict[str, str]:
-    """Config digest -> how a Docker source read each image (``bundle export --json``'s ``read``)."""
-    return {str(Digest.of_bytes(i.raw_config)): i.read for i in images if i.read}
+                        signed_images)
 
 
 def check_export_space(out_dir: str, size: int, images: int, *, exact: bool, say: bool = True) -> None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
+from bundle.fileartifact import FileSet, carry_files
 from bundle.yamlbound import YamlTooBig, compose_bounded
 from importer.errors import UsageError
 from importer.format.digest import BlobRef
@@ -622,3 +623,9 @@ def write_chart(store: BlobStore, chart: ChartPackage, on_bytes: Optional[Callab
     manifest = store.write_bytes(raw)
     return FileArtifact(chart.ref, CHART_CONFIG, BlobRef(OCI_MANIFEST, manifest.digest, manifest.size), config,
                         (carried,))
+
+
+def carry_artifacts(store: BlobStore, files: Optional[FileSet], charts: Sequence[ChartPackage],
+                    on_bytes: Optional[Callable[[int], None]] = None) -> Tuple[FileArtifact, ...]:
+    """The export's file artifacts: ``--files``/``--file``'s, then one per ``--chart``."""
+    return (*carry_files(store, files, on_bytes), *(write_chart(store, c, on_bytes) for c in charts))

@@ -146,7 +146,8 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
 BUNDLE_LAYERS: List[Set[str]] = [
     {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "yamlbound", "progressui", "k8simages"},
     {"sources"},
-    {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact", "gpudriver"},
+    {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact", "gpudriver",
+     "helmchart"},
     {"export"},
     {"keycmds", "transfercmds", "tlscert", "pullcheck"},
     {"cli", "__main__"},

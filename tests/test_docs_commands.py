@@ -151,6 +151,7 @@ NEW = "{W}/new.bundle"
 HELM = "needs helm and a chart (no helm binary is packaged; tests/data/ holds charts rendered by hand)"
 K8S = ("needs the images the manifests name in their registries and node inventories (tests/test_pull_check.py "
        "exports them from a loopback registry and checks; tests/test_k8s_images.py --why)")
+CHARTS = "a chart package (tests/test_helm_charts.py exports charts and reads them as helm pull does)"
 SUPPLY = ("needs a registry holding signed images (tests/test_supply_chain.py signs with cosign and "
           "cryptography, exports, inspects and imports with --require-signed)")
 
@@ -451,6 +452,13 @@ SPECS: Dict[str, Spec] = {
     "nvcr.io/nvidia/driver:580.82.07-ubuntu22.04": skip(K8S),
     "bundle check --manifests rendered.yaml --against cluster.bundle --have node-a.json --have node-b.json":
         skip(K8S),
+    "helm package ./web": skip(HELM),
+    "bundle export --images-from-manifests rendered.yaml --chart web-1.2.0.tgz --chart gpu-operator-v25.3.4.tgz "
+    "--have node-a.json -o cluster.bundle": skip(CHARTS),
+    "helm pull oci://MIRROR:5000/charts/web --version 1.2.0 --plain-http": skip(HELM),
+    "helm install web oci://MIRROR:5000/charts/web --version 1.2.0 --plain-http": skip(HELM),
+    "bundle-import serve cluster.bundle --listen 0.0.0.0:5000 --compression gzip": skip(CHARTS),
+    "enroot import docker://MIRROR:5000#nvidia/cuda:12.4.1-base-ubuntu22.04": skip("no enroot here (text only)"),
 }
 
 # The docs' placeholders (whole words) and example paths, and what stands for them here.
