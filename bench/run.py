@@ -16,7 +16,9 @@ and the containerd image store (Debian 13's dockerd 26 with the containerd snaps
 docker/scripts/dockerd.sh --containerd-store), the same image built in each. On the containerd
 store ``bundle export`` is measured reading the engine's content store and, forced through the
 ``docker save`` stream (SNEAKERNET_DOCKER_CONTENT_STORE=0), beside ``docker save -o``; the import
-beside ``docker load -i`` of that store's own save.
+beside ``docker load -i`` of that store's own save. On the classic store ``bundle export`` is
+measured reading the image store's overlay2 layers (the default where it runs as root) and through
+``docker save`` (``--docker-read save``).
 """
 
 from __future__ import annotations
@@ -317,9 +319,12 @@ def main() -> int:
                     Case("export", "skopeo copy -> oci (zstd)", False, fresh_out,
                          lambda: ["skopeo", "copy", "-q", "--src-daemon-host", host, "--dest-compress-format",
                                   "zstd", f"docker-daemon:{REF}", f"oci:{out}/sk:img"], output=lambda: out),
-                    Case("export", "bundle export", True, fresh_out,
+                    Case("export", "bundle export (image store)", True, fresh_out,
                          lambda: [PY, "-m", "bundle", "export", REF, "-o", str(out / "b"), "-q", *level],
-                         output=lambda: out),
+                         output=lambda: out, tag="image store"),
+                    Case("export", "bundle export (via docker save)", True, fresh_out,
+                         lambda: [PY, "-m", "bundle", "export", REF, "-o", str(out / "b"), "-q",
+                                  "--docker-read", "save", *level], output=lambda: out, tag="via docker save"),
                 ]
             # artifacts for the import/verify/push groups
             art = work / "artifacts"

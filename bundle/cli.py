@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "then changes)")
     e.add_argument("--level", type=int, help="compression level (zstd default 3, gzip default 6)")
     e.add_argument("--docker-host", metavar="URL", help="Docker daemon address (default: $DOCKER_HOST)")
+    e.add_argument("--docker-read", choices=["auto", "store", "save"], default="auto",
+                   help="how Docker's images are read. auto (default): from the engine's own store where this "
+                   "export runs as root beside a local engine (the classic store's overlay2 layers, rebuilt as "
+                   "`docker save` sends them and checked against their diff_ids, several at a time; the containerd "
+                   "store's blobs), else, or for an image whose store does not match, through `docker save`, "
+                   "saying so; store: from the store or fail; save: through `docker save` only")
     e.add_argument("--address", metavar="SOCKET",
                    help="containerd socket for containerd: images (default: $CONTAINERD_ADDRESS, else "
                    "/run/containerd/containerd.sock)")
@@ -199,7 +205,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     try:
-        result = export_images(images, out_dir, docker_host=args.docker_host,
+        result = export_images(images, out_dir, docker_host=args.docker_host, docker_read=args.docker_read,
                                compression=args.compression, level=args.level, schema=args.schema,
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
@@ -266,7 +272,9 @@ def _export_summary(result: ExportResult, packed: Optional[PackResult]) -> Dict[
         "schemaVersion": m.schema_version,
         "images": [{"refs": list(i.refs), "configDigest": str(i.config.digest),
                     "manifestDigest": str(i.manifest.digest), "layers": len(i.layers),
-                    "artifacts": len(i.artifacts)} for i in m.images],
+                    "artifacts": len(i.artifacts),
+                    **({"read": result.reads[str(i.config.digest)]} if str(i.config.digest) in result.reads else {})}
+                   for i in m.images],
         "fileArtifacts": file_artifact_summary(m),
         "bytes": m.compressed_bytes(),
         "uncompressedBytes": m.uncompressed_bytes(),

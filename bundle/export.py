@@ -12,8 +12,8 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -38,6 +38,7 @@ from importer.errors import (
     UsageError,
     write_error,
 )
+from importer.format.digest import Digest
 from importer.format.manifest import BundleManifest, valid_ref
 from importer.format.platform import host, parse_platforms
 from importer.format.reference import parse_reference
@@ -64,6 +65,8 @@ class ExportResult:
     notes: Tuple[str, ...] = ()  # lines for the user: platforms a default export left out
     gpu_fit: Optional[FitCheck] = None  # --have INVENTORY: each image judged on that host (docs/gpu-fit.md)
     signed_images: Optional[List[SignedImage]] = None  # --require-signed: which key signed which image
+    #: config digest -> how a Docker source read the image ("store", "save", "content-store"; --json's ``read``)
+    reads: Dict[str, str] = field(default_factory=dict)
 
 
 def open_source(refs: Sequence[str], **options: Any) -> Tuple[ExportSource, List[str]]:
@@ -105,10 +108,11 @@ def export_images(
     referrers: bool = True,
     require_signed: Sequence[str] = (),
     files: Optional[FileSet] = None, charts: Sequence[ChartPackage] = (),
+    docker_read: str = "auto",
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3). ``access``: a ``docker://`` source's logins, CA certificates and
-    ``--insecure`` (importer/registry/access.py)."""
+    ``--insecure`` (importer/registry/access.py); ``docker_read``: ``--docker-read`` (auto|store|save)."""
     compression, asked = _check_options(schema, compression, sign_key, have)
     if not refs and files is None and not charts:
         raise UsageError("exporting: expected at least one image, found none")
@@ -118,7 +122,7 @@ def export_images(
     out_dir = os.path.abspath(out_dir)
     parent = _check_output(out_dir, force)
     source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
-                                access=access)
+                                access=access, docker_read=docker_read)
     with contextlib.closing(source):  # its connections closed however the export ends
         selection = _selection(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))
         have_layers = merge_have(have) if have else None
@@ -161,7 +165,12 @@ def export_images(
             raise
     return ExportResult(out_dir, manifest, time.monotonic() - started, schema, signed_by,
                         len(store.recompressed) if store is not None else 0, checked.notes, fit,
-                        signed_images)
+                        signed_images, reads=_reads(images) if store is not None else {})
+
+
+def _reads(images: Sequence[SourceImage]) -> Dict[str, str]:
+    """Config digest -> how a Docker source read each image (``bundle export --json``'s ``read``)."""
+    return {str(Digest.of_bytes(i.raw_config)): i.read for i in images if i.read}
 
 
 def check_export_space(out_dir: str, size: int, images: int, *, exact: bool, say: bool = True) -> None:

@@ -31,6 +31,10 @@ class SourceImage:
     others: Tuple[SourceImage, ...] = ()
     #: bundle schema 3.5: signatures, attestations, SBOMs and referrers attached to it in the source
     artifacts: Tuple[ArtifactRecord, ...] = ()
+    #: how a Docker source read it (``bundle export --json``'s ``read``): "store" (the classic store's
+    #: layer files, bundle/sources/docker_store.py), "save" (the ``docker save`` stream),
+    #: "content-store" (Docker's containerd content store); "" for other sources
+    read: str = ""
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,11 @@ def _names_a_folder(ref: str) -> bool:
 
 def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
                 address: Optional[str] = None, namespace: Optional[str] = None,
-                access: Optional[RegistryAccess] = None) -> Tuple[ExportSource, List[str]]:
+                access: Optional[RegistryAccess] = None,
+                docker_read: str = "auto") -> Tuple[ExportSource, List[str]]:
     """(source, refs as that source names them: an OCI layout's "" is its one image). All
-    references must come from one source."""
+    references must come from one source. ``docker_read`` (``--docker-read``): how a Docker
+    source reads its images (bundle/sources/docker_store.py)."""
     parsed = [transport_of(r) for r in refs]
     kinds = sorted({k for k, _ in parsed})
     if len(kinds) > 1:
@@ -67,6 +69,9 @@ def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
         raise UsageError(f"exporting from {kind} with registry options (--insecure, --username, --authfile, "
                          "--cert-dir, --allow-realm-credentials): expected a docker:// (registry) source",
                          hint="they say how to reach a registry; drop them for other sources")
+    if docker_read != "auto" and kind != "docker-daemon":
+        raise UsageError(f"exporting from {kind} with --docker-read {docker_read}: expected a Docker source",
+                         hint="--docker-read says how Docker's images are read; drop it for other sources")
     if kind in ("docker", "containerd", "docker-daemon"):
         for _, r in parsed:  # one parser says which part of a bad reference is wrong
             parse_reference(r, what="exporting: reading the image reference")
@@ -85,4 +90,4 @@ def open_source(refs: Sequence[str], *, docker_host: Optional[str] = None,
     if address or namespace:
         raise UsageError("exporting from Docker: --address/--namespace name a containerd source",
                          hint="prefix the images with containerd: to read them from containerd")
-    return DockerDaemonSource(docker_host), [r for _, r in parsed]
+    return DockerDaemonSource(docker_host, docker_read), [r for _, r in parsed]

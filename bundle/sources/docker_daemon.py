@@ -15,11 +15,18 @@ the engine keeps them (no recompression) and the manifest byte for byte, so the 
 digest is the image ID the build host shows: read straight from the engine's own content store
 (``DockerRootDir/containerd/daemon/io.containerd.content.v1.content``) where this host can read it
 (plain file reads, no ``save`` stream), else from the ``docker save`` stream, whose blobs are the
-stored ones (``SNEAKERNET_DOCKER_CONTENT_STORE=0`` forces the stream)."""
+stored ones (``SNEAKERNET_DOCKER_CONTENT_STORE=0`` forces the stream).
+
+Docker's classic store is read without ``docker save`` where this host can read it (root beside a
+local engine, overlay2, Docker < 25): bundle/sources/docker_store.py rebuilds each layer's tar as
+dockerd does and checks it against its diff_id; an image it cannot give exactly goes through the
+stream. ``--docker-read`` (``read``) forces either way; each image records how it was read
+(``SourceImage.read``) and a ``docker:`` line on stderr says it."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import io
 import json
@@ -39,12 +46,13 @@ from bundle.sources.blobcopy import (
     pick_manifest,
     sniff_compression,
 )
+from bundle.sources.docker_store import READ_CHOICES, ClassicStoreReader, StoreEngine, say
 from bundle.sources.oci_layout import OciLayoutSource
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from bundle.sources.readahead import ReadAhead
 from bundle.sources.records import Descriptor, as_object, json_object, list_of, load_json
 from bundle.sources.tarstream import TarStream
-from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError
+from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError, UsageError
 from importer.format.digest import CHUNK, Digest, Readable
 from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, read_limited
 from importer.format.manifest import LayerRecord
@@ -82,13 +90,23 @@ class DockerDaemonSource(SourceBase):
     writes_legacy_schemas = True  # schemas 1 and 2 are its `docker save` archive
     picks_platform_in_engine = True  # Docker exports the platform its engine runs
 
-    def __init__(self, host: Optional[str] = None) -> None:
+    def __init__(self, host: Optional[str] = None, read: str = "auto") -> None:
+        if read not in READ_CHOICES:
+            raise UsageError(f"exporting from Docker with --docker-read {read!r}: expected one of "
+                             f"{', '.join(READ_CHOICES)}")
         self.docker = DockerClient(host)
         self.data_root: Optional[str] = None
+        #: --docker-read: auto (the engine's store where this host can read it, else `docker save`),
+        #: store (the store or fail), save (`docker save` only)
+        self.read = read
+        self.driver = ""
+        self.version = ""
 
     def info(self) -> SourceInfo:
         engine = self.docker.probe()
         self.data_root = engine.data_root
+        self.driver = engine.storage_driver
+        self.version = engine.version
         return SourceInfo("docker-daemon", {
             "engine": "docker",
             "engineVersion": engine.version,
@@ -124,16 +142,39 @@ class DockerDaemonSource(SourceBase):
         return [e for e in env if isinstance(e, str)] if isinstance(env, list) else []
 
     def legacy_save_argv(self, refs: Sequence[str]) -> List[str]:
+        if self.read == "store":
+            raise UsageError("exporting with --schema 1 or 2 and --docker-read store: those schemas are a "
+                             "`docker save` archive", hint="drop --docker-read store, or use --schema 3")
         return self.docker.argv("save", *refs)
 
     def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
                level: Optional[int], on_bytes: Optional[ProgressFn] = None,
                have: Optional[HaveLayers] = None) -> List[SourceImage]:
         if self.docker.image_store == "containerd":
-            content = self._content_store(refs)
+            content = self._content_store(refs) if self.read != "save" else None
             if content is not None:
-                return _export_content_store(content, refs, store, compression=compression, level=level,
-                                             on_bytes=on_bytes, have=have)
+                images = _export_content_store(content, refs, store, compression=compression, level=level,
+                                               on_bytes=on_bytes, have=have)
+                return [dataclasses.replace(image, read="content-store") for image in images]
+            if self.read == "store":
+                raise SourceError(f"exporting {', '.join(refs)} with --docker-read store: expected Docker's "
+                                  "containerd content store readable on this host, found it is not",
+                                  hint="run the export as root beside the engine, or drop --docker-read store "
+                                  "(auto reads `docker save` where the store cannot be read)")
+            say(f"reading {', '.join(refs)} through `docker save` ("
+                + ("--docker-read save" if self.read == "save" else "Docker's containerd content store cannot be "
+                   "read here") + ")")
+        elif self.read != "save":
+            reader = ClassicStoreReader(self.docker, StoreEngine(self.data_root, self.driver, self.version),
+                                        self.read == "store", self.save)
+            return reader.export(refs, store, compression=compression, level=level, on_bytes=on_bytes, have=have)
+        else:
+            say(f"reading {', '.join(refs)} through `docker save` (--docker-read save)")
+        return self.save(refs, store, compression=compression, level=level, on_bytes=on_bytes, have=have)
+
+    def save(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
+             on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+        """The images ``refs`` name, read from one ``docker save`` stream."""
         what = f"streaming `docker save` of {', '.join(refs)}"
         path = socket_path(self.docker.host)  # the API over the socket: no docker CLI copying every byte
         opener = api_save(path, refs, what=what) if path else command_stdout(self.docker.argv("save", *refs),
@@ -157,8 +198,7 @@ class DockerDaemonSource(SourceBase):
                 f"found it cut off ({type(e).__name__}: {e})",
                 hint="check that the engine is healthy (its log says why it stopped) and export again",
             ) from e
-        return images
-
+        return [dataclasses.replace(image, read="save") for image in images]
 
     def _content_store(self, refs: Sequence[str]) -> Optional[_ContentStore]:
         """The engine's own content store when this host can read every blob the images need
