@@ -17,8 +17,8 @@ from importer.format.manifest import BundleManifest
 from importer.input.opened import BundleRoot, open_bundle
 from importer.registry.access import RegistryAccess
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
-from importer.registry.push import PushReport, push_bundle
-from importer.registry.push_artifacts import push_artifacts
+from importer.registry.push import PushReport
+from importer.registry.push_files import FilePush, push_all, read_back_problems
 from importer.registry.transcode import (
     Transcoded,
     has_zstd,
@@ -47,9 +47,17 @@ class PushOutcome:
     artifacts: List[Dict[str, Any]] = field(default_factory=list)
     #: --require-signed: which key signed which image (None without it)
     image_signatures: Optional[List[Dict[str, Any]]] = None
+    #: schema 3.6: the file artifacts pushed under their refs and read back (importer/registry/push_files.py)
+    files: List[FilePush] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not read_back_problems(self.report, self.files) and bool(self.report.refs or self.files)
 
     def to_dict(self) -> Dict[str, Any]:
         doc = self.report.to_dict()
+        doc["ok"] = self.ok
+        doc["fileArtifacts"] = [p.to_dict() for p in self.files]
         doc["compression"] = self.compression
         doc["renamedManifests"] = dict(self.renamed)
         doc["artifacts"] = self.artifacts
@@ -119,12 +127,12 @@ def push(
             finally:
                 remove_workdir(workdir)
     outcome.image_signatures = signed if require_signed else None
-    if not outcome.report.ok:
-        bad = [r for r in outcome.report.refs if not r.readback.ok]
+    bad = read_back_problems(outcome.report, outcome.files)
+    if bad:
         raise PostLoadMismatch(
-            f"reading back from {target}: expected every pushed image to match bundle.json, "
+            f"reading back from {target}: expected every pushed image and file artifact to match bundle.json, "
             f"found {len(bad)} mismatch(es)",
-            context="\n".join(f"{r.pullable}: {'; '.join(r.readback.problems)}" for r in bad),
+            context="\n".join(bad),
             hint="push again (blobs already there are skipped); if it persists the registry rewrites images",
         )
     return outcome
@@ -133,8 +141,9 @@ def push(
 def _push(manifest: BundleManifest, root: BundleRoot, client: RegistryClient, concurrency: int,
           progress: Optional[ProgressFactory], done: Transcoded, compression: str, via: Optional[str]) -> PushOutcome:
     artifacts: List[Dict[str, Any]] = []  # handed on before the tags, read back after them
-    report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress,
-                         local=done.files, before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, client)))
+    report, files = push_all(root, manifest, client, concurrency=concurrency, move_tags=True, progress=progress,
+                             local=done.files, artifacts=artifacts)
     outcome = PushOutcome(report, via, client.scheme, client.api_version, compression, dict(done.renamed))
     outcome.artifacts = artifacts
+    outcome.files = files
     return outcome

@@ -173,6 +173,9 @@ def cmd_push(args: argparse.Namespace) -> int:
         print(f"{art['kind']} {art['reference']} of {art['image']} -> {art['repository']}")
     for digest in rep.untagged:
         print(f"skipped untagged image {digest[:19]} (a registry names images by repository:tag)")
+    for p in outcome.files:
+        print(f"{p.pullable}  {p.artifact.manifest.digest.short}  {p.status}  {len(p.artifact.files)} file(s), "
+              f"{human_bytes(p.artifact.size)}  read back: OK  (oras pull {p.pullable})")
     print(f"blobs: {rep.blobs_uploaded} uploaded ({human_bytes(rep.bytes_uploaded)}), {rep.blobs_mounted} mounted, "
           f"{rep.blobs_present} already there; {rep.stats.get('retries', 0)} retries, "
           f"{rep.stats.get('resumes', 0)} resumed, {rep.stats.get('restarts', 0)} restarted; {rep.seconds:.1f}s"

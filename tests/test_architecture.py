@@ -323,7 +323,8 @@ def test_architecture_doc_lists_every_module_once() -> None:
 
 
 SINK_CAPABILITIES = {"loads_docker_archive": "archive_command", "completes_deltas": "prepare_delta",
-                     "lists_tags": "list_tags", "lists_images": "inventory", "reexports": "reexport"}
+                     "lists_tags": "list_tags", "lists_images": "inventory", "reexports": "reexport",
+                     "takes_file_artifacts": "load_files"}
 
 
 def _sink_classes() -> list[type]:

@@ -267,8 +267,10 @@ def test_files_only_leaves_the_images_and_a_files_bundle_needs_no_files_to(tmp_p
     code, err, receipt = _import(both, tmp_path / "dest", "--files-only")
     assert code == 0 and receipt["images"] == [] and tree(tmp_path / "dest") == tree(src), err
     _, only = model_bundle(tmp_path / "o", mib=1)
-    proc = run_pyz(only, "--no-receipt", "-q", "--engine", "oci", "--oci-dir", str(tmp_path / "oci"))
-    assert proc.returncode == 2 and "--files-to DIR" in proc.stderr, proc.stderr
+    proc = run_pyz(only, "--no-receipt", "-q", "--engine", "docker", env={"DOCKER_HOST": "unix:///nonexistent"})
+    assert proc.returncode == 2 and "--files-to DIR" in proc.stderr, proc.stderr  # refused before any engine
+    proc = run_pyz(only, "--no-receipt", "-q", "--engine", "oci", "--oci-dir", str(tmp_path / "oci-only"))
+    assert proc.returncode == 0, proc.stderr  # an OCI layout takes the artifact itself (tests/test_files_transports.py)
     into = run_pyz(both, "--files-to", str(tmp_path / "dest2"), "--engine", "oci", "--oci-dir", str(tmp_path / "oci"),
                    "--no-receipt", "-q")
     assert into.returncode == 0 and tree(tmp_path / "dest2") == tree(src), into.stderr

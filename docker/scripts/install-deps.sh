@@ -141,11 +141,15 @@ fetch_trixie() {
 }
 fetch_trixie "$TRIXIE_DOCKER" trixie_have "${TRIXIE_PACKAGES[@]}"
 
-# Debian 13's cosign (2.5; not in Debian 12): the supply-chain tests sign images in a loopback
-# registry with the real cosign (docs/supply-chain.md). Fetched the same way, into a folder of its own.
+# Debian 13's cosign (2.5) and oras (1.2; neither in Debian 12): the supply-chain tests sign images
+# in a loopback registry with the real cosign (docs/supply-chain.md), the files tests pull carried
+# files with the real oras from serve, a registry and an OCI layout (docs/files.md). Fetched the
+# same way, into a folder of their own (both at once: the folder is replaced whole).
 TRIXIE_TOOLS=${SNEAKERNET_TRIXIE_TOOLS:-/opt/sneakernet/trixie-tools}
-cosign_have() { "$TRIXIE_TOOLS/usr/bin/cosign" version >/dev/null 2>&1; }
-fetch_trixie "$TRIXIE_TOOLS" cosign_have cosign
+tools_have() {
+    "$TRIXIE_TOOLS/usr/bin/cosign" version >/dev/null 2>&1 && "$TRIXIE_TOOLS/usr/bin/oras" version >/dev/null 2>&1
+}
+fetch_trixie "$TRIXIE_TOOLS" tools_have cosign oras
 
 pip_args=(-q --disable-pip-version-check --root-user-action=ignore)
 # Debian's own python3 is "externally managed" (PEP 668); this script is meant for

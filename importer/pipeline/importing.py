@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from importer.errors import IntegrityError, UsageError
+from importer.errors import IntegrityError, PostLoadMismatch, UsageError
+from importer.format.fileartifacts import FileArtifact
 from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import Platform, parse_platform
@@ -30,7 +31,7 @@ from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight, select_platform
 from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
-from importer.pipeline.tagrule import refuse_tag_conflicts
+from importer.pipeline.tagrule import TagConflict, refuse_tag_conflicts
 from importer.sinks import EngineInfo, Sink
 from importer.streams import testhooks
 from importer.streams.progress import close_progress
@@ -59,10 +60,11 @@ class ImportResult:
     registry_push: Optional[Dict[str, Any]] = None  # --engine registry: what the push did (the receipt's "push")
     image_signatures: Optional[List[Dict[str, Any]]] = None  # --require-signed: which key signed which image
     files: Optional[Dict[str, Any]] = None  # --files-to: the files written (the receipt's "files", 3.6)
+    artifacts_taken: List[str] = field(default_factory=list)  # file artifacts (3.6) a layout or registry took
 
     @property
     def ok(self) -> bool:
-        if self.files is not None and not self.checks:  # files alone (3.6): no image to check
+        if (self.files is not None or self.artifacts_taken) and not self.checks:  # files alone (3.6)
             return self.report.ok
         return self.report.ok and bool(self.checks) and all(c.ok for c in self.checks)
 
@@ -145,6 +147,7 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
         else:
             to_load.append(image)
         refuse_tag_conflicts(sink, image, engine.image_store, force)
+    layout_files = _layout_files(sink, manifest, force)  # a ref naming other bytes: refused before any write
     if deferred:
         # the layers the load stream will not send (held images, other platforms): read and
         # checked now, before anything is loaded
@@ -174,7 +177,38 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
     # === tag only now, then drop the staging tags
     apply_tags(sink, res.checks)
     res.leftovers = cleanup(sink, list(staged.values()), [])
+    if layout_files:
+        _load_layout_files(sink, root, layout_files, res, progress)
     res.timings["totalSeconds"] = time.monotonic() - started
+
+
+def _layout_files(sink: Sink, manifest: BundleManifest, force: bool) -> List[FileArtifact]:
+    """The file artifacts (3.6) an engine that keeps OCI artifacts takes (``takes_file_artifacts``:
+    the OCI layout), each ref free or naming the same manifest unless ``force``."""
+    if not sink.takes_file_artifacts or not manifest.file_artifacts:
+        return []
+    for art in manifest.file_artifacts:
+        found = sink.ref_digest(art.ref)
+        if found is not None and found != str(art.manifest.digest) and not force:
+            raise TagConflict(f"naming the artifact {art.ref}: expected the name free or on "
+                              f"{art.manifest.digest.short}, found it on {found[:19]}",
+                              hint="nothing was written for it; pass --force to move the name")
+    return list(manifest.file_artifacts)
+
+
+def _load_layout_files(sink: Sink, root: BundleRoot, artifacts: List[FileArtifact], res: ImportResult,
+                       progress: Optional[ProgressFactory]) -> None:
+    """Copy the file artifacts into the engine (after the images' tags), then read them back."""
+    t_files = time.monotonic()
+    on_bytes = progress("files", sum(b.size for a in artifacts for b in a.every_blob())) if progress else None
+    problems = sink.load_files(root, artifacts, on_bytes)
+    close_progress(on_bytes)
+    if problems:
+        raise PostLoadMismatch("reading back the file artifacts: expected each named with its blobs, found "
+                               f"{len(problems)} problem(s)", context="\n".join(problems),
+                               hint="import again (blobs already there are kept); report this if it persists")
+    res.artifacts_taken = [a.ref for a in artifacts]
+    res.timings["filesSeconds"] = time.monotonic() - t_files
 
 
 @contextlib.contextmanager

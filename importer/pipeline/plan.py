@@ -73,6 +73,7 @@ class ImportPlan:
     quiet_image_signatures: bool = False  # no line per verified image signature (also with --json --verify-only)
     legacy_major: Optional[int] = None  # set by the schema step: a schema 1/2 bundle
     files_to: Optional[str] = None  # --files-to DIR: the files the bundle carries (3.6) written below DIR
+    files_to_engine: bool = False  # --engine oci: the engine itself takes the files (3.6) into its layout
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -101,8 +102,10 @@ class ImportPlan:
 
     def for_images(self, images: int) -> ImportPlan:
         """The plan once the bundle was opened: one with no image (files alone, 3.6) needs no engine
-        with ``--files-to`` (mode ``files``); without it there is nothing to import."""
-        if images or self.mode not in (IMPORT, REGISTRY):
+        with ``--files-to`` (mode ``files``); without it there is nothing to import, unless the
+        files go to a registry (``--engine registry`` pushes them) or an OCI layout (``--engine
+        oci`` writes them into it)."""
+        if images or self.mode != IMPORT or self.files_to_engine:
             return self
         if not self.files_to:
             raise UsageError(f"importing {self.bundle}: expected images to import, found a bundle of files alone",
@@ -157,6 +160,7 @@ def plan_from_args(args: argparse.Namespace) -> ImportPlan:
     return ImportPlan(
         mode=mode,
         files_to=getattr(args, "files_to", None),
+        files_to_engine=getattr(args, "engine", None) == "oci" and not getattr(args, "files_only", False),
         bundle=args.bundle,
         trust=tuple(getattr(args, "trust", None) or ()),
         require_signature=bool(getattr(args, "require_signature", False)),

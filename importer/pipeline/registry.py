@@ -22,8 +22,8 @@ from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult
 from importer.pipeline.plan import ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
-from importer.registry.push import PushedRef, PushReport, push_bundle
-from importer.registry.push_artifacts import push_artifacts
+from importer.registry.push import PushedRef, PushReport
+from importer.registry.push_files import push_all
 from importer.registry.sink import RegistrySink
 from importer.registry.transcode import (
     has_zstd,
@@ -86,18 +86,30 @@ def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPla
         if progress is not None and any(has_zstd(image) for image in manifest.images):  # not --quiet
             sys.stderr.write(f"note: {zstd_warning('--engine registry')}\n")
         artifacts: List[Dict[str, Any]] = []  # schema 3.5: handed on before the tags, read back after them
-        report = push_bundle(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,
-                             progress=progress, local=done.files,
-                             before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, sink.client)))
+        # schema 3.6: the file artifacts after the images, each under its ref's tag, read back
+        report, files = push_all(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,
+                                 progress=progress, local=done.files, artifacts=artifacts)
     finally:
         sink.close()
         remove_workdir(workdir)
     sink.last_push = report
     res.registry_push = {**report.to_dict(), "artifacts": artifacts,  # the receipt's "push" section
+                         "fileArtifacts": [p.to_dict() for p in files],
                          "compression": plan.compression, "renamedManifests": dict(done.renamed)}
+    if not manifest.images:
+        res.registry_push["ok"] = all(p.ok for p in files)
+    res.artifacts_taken = [p.artifact.ref for p in files if p.ok]
     res.timings["loadSeconds"] = time.monotonic() - t_push
     res.checks = checks_from_push(report)
     bad = [c for c in res.checks if not c.ok]
+    bad_files = [p for p in files if not p.ok]
+    if bad_files:
+        raise PostLoadMismatch(
+            "reading back what the registry holds: expected every file artifact to match bundle.json, "
+            f"found {len(bad_files)} mismatch(es)",
+            context="\n".join(f"{p.pullable}: {'; '.join(p.problems)}" for p in bad_files),
+            hint="push again (blobs already there are skipped); report this with the receipt if it persists",
+        )
     if report.untagged:
         bad_names = ", ".join(d[:19] for d in report.untagged)
         raise PostLoadMismatch(

@@ -201,6 +201,11 @@ class _Interrupted(Exception):
     """An upload request did not complete; the upload loop queries the offset and goes on."""
 
 
+class _ChunksRefused(Exception):
+    """The registry refused a chunked PATCH outright (405, 501, 415, or 400 on the first chunk):
+    the blob goes in one monolithic PUT instead."""
+
+
 class _Slice:
     """``n`` bytes of ``src`` from its current position, hashed and counted as they are sent."""
 
@@ -298,6 +303,8 @@ class RegistryClient:
         self._all: List[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self.cancelled = threading.Event()
+        #: the registry refused chunked uploads once: every later blob goes in one PUT
+        self.monolithic = False
 
     # === connections
     def _new_connection(self) -> http.client.HTTPConnection:
@@ -658,8 +665,11 @@ class RegistryClient:
 
     def upload_blob(self, repo: str, digest: Digest, size: int, opener: Opener,
                     on_bytes: Optional[Callable[[int], None]] = None) -> None:
-        """Upload one blob in chunks; resume after interruptions; check the digest of what was sent."""
+        """Upload one blob in chunks; resume after interruptions; check the digest of what was sent.
+        A registry that refuses chunks (:class:`_ChunksRefused`) gets it in one monolithic PUT."""
         what = f"uploading blob {digest.short} ({size} bytes) to {repo}"
+        if self.monolithic:
+            return self._upload_monolithic(repo, digest, size, opener, on_bytes, what)
         location = self._start_upload(repo, what)
         offset = 0
         hasher: Any = hashlib.sha256()
@@ -692,6 +702,11 @@ class RegistryClient:
                     )
                 self._finish(repo, location, digest, size, what)
                 return
+            except _ChunksRefused as e:
+                self._cancel(repo, location)
+                self.log(f"{what}: the registry refuses chunked uploads ({e}); sending each blob in one request")
+                self.monolithic = True
+                return self._upload_monolithic(repo, digest, size, opener, on_bytes, what)
             except _Interrupted as e:
                 self._check_cancelled()
                 failures += 1
@@ -733,9 +748,55 @@ class RegistryClient:
         if r.status == 401:
             self._authenticate(r, repo, what)
             raise _Interrupted("the registry asked to authenticate again")
+        if r.status in (405, 415, 501) or (r.status == 400 and offset == 0):
+            raise _ChunksRefused(f"HTTP {r.status} {_error_text(r)}".strip())
         if r.status in (404, 416, 429) or r.status >= 500:
             raise _Interrupted(f"HTTP {r.status} {_error_text(r)}".strip())
         raise self._refused(what, r, (202,))
+
+    def _upload_monolithic(self, repo: str, digest: Digest, size: int, opener: Opener,
+                           on_bytes: Optional[Callable[[int], None]], what: str) -> None:
+        """The whole blob in one ``PUT <session>?digest=`` (the distribution spec's monolithic
+        upload), for a registry that refuses chunks; a failed try starts a new session."""
+        failures = 0
+        while True:
+            location = self._start_upload(repo, what)
+            sep = "&" if "?" in location else "?"
+            hasher: Any = hashlib.sha256()
+            headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+            try:
+                with opener() as src:
+                    src.seek(0)
+                    r: Optional[Response] = self._send("PUT", f"{location}{sep}digest={digest}", headers,
+                                                       _Slice(src, size, hasher, self.stats), repo)
+                last = ""
+            except ssl.SSLCertVerificationError:
+                raise
+            except _TRANSIENT as e:
+                self._check_cancelled()
+                r, last = None, f"{type(e).__name__}: {e}"
+            if r is not None and r.status in (201, 204):
+                sent = Digest("sha256", hasher.hexdigest())
+                if sent != digest:
+                    raise DigestMismatch(f"{what}: expected the bytes to hash to {digest}, found {sent}",
+                                         hint="the bundle changed after it was verified; re-copy it and push again")
+                if on_bytes is not None:
+                    on_bytes(size)
+                return
+            if r is not None and r.status == 401:
+                self._authenticate(r, repo, what)
+            elif r is not None and r.status != 429 and r.status < 500:
+                raise self._refused(what, r, (201,))
+            if r is not None:
+                last = f"HTTP {r.status} {_error_text(r)}".strip()
+            failures += 1
+            if failures >= self.attempts:
+                raise RegistryError(f"{what}: expected the upload (one request) to complete, found it failed "
+                                    f"{failures} times (last: {last})",
+                                    hint="check the registry and the link; re-running the push skips what arrived")
+            self.stats.add(restarts=1)
+            self.log(f"{what}: {last}; sending it again")
+            self._pause(failures, r)
 
     def _finish(self, repo: str, location: str, digest: Digest, size: int, what: str) -> None:
         sep = "&" if "?" in location else "?"

@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from importer import __version__
 from importer.errors import BundleError, IntegrityError, UsageError
 from importer.format.digest import Digest, is_digest
+from importer.format.fileartifacts import FileArtifact
 from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
 from importer.format.reference import engine_host, split_host_path, split_reference, valid_path, valid_tag
 from importer.format.text import printable
@@ -121,6 +122,8 @@ class Catalog:
         for image in manifest.images:
             for ref in image.refs:
                 self._add(image, ref, stored, on_notice)
+        for art in manifest.file_artifacts:  # 3.6: files carried as OCI artifacts, under their refs
+            self._add_files(art, stored, on_notice)
 
     def _blob(self, digest: Digest, size: int, media_type: str, stored: Set[str]) -> str:
         blob = Blob(digest, size, media_type, False, self.local.get(str(digest)))
@@ -156,6 +159,23 @@ class Catalog:
                 repo.blobs.add(self._blob(layer.digest, layer.size, layer.media_type, stored))
         repo.blobs |= repo.artifacts.add(image, lambda d, n, mt: self._blob(d, n, mt, stored))
 
+    def _add_files(self, art: FileArtifact, stored: Set[str], on_notice: Callable[[str], None]) -> None:
+        """A file artifact (3.6): its manifest by digest and under its ref's tag (in ``tags/list``),
+        its config and every file's raw layer, each hashed again as it is sent like any blob
+        (``oras pull HOST:PORT/models/llama:3.1``)."""
+        name, tag, _ = repository_of(art.ref)
+        if not valid_path(name):
+            on_notice(f"serve: not serving the artifact {art.ref}: {name!r} is no registry repository name")
+            return
+        repo = self.repositories.setdefault(name, Repository(name))
+        if tag in repo.tags:  # the exporter refuses this; a hand-made bundle gets the image served
+            on_notice(f"serve: {name}:{tag} names an image and the artifact {art.ref}; serving the artifact "
+                      "by digest only")
+            tag = ""
+        blobs = [self._blob(b.digest, b.size, b.media_type, stored) for b in art.every_blob()]
+        repo.blobs.update(blobs)
+        repo.artifacts.add_manifest(blobs[0], tag)
+
     def has_zstd(self) -> bool:
         return bool(self.zstd)
 
@@ -163,7 +183,8 @@ class Catalog:
         return [b for b in self.blobs.values() if not b.stored]
 
     def listing(self) -> List[Dict[str, Any]]:
-        return [{"name": r.name, "tags": sorted(r.tags)} for _, r in sorted(self.repositories.items())]
+        return [{"name": r.name, "tags": sorted({*r.tags, *r.artifacts.file_tags})}
+                for _, r in sorted(self.repositories.items())]
 
 
 def top_of(image: ImageRecord) -> BlobRef:

@@ -4,7 +4,9 @@ digest and under its source tag (cosign's ``sha256-<hex>.sig``/``.att``/``.sbom`
 ``sha256-<hex>`` fallback index), its blobs, those tags in ``tags/list``, and the OCI 1.1
 Referrers API (``GET /v2/<name>/referrers/<digest>[?artifactType=T]``): an image index of the
 carried manifests whose subject is that digest. So ``cosign verify`` and admission controllers
-can read the publisher's signatures straight from the served bundle."""
+can read the publisher's signatures straight from the served bundle. Also the files a bundle
+carries as OCI artifacts (schema 3.6, :meth:`ServedArtifacts.add_manifest`): each manifest by
+digest and under its ref's tag, so ``oras pull``/``oras copy`` read them."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class ServedArtifacts:
         self.manifests: Dict[str, str] = {}
         self.tags: Set[str] = set()
         self.referrers: Dict[str, List[Dict[str, Any]]] = {}
+        self.file_tags: Set[str] = set()  # the tags of file artifacts (3.6), listed at start with the images'
 
     def add(self, image: ImageRecord, add_blob: Any) -> Set[str]:
         """Register ``image``'s artifacts; ``add_blob(digest, size, media_type)`` returns the digest
@@ -44,6 +47,14 @@ class ServedArtifacts:
             if art.kind == "referrer":
                 self._referrer(art)
         return blobs
+
+    def add_manifest(self, digest: str, tag: str) -> None:
+        """A manifest served by ``digest`` and, when given, under ``tag`` (a file artifact, 3.6)."""
+        self.manifests[digest] = digest
+        if tag:
+            self.manifests[tag] = digest
+            self.tags.add(tag)
+            self.file_tags.add(tag)
 
     def _referrer(self, art: ArtifactRecord) -> None:
         listed = self.referrers.setdefault(str(art.subject), [])

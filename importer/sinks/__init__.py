@@ -74,6 +74,7 @@ class Sink(Protocol):
     lists_tags: bool
     lists_images: bool
     reexports: bool
+    takes_file_artifacts: bool
 
     @property
     def checks_layers_while_loading(self) -> bool: ...
@@ -89,6 +90,10 @@ class Sink(Protocol):
     def inventory(self) -> List[EngineImage]: ...
 
     def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> Any: ...
+
+    def load_files(self, root: BundleRoot, artifacts: Sequence[Any], on_bytes: Optional[ProgressFn]) -> List[str]: ...
+
+    def ref_digest(self, ref: str) -> Optional[str]: ...
 
     def load_total(self, images: Sequence[ImageRecord], external: Optional[Any] = None) -> Optional[int]: ...
 
@@ -135,6 +140,9 @@ class SinkBase:
     lists_images = False
     #: ``reexport``: exports an image again, for ``--deep``
     reexports = False
+    #: ``load_files`` (and ``ref_digest``): keeps the files a bundle carries (3.6) as the OCI
+    #: artifacts they are, under their refs (the OCI layout)
+    takes_file_artifacts = False
 
     @property
     def checks_layers_while_loading(self) -> bool:
@@ -179,6 +187,12 @@ class SinkBase:
 
     def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> Any:
         raise self._lacks("exporting an image again (--deep)")
+
+    def load_files(self, root: BundleRoot, artifacts: Sequence[Any], on_bytes: Optional[ProgressFn]) -> List[str]:
+        raise self._lacks("keeping file artifacts")
+
+    def ref_digest(self, ref: str) -> Optional[str]:
+        raise self._lacks(f"looking up the artifact {ref}")
 
     def load_total(self, images: Sequence[ImageRecord], external: Optional[Any] = None) -> Optional[int]:
         """The bytes ``load`` reports to its progress callback where that is not the uncompressed

@@ -26,6 +26,7 @@ from importer.errors import (
 )
 from importer.format.artifacts import handed_on_reference
 from importer.format.digest import CHUNK, Digest, hash_file, is_digest
+from importer.format.fileartifacts import FileArtifact
 from importer.format.identity import OCI
 from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_json, read_file_limited
 from importer.format.manifest import BundleManifest, ImageRecord
@@ -48,6 +49,7 @@ class OciLayoutSink(SinkBase):
     lists_tags = True
     lists_images = True
     reexports = True
+    takes_file_artifacts = True
 
     def __init__(self, directory: str) -> None:
         self.dir = os.path.abspath(directory)
@@ -276,6 +278,46 @@ class OciLayoutSink(SinkBase):
                 elif art.kind == "referrer" and not any(e.get("digest") == desc["digest"] for e in index["manifests"]):
                     index["manifests"].append(desc)
         fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
+
+    # === schema 3.6: files carried as OCI artifacts
+    def ref_digest(self, ref: str) -> Optional[str]:
+        """The digest ``ref`` names in index.json now (None: free)."""
+        for e in self._index()["manifests"]:
+            if self._ref(e) == ref and isinstance(e.get("digest"), str):
+                return str(e["digest"])
+        return None
+
+    def load_files(self, bundle_root: BundleRoot, artifacts: Sequence[FileArtifact],
+                   on_bytes: Optional[ProgressFn]) -> List[str]:
+        """Each file artifact byte for byte (every blob checked as it is copied), then named in
+        index.json under its ref with its ``artifactType`` (``oras pull --oci-layout DIR:REF``,
+        ``skopeo``): the blobs first, the names last, in one rewrite of index.json. Returns the
+        problems of reading them back (each blob there with its size)."""
+        root = folder_of(bundle_root, self.kind)
+        os.makedirs(os.path.join(self.dir, "blobs", "sha256"), exist_ok=True)
+        layout = os.path.join(self.dir, "oci-layout")
+        if not os.path.isfile(layout):
+            atomic_write_bytes(layout, json.dumps({"imageLayoutVersion": LAYOUT_VERSION}).encode())
+        done: Set[Digest] = set()
+        for art in artifacts:
+            for blob in art.every_blob():
+                if blob.digest not in done:
+                    self._copy_blob(root, blob.digest, blob.size, f"a blob of the artifact {art.ref}", on_bytes)
+                    done.add(blob.digest)
+        fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
+        index = self._index()
+        for art in artifacts:
+            _put(index, {**art.manifest.to_dict(), "artifactType": art.artifact_type}, art.ref)
+        self._write_index(index)
+        problems = []
+        for art in artifacts:
+            if self.ref_digest(art.ref) != str(art.manifest.digest):
+                problems.append(f"{art.ref}: index.json does not name {art.manifest.digest}")
+            for blob in art.every_blob():
+                path = os.path.join(self.dir, blob.digest.blob_path)
+                if not os.path.isfile(path) or os.path.getsize(path) != blob.size:
+                    problems.append(f"{art.ref}: blob {blob.digest.short} missing or not {blob.size} bytes")
+        return problems
 
     def _copy_blob(self, root: str, digest: Digest, size: int, what: str, on_bytes: Optional[ProgressFn]) -> None:
         dst = os.path.join(self.dir, digest.blob_path)

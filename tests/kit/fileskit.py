@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
+from tests.kit import engines
 from tests.kit.helpers import run_cli
+from tests.kit.supplykit import TRIXIE_TOOLS
 from tests.kit.trustkit import regenerate_sums
 
 MODEL_REF = "models/llama:3.1"
@@ -63,3 +67,27 @@ def tree(root: Path) -> dict[str, tuple[bytes, int]]:
         if path.is_file():
             out[path.relative_to(root).as_posix()] = (path.read_bytes(), path.stat().st_mode & 0o777)
     return out
+
+
+def oras() -> str:
+    """The real oras (PATH, else Debian 13's 1.2 in /opt/sneakernet/trixie-tools); under CI=true a
+    missing one fails the test (engines.unavailable)."""
+    found = shutil.which("oras") or (str(TRIXIE_TOOLS / "usr/bin/oras") if (TRIXIE_TOOLS / "usr/bin/oras").is_file()
+                                     else None)
+    if found is None:
+        engines.unavailable(f"oras is not installed (docker/scripts/install-deps.sh fetches Debian 13's into "
+                            f"{TRIXIE_TOOLS})")
+    return str(found)
+
+
+def run_oras(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``oras ARGS`` with its own HOME (no login or cache of the user's); must succeed."""
+    proc = subprocess.run([oras(), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HOME": str(home), "DOCKER_CONFIG": str(home / ".docker")})
+    assert proc.returncode == 0, f"oras {' '.join(args)}: {proc.stderr}"
+    return proc
+
+
+def same_bytes(src: Path, pulled: Path) -> None:
+    """``pulled`` holds exactly the files of ``src``, byte for byte (oras keeps no mode)."""
+    assert {k: v[0] for k, v in tree(pulled).items()} == {k: v[0] for k, v in tree(src).items()}
