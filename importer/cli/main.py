@@ -11,10 +11,10 @@ import sys
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
-from importer.cli.output import ArgumentParser, emit, guarded, problem_dict, success, with_examples
+from importer.cli.output import ArgumentParser, emit, guarded, success, with_examples
 from importer.cli.smoke import add_smoke_arguments, smoke_after_import, smoke_receipt_base
 from importer.cli.smoke import main as smoke_main
-from importer.errors import BundleError, FileAccessError, UsageError, VerificationFailed, os_error, os_error_text
+from importer.errors import BundleError, FileAccessError, UsageError, os_error, os_error_text
 from importer.format.text import printable, printable_block
 from importer.input.archive import locate
 from importer.pipeline.checkonly import receipt_sections
@@ -22,7 +22,8 @@ from importer.pipeline.importing import ImportResult
 from importer.pipeline.plan import CHECK_ONLY_RECEIPT, ImportPlan, plan_from_args, wants_registry
 from importer.pipeline.postload import render_table
 from importer.pipeline.walk import result_for, run_import
-from importer.receipts.receipt import build_import_receipt, check_receipt_path, default_receipt_path, write_receipt
+from importer.receipts.receipt import check_receipt_path, default_receipt_path, write_receipt
+from importer.receipts.run import run_receipt
 from importer.registry.sink import add_registry_arguments, registry_sink
 from importer.sinks import Sink
 from importer.sinks.choose import ENGINES, EngineOptions, choose_sink
@@ -281,27 +282,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def _receipt(args: argparse.Namespace, plan: ImportPlan, res: ImportResult,
              error: Optional[BundleError]) -> Dict[str, Any]:
-    """The receipt of the run of ``plan`` (its kind the plan's ``receipt_kind``), also of a failed one."""
-    manifest = res.report.manifest
-    verification = res.report.to_dict() if manifest is not None else None
-    if isinstance(error, VerificationFailed):
-        verification = {"ok": False, "problems": [problem_dict(p) for p in error.problems]}
-    return build_import_receipt(
-        bundle_path=os.path.abspath(plan.bundle),
-        bundle_digest=res.bundle_digest or None,
-        schema_version=manifest.schema_version if manifest else None,
-        engine=_engine_dict(args, res),
-        verification=verification,
-        images=[c.to_dict() for c in res.checks],
-        timings=res.timings,
-        result="pass" if error is None and res.ok else "fail",
-        error=error.to_dict() if error is not None else None,
-        extra={**_security_sections(res),  # a registry import: what the push did (blobs, delta mounts)
-               **({"push": res.registry_push} if res.registry_push else {}),
-               **({"imageSignatures": res.image_signatures} if res.image_signatures is not None else {}),
-               **({"files": res.files} if res.files is not None else {}),
-               **(receipt_sections(res) if plan.receipt_kind == CHECK_ONLY_RECEIPT else {})},
-    )
+    """The receipt of the run of ``plan`` (its kind the plan's ``receipt_kind``), also of a failed one
+    (importer/receipts/run.py)."""
+    return run_receipt(os.path.abspath(plan.bundle), res, error, selected_by=getattr(args, "selected_by", None),
+                       sections=receipt_sections(res) if plan.receipt_kind == CHECK_ONLY_RECEIPT else None)
 
 
 def _files_lines(section: Dict[str, Any]) -> str:
@@ -309,32 +293,6 @@ def _files_lines(section: Dict[str, Any]) -> str:
     lines = [f"{f['action']:9} {f['path']}  {f['digest'][:19]}  {f['size']} bytes  {f['mode']}"
              for f in section.get("files", [])]
     return "\n".join([*lines, f"files: {len(lines)} below {section['target']}"])
-
-
-def _engine_dict(args: argparse.Namespace, res: ImportResult) -> Optional[Dict[str, Any]]:
-    """EngineInfo.to_dict() plus why the engine was chosen (``selectedBy``)."""
-    if res.engine is None:
-        return None
-    doc = res.engine.to_dict()
-    if getattr(args, "selected_by", None):
-        doc["selectedBy"] = args.selected_by
-    return doc
-
-
-def _security_sections(res: ImportResult) -> Dict[str, Any]:
-    """Receipt sections of docs/security.md: signature, preflight, staging tags and leftovers."""
-    sig = getattr(res, "signature", None)
-    return {
-        "signature": sig.to_dict() if sig is not None else None,
-        "preflight": getattr(res, "preflight", None),
-        "gpuFit": getattr(res, "gpu_fit", None),
-        "staging": {
-            "refs": list(getattr(res, "staging_refs", [])),
-            "staleRemoved": list(getattr(res, "stale_removed", [])),
-            "leftovers": list(res.leftovers),
-            "lockFile": getattr(res, "lock_file", None),
-        },
-    }
 
 
 def _say(line: str) -> None:

@@ -28,7 +28,13 @@ from importer.input.opened import BundleRoot, OpenedBundle
 from importer.pipeline.gpufit import host_fit
 from importer.pipeline.plan import DEEP, ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
-from importer.pipeline.preflight import check_platforms, images_to_load, run_preflight, select_platform
+from importer.pipeline.preflight import (
+    PreflightReport,
+    check_platforms,
+    images_to_load,
+    run_preflight,
+    select_platform,
+)
 from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import TagConflict, refuse_tag_conflicts
@@ -52,7 +58,7 @@ class ImportResult:
     timings: Dict[str, float] = field(default_factory=dict)
     leftovers: List[str] = field(default_factory=list)
     signature: Optional[SignatureCheck] = None
-    preflight: Optional[Dict[str, Any]] = None
+    preflight: Optional[PreflightReport] = None  # the receipt's "preflight" section (to_dict())
     staging_refs: List[str] = field(default_factory=list)  # this run's staging tags
     stale_removed: List[str] = field(default_factory=list)  # staging tags of killed runs, removed
     lock_file: Optional[str] = None
@@ -104,7 +110,7 @@ def import_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Im
         # === preflight: free space for what the engine does not hold yet (nothing written so far)
         preflight = run_preflight(manifest, engine, images_to_load(sink, manifest, engine),
                                   signature_line=signature.line())
-        res.preflight = preflight.to_dict()
+        res.preflight = preflight
         res.timings["preflightSeconds"] = time.monotonic() - started
         preflight.raise_if_short()
         # === verify, staging-load, read-back, (deep), tag

@@ -83,7 +83,7 @@ def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, res
         to_load = [image for image in manifest.images if not present[image.config.digest]]
         preflight = run_preflight(manifest, engine, to_load, signature_line=signature_line,
                                   data_root_bytes=2 * manifest.uncompressed_bytes() if to_load else None)
-        result.preflight = preflight.to_dict()
+        result.preflight = preflight
         result.timings["preflightSeconds"] = time.monotonic() - started
         preflight.raise_if_short()
 
