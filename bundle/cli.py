@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from bundle.archive import PackResult
-from bundle.embed import first_run_check
+from bundle.choices import choice_notes
+from bundle.embed import far_side_lines, first_run_check
 from bundle.export import ExportResult, export_images, user_paths
 from bundle.fileartifact import scan_files
 from bundle.gpufit import cuda_lines
@@ -27,14 +28,26 @@ from importer import __version__
 from importer.cli.output import ArgumentParser, emit, guarded, success, with_examples
 from importer.errors import BundleError, Interrupted, UsageError
 from importer.format.manifest import BundleManifest
+from importer.format.mediatypes import compression_of
 from importer.format.text import printable
 from importer.registry.access import access_from_args, add_access_arguments
 from importer.streams.progress import human_bytes
 from importer.verify.inspection import inspect_bundle
 
+#: ``bundle --help`` ends with these (docs/errors.md; 10-12 are bundle-import's smoke and fleet-report)
+EXIT_CODES_HELP = """exit codes (docs/errors.md):
+  0 ok                      1 unexpected error (a bug)   2 usage or configuration
+  3 integrity               4 invalid bundle manifest or unsupported schema
+  5 source (the images could not be read)                6 engine or registry
+  7 policy (signature, tag)                              8 bundle check: a pull would fail
+  9 delta: base layers missing in the registry
+  130 interrupted (SIGINT)  143 terminated (SIGTERM/SIGHUP)
+importing is bundle-import's (python3 BUNDLE/bundle-import.pyz BUNDLE --verify)"""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="bundle", description="Carry container images across an air gap.")
+    p = ArgumentParser(prog="bundle", description="Carry container images across an air gap.",
+                       epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"bundle {__version__}")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
@@ -135,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_command(sub)
     for name, parser in sub.choices.items():
         with_examples(parser, *EXAMPLES[name])
+        if "--debug" not in parser._option_string_actions:  # `bundle export X --debug`, as `bundle --debug export X`
+            parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
 
@@ -217,7 +232,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:
         stop_progress()
-    for note in result.notes:
+    for note in [*result.notes, *choice_notes(args, images, result.manifest)]:  # every silent choice, one line
         print(note, file=sys.stderr)
     if result.recompressed:
         print(f"note: --compression {args.compression} recompressed {result.recompressed} layer(s) the source "
@@ -254,8 +269,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if result.signed_by:
             print(f"signed bundle.json with key {result.signed_by}")
         trust = " --trust PUBKEY" if result.signed_by else ""
-        print(f"import on the far side: python3 {result.path}/bundle-import.pyz {result.path} "
-              f"--verify{trust}{file_artifact_lines(m)}")
+        print(far_side_lines(os.path.join(result.path, "bundle-import.pyz"), result.path,
+                             trust + file_artifact_lines(m)))
         if m.importer is not None:
             print(first_run_check(os.path.join(result.path, m.importer.path), m.importer.digest))
         if packed is not None:
@@ -294,6 +309,16 @@ def _t(value: object, style: str = "") -> Text:
     return Text(printable(str(value)), style=style)
 
 
+def _compression(layers: List[Dict[str, Any]]) -> str:
+    """How an image's layers are stored: ``zstd``, ``gzip``, ``none``, or a mix with counts
+    (``zstd 3, none 1``); ``-`` where bundle.json does not say (schema 1/2: one docker-archive)."""
+    kinds = [compression_of(x["mediaType"]) for x in layers if x.get("mediaType")]
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+    if len(counts) <= 1:
+        return next(iter(counts), "-")
+    return ", ".join(f"{k} {n}" for k, n in counts.items())
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     info = inspect_bundle(args.bundle)
     if args.json:
@@ -306,14 +331,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         _t(info["bundle"], "bold"), f"  schema {printable(str(info['schemaVersion']))}  created ",
         _t(info["created"]), "  by sneakernet ", _t(info["toolVersion"]),
         f"  signed: {'yes' if info['signed'] else 'no'}"))
-    table = Table("IMAGE", "PLATFORM", "CONFIG", "LAYERS", "COMPRESSED", "UNCOMPRESSED", "SHARED LAYERS")
+    table = Table("IMAGE", "PLATFORM", "CONFIG", "LAYERS", "COMPRESSION", "COMPRESSED", "UNCOMPRESSED",
+                  "SHARED LAYERS")
     for image in info["images"]:
         shared = sum(1 for layer in image["layers"] if layer["sharedWith"])
         plats = image.get("platforms") or [image.get("platform") or {}]
         platform = ", ".join("/".join(str(p[k]) for k in ("os", "architecture", "variant") if p.get(k)) or "-"
                              for p in plats)  # a multi-platform image: every platform carried, primary first
         table.add_row(_t(", ".join(image["refs"]) or "(untagged)"), _t(platform), _t(image["configDigest"][:19]),
-                      str(len(image["layers"])), human_bytes(image["compressedSize"]),
+                      str(len(image["layers"])), _compression(image["layers"]), human_bytes(image["compressedSize"]),
                       human_bytes(image["uncompressedSize"]), str(shared))
     console.print(table)
     for line in cuda_lines(info["images"]):
@@ -343,6 +369,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
 
     def body() -> int:
+        if next((a for a in argv if not a.startswith("-")), None) == "import":
+            raise UsageError("reading the command line of bundle: there is no `bundle import`; importing is "
+                             "bundle-import's, the importer inside every bundle (and installed beside bundle)",
+                             hint="python3 BUNDLE/bundle-import.pyz BUNDLE --verify, or bundle-import BUNDLE --verify "
+                             "(bundle-import --help)")
         build_parser().parse_args(argv, namespace=args)
         try:
             rc: int = args.handler(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import zipfile
 
 import importer
@@ -16,8 +17,14 @@ def first_run_check(pyz: str, digest: object) -> str:
     code from the medium (docs/security.md, "First run: check the importer before running it")."""
     hexdigest = str(digest).split(":", 1)[-1]
     return (f"importer: {pyz} is sha256 {hexdigest}; on the far side, before running it, check it with "
-            f"`sha256sum {pyz}` (it must print that digest; note it now, apart from the medium) or verify the "
-            "signed bundle.json by hand (docs/security.md, First run)")
+            f"`sha256sum {shlex.quote(pyz)}` (it must print that digest; note it now, apart from the medium) or "
+            "verify the signed bundle.json by hand (docs/security.md, First run)")
+
+
+def far_side_lines(pyz: str, target: str, options: str = "") -> str:
+    """``import on the far side:`` and, on a line of its own, the command to paste (paths quoted for a
+    shell), so that no terminal width or log wraps the label into it; ``options`` as written."""
+    return f"import on the far side:\npython3 {shlex.quote(pyz)} {shlex.quote(target)} --verify{options}"
 
 
 def build_pyz() -> bytes:

@@ -13,7 +13,7 @@ import uuid
 from typing import Any, Callable, Optional, Tuple
 
 from bundle.archive import PackResult, check_archive_target, pack_bundle
-from bundle.embed import first_run_check
+from bundle.embed import far_side_lines, first_run_check
 from bundle.export import user_paths
 from bundle.progressui import progress_factory
 from bundle.push import push
@@ -138,7 +138,7 @@ def pack_lines(res: PackResult) -> str:
     else:
         text = f"wrote {res.archive} ({human_bytes(res.size)})"
     if res.importer:
-        text += f"\nimport on the far side: python3 {res.importer} {res.archive} --verify"
+        text += "\n" + far_side_lines(res.importer, res.archive)
         if res.importer_digest is not None:
             text += "\n" + first_run_check(res.importer, res.importer_digest)
     return text

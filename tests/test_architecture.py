@@ -149,7 +149,7 @@ BUNDLE_LAYERS: List[Set[str]] = [
     {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact", "gpudriver",
      "helmchart"},
     {"export"},
-    {"keycmds", "transfercmds", "tlscert", "pullcheck"},
+    {"keycmds", "transfercmds", "tlscert", "pullcheck", "choices"},
     {"cli", "__main__"},
 ]
 BUNDLE_FLOOR = {part: n for n, parts in enumerate(BUNDLE_LAYERS) for part in parts}

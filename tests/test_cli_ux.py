@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from tests.kit.helpers import REPO, run_cli
+from tests.kit.helpers import REPO, run_cli, start_cli
 
 
 def error_id(stderr: str) -> str:
@@ -289,5 +291,148 @@ def test_progress_totals_match_the_bytes_reported(bundle: Path, tmp_path: Path) 
     stream = io.StringIO()  # not a terminal: a line every few seconds, never silence
     bar = StderrProgress("verify", 1000, stream=stream)
     assert bar.enabled and bar.interval == PLAIN_INTERVAL
-    bar(400)
-    assert re.fullmatch(r"verify: 400 B / 1000 B \(40%\) [\d.]+ \S+/s ETA \d+s\n", stream.getvalue())
+    bar(400)  # a first chunk: no rate measured yet, so no ETA (issue 40)
+    assert re.fullmatch(r"verify: 400 B / 1000 B \(40%\) [\d.]+ \S+/s\n", stream.getvalue())
+
+
+# ============================== issue 40, 5: honest output everywhere
+def test_the_first_eta_waits_for_a_measured_rate_on_and_off_a_terminal() -> None:
+    """A rate from the first chunk (a buffer read in a millisecond) made ETAs of 0s or days: no ETA
+    before 2 s and 1 MiB, in the plain lines and rich's bar alike, and both in binary units."""
+    from rich.progress import Progress
+
+    from bundle.progressui import _Numbers
+    from importer.streams.progress import StderrProgress
+
+    bar = StderrProgress("push", 100 << 20, stream=io.StringIO(), interval=0)
+    bar(4 << 20)
+    start = bar._start
+    assert "ETA" not in bar.line(start + 0.001) and "ETA" not in bar.line(start + 1.9)
+    assert bar.line(start + 4).endswith("4.0 MiB / 100.0 MiB (4%) 1.0 MiB/s ETA 1m36s"), bar.line(start + 4)
+    small = StderrProgress("load", 100 << 20, stream=io.StringIO())
+    small(1000)
+    assert "ETA" not in small.line(small._start + 60)  # a minute, but 1000 bytes: no rate worth an ETA
+
+    clock = [0.0]
+    rich = Progress(_Numbers(), get_time=lambda: clock[0], disable=True)
+    task = rich.add_task("push", total=100 << 20)
+    rich.advance(task, 4 << 20)
+    assert str(_Numbers().render(rich.tasks[0])) == "4.0 MiB / 100.0 MiB"  # no rate over no time, no ETA
+    clock[0] = 4.0
+    assert str(_Numbers().render(rich.tasks[0])) == "4.0 MiB / 100.0 MiB  1.0 MiB/s  ETA 1m36s"
+
+
+def _closed_pipe() -> int:
+    read, write = os.pipe()
+    os.close(read)  # stderr's reader is gone: every write is EPIPE
+    return write
+
+
+@pytest.mark.parametrize("how", ["2>&-", "EPIPE"])
+def test_a_closed_stderr_never_stops_a_run(how: str, layout: Path, tmp_path: Path) -> None:
+    """``2>&-`` (or a reader that went away) used to end the export in error[source] ... Bad file
+    descriptor: progress is off, the bundle is written, --json still says what was done."""
+    argv = ["bundle", "export", f"oci:{layout}:fake/app:2", "-o", str(tmp_path / "b"), "--json"]
+    if how == "2>&-":
+        proc = start_cli(*argv, prefix=("bash", "-c", 'exec "$@" 2>&-', "bash"), stderr=None)
+    else:
+        fd = _closed_pipe()
+        proc = start_cli(*argv, stderr=fd)
+        os.close(fd)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and json.loads(out)["ok"] is True, out
+    check = run_cli("importer", str(tmp_path / "b"), "--verify-only")
+    assert check.returncode == 0, check.stderr
+    fd = _closed_pipe()
+    importer = start_cli("importer", str(tmp_path / "b"), "--verify-only", "--json", stderr=fd)
+    os.close(fd)
+    out, _ = importer.communicate(timeout=300)
+    assert importer.returncode == 0 and json.loads(out)["verification"]["ok"] is True, out
+
+
+def test_the_paste_line_is_a_line_of_its_own_quoted_for_a_shell(layout: Path, tmp_path: Path) -> None:
+    """``import on the far side: python3 ...`` wrapped with the label into the command on a narrow
+    terminal: the command now stands alone, and a path with a space is quoted."""
+    out = tmp_path / "my bundles" / "b"
+    proc = run_cli("bundle", "export", f"oci:{layout}:fake/app:2", "-o", str(out), "-q", env={"COLUMNS": "40"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    at = lines.index("import on the far side:")
+    assert lines[at + 1] == f"python3 '{out}/bundle-import.pyz' '{out}' --verify"
+    argv = shlex.split(lines[at + 1])
+    assert argv[1:] == [f"{out}/bundle-import.pyz", str(out), "--verify"]
+    packed = run_cli("bundle", "pack", str(out), str(tmp_path / "b.tar"), "-q", check=True).stdout.splitlines()
+    assert packed[packed.index("import on the far side:") + 1].startswith("python3 ")
+
+
+def test_debug_after_the_subcommand_and_exit_codes_in_bundle_help(bundle: Path) -> None:
+    assert run_cli("bundle", "inspect", str(bundle), "--debug").returncode == 0
+    proc = run_cli("bundle", "inspect", str(bundle / "nothing"), "--debug")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr  # --debug took effect: the traceback
+    out = run_cli("bundle", "--help", check=True).stdout
+    doc = (REPO / "docs" / "errors.md").read_text(encoding="utf-8").split("## Exit codes", 1)[1].split("##", 1)[0]
+    codes = {int(c) for c in re.findall(r"^\| (\d+) \|", doc, flags=re.M)} - {10, 11, 12}  # bundle-import's
+    shown = {int(c) for c in re.findall(r"(?:^|\s)(\d+) [a-z]", out.split("exit codes", 1)[1])}
+    assert codes <= shown, f"bundle --help leaves out exit codes {sorted(codes - shown)}"
+
+
+def test_bundle_import_points_to_bundle_import(bundle: Path) -> None:
+    proc = run_cli("bundle", "import", str(bundle), "--json")
+    assert proc.returncode == 2 and error_id(proc.stderr) == "usage", proc.stderr
+    assert "bundle-import" in proc.stderr.split("hint:")[1] and json.loads(proc.stdout)["ok"] is False
+
+
+def test_inspect_shows_each_images_compression(layout: Path, tmp_path: Path) -> None:
+    _export(layout, tmp_path / "z", "--compression", "zstd").check_returncode()
+    _export(layout, tmp_path / "g", "--compression", "gzip").check_returncode()
+    for name, kind in (("z", "zstd"), ("g", "gzip")):
+        out = run_cli("bundle", "inspect", str(tmp_path / name), check=True).stdout
+        header, row = [line for line in out.splitlines() if "IMAGE" in line or "fake/app:2" in line][:2]
+        cells = [c.strip() for c in re.split(r"[│┃]", row)]
+        heads = [c.strip() for c in re.split(r"[│┃]", header)]
+        assert cells[heads.index("COMPRESSION")] == kind, out
+
+
+def test_every_silent_choice_of_an_export_gets_one_line(layout: Path, tmp_path: Path) -> None:
+    from tests.kit.layoutgen import named_indexes_layout
+
+    bare = tmp_path / "bare"
+    named_indexes_layout(bare, ["latest"])
+    inventory = json.loads(run_cli("importer", "--inventory", "--engine", "oci", "--oci-dir", str(layout),
+                                   check=True).stdout)
+    inventory["engine"].update(kind="docker", version="20.10.24")  # a Docker that reads no zstd
+    from importer.inventory.engine import checksum
+
+    inventory["checksum"] = checksum(inventory)
+    have = tmp_path / "have.json"
+    have.write_text(json.dumps(inventory))
+    proc = run_cli("bundle", "export", f"oci:{bare}:latest", "-o", str(tmp_path / "b"), "-q", "--have", str(have),
+                   "--docker-host", "unix:///nonexistent.sock")
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note: ")]
+    assert any("--compression auto chose gzip" in n and "docker 20.10.24" in n for n in notes), proc.stderr
+    assert any("carried untagged" in n and "--tag" in n for n in notes), proc.stderr
+    assert any(n.startswith("note: --docker-host is ignored") for n in notes), proc.stderr
+    assert len(notes) == len(set(notes))
+
+
+def test_inventory_writes_json_on_failure_as_the_docs_say(tmp_path: Path) -> None:
+    proc = run_cli("importer", "--inventory", "--engine", "docker", "--docker-host", f"unix://{tmp_path}/no.sock")
+    assert proc.returncode == 6 and error_id(proc.stderr) == "engine-unavailable", proc.stderr
+    assert json.loads(proc.stdout)["error"]["id"] == "engine-unavailable"  # no --json: --inventory is JSON
+
+
+def test_the_import_table_gives_the_whole_reason_of_a_mismatch(tmp_path: Path) -> None:
+    """The table had no room for the reason at all: each row that did not match gets a details line, whole."""
+    from importer.input.opened import open_bundle
+    from importer.pipeline.postload import check_image, render_table
+    from importer.sinks import EngineImage
+    from tests.kit.bundlegen import make_bundle
+
+    image = open_bundle(str(make_bundle(tmp_path / "b"))).manifest().images[0]
+    found = EngineImage(image_id="sha256:" + "e" * 64, diff_ids=["sha256:" + "f" * 64] * 7, tags=[],
+                        config_digest="sha256:" + "c" * 64)
+    check = check_image(image, found, "overlay2")
+    table = render_table([check])
+    assert check.result == "mismatch" and f"  {image.name}: {check.detail}" in table.splitlines(), table
+    assert "sha256:" + "c" * 64 in table and "layers: expected" in table

@@ -317,10 +317,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return fleet.main(argv[1:]) if argv[0] == "fleet-report" else fleet.sign_main(argv[1:])
     parser = build_parser()
-    args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv, json_done=False)
+    args = argparse.Namespace(json="--json" in argv or "--inventory" in argv, debug="--debug" in argv, json_done=False)
 
     def body() -> int:
         parser.parse_args(argv, namespace=args)
+        args.json = args.json or args.inventory  # --inventory is always JSON, a failure too (docs/errors.md)
         if not args.inventory and not args.bundle:
             parser.error("the following arguments are required: BUNDLE (only --inventory works without one)")
         if args.smoke and (args.verify_only or args.inventory or args.check_only):

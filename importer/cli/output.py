@@ -9,11 +9,13 @@ what it knows, e.g. verification ``problems``, or the whole import receipt). Sha
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
 import textwrap
-from typing import Any, Callable, Dict, NoReturn, Optional
+from typing import Any, Callable, Dict, Iterator, NoReturn, Optional, TextIO
 
 from importer.errors import BundleError, InternalError, UsageError, os_error
 from importer.format.text import printable, printable_block
@@ -89,6 +91,67 @@ def fail(args: argparse.Namespace, e: BundleError) -> int:
     return e.exit_code
 
 
+class KeptStderr(io.TextIOBase):
+    """stderr that never stops a run: a write to a closed stderr (``2>&-``) or to a pipe whose
+    reader went away (EPIPE, ``| head``) is dropped, and from then on ``gone`` is true (progress
+    stops: :func:`importer.streams.progress.stderr_progress`); the work, stdout and ``--json`` go on."""
+
+    def __init__(self, inner: TextIO, gone: bool = False) -> None:
+        super().__init__()
+        self.inner = inner
+        self.gone = gone
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.inner, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self.inner.write(text)
+            except (OSError, ValueError):
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.inner.flush()
+            except (OSError, ValueError):
+                self.gone = True
+
+    def isatty(self) -> bool:
+        return not self.gone and self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+
+@contextlib.contextmanager
+def kept_stderr() -> Iterator[None]:
+    """Run a CLI with :class:`KeptStderr` as ``sys.stderr``. A closed fd 2 gets /dev/null first:
+    the next file opened would take fd 2 otherwise, and stderr lines would land in it."""
+    if isinstance(sys.stderr, KeptStderr):
+        yield
+        return
+    gone = False
+    try:
+        os.fstat(2)
+    except OSError:
+        gone = True
+        fd = os.open(os.devnull, os.O_WRONLY)
+        if fd != 2:
+            os.dup2(fd, 2)
+            os.close(fd)
+    before = sys.stderr
+    sys.stderr = KeptStderr(before if before is not None else io.StringIO(), gone=gone or before is None)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr = before
+
+
 def guarded(args: argparse.Namespace, body: Callable[[], int], *, what: str,
             path: Callable[[], Optional[str]] = lambda: None,
             interrupted: Optional[Callable[[KeyboardInterrupt], BundleError]] = None) -> int:
@@ -96,9 +159,16 @@ def guarded(args: argparse.Namespace, body: Callable[[], int], *, what: str,
     OSError becomes the typed error naming its file (``path()``: the bundle or source), a typed
     error is printed (and with --json emitted) with its exit code, a stop (SIGINT/SIGTERM) is
     ``interrupted`` (default: stopped while ``what``), anything else an internal error; never a
-    bare traceback unless --debug."""
+    bare traceback unless --debug. A closed or broken stderr stops nothing (:func:`kept_stderr`)."""
     from importer.streams.signals import stop_error
 
+    with kept_stderr():
+        return _guarded(args, body, what, path, interrupted, stop_error)
+
+
+def _guarded(args: argparse.Namespace, body: Callable[[], int], what: str, path: Callable[[], Optional[str]],
+             interrupted: Optional[Callable[[KeyboardInterrupt], BundleError]],
+             stop_error: Callable[[KeyboardInterrupt, str], BundleError]) -> int:
     try:
         try:
             return body()

@@ -152,4 +152,17 @@ def render_table(checks: List[ImageCheck]) -> str:
             + (" (already present)" if c.status == "already-present" else ""),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(table + _detail_lines(checks))
+
+
+def _detail_lines(checks: List[ImageCheck]) -> List[str]:
+    """Below the table, the whole reason of each row that did not match (never cut to a column's width):
+    ``  IMAGE: what differs``, one line per reason (--deep: per layer)."""
+    lines: List[str] = []
+    for c in checks:
+        if c.result != "match" and c.detail:
+            lines.append(f"  {printable(c.image.name)}: {printable(c.detail)}")
+        if c.deep is not None and not c.deep.ok:
+            lines += [f"  {printable(line)}" for line in c.deep.failures()]
+    return lines

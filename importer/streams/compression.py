@@ -73,7 +73,7 @@ def _note_pure_fallback(size: int, what: str) -> None:
     rate = PURE_ZSTD_BYTES_PER_S
     sys.stderr.write(
         f"note: decoding zstd layers with the built-in pure-Python decoder (no zstandard module, "
-        f"no zstd command, Python < 3.14 on this host): about {rate // 1_000_000} MB/s, so "
+        f"no zstd command, Python < 3.14 on this host): about {human_bytes(rate)}/s, so "
         f"{what} ({human_bytes(size)}) takes about {_duration(size / rate)} and every GiB about "
         f"{_duration((1 << 30) / rate)}; faster: the zstd command or the zstandard module on this "
         f"host, or a bundle exported with --compression gzip (or with --have this host's "
