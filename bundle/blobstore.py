@@ -189,25 +189,20 @@ class BlobStore:
         level = DEFAULT_LEVELS[compression] if level is None else level
         raw_hash = hashlib.sha256()
         scan = CudaScan()
-        usize = 0
-        chunks = _chained(head, src)
+        seen = _Seen()
+        counted = _counting(_chained(head, src), raw_hash, scan, seen, on_bytes)
         switched = False
         stored = ""  # the temp file of a layer stored while it does not compress
         tmp = ""
         try:
             if probe is not None:  # stored: digest == diff_id, one hash, no compression work
                 with self.temp() as (f, stored):
-                    for chunk in chunks:
-                        raw_hash.update(chunk)
-                        scan.feed(chunk)
-                        usize += len(chunk)
+                    for chunk in counted:
                         f.write(chunk)
-                        if on_bytes is not None:
-                            on_bytes(len(chunk))
                         if probe.worth_compressing(chunk):
                             switched = True
                             break
-                tmp, digest, size, media_type = stored, Digest("sha256", raw_hash.hexdigest()), usize, OCI_LAYER_TAR
+                tmp, digest, size, media_type = stored, Digest("sha256", raw_hash.hexdigest()), seen.n, OCI_LAYER_TAR
             if probe is None or switched:
                 with self.temp() as (out_file, tmp):
                     out = HashingWriter(out_file)
@@ -216,13 +211,8 @@ class BlobStore:
                             with open(stored, "rb") as again:
                                 for chunk in iter(lambda: again.read(CHUNK), b""):
                                     w.write(chunk)
-                        for chunk in chunks:
-                            raw_hash.update(chunk)
-                            scan.feed(chunk)
-                            usize += len(chunk)
+                        for chunk in counted:
                             w.write(chunk)
-                            if on_bytes is not None:
-                                on_bytes(len(chunk))
                 digest, size, media_type = Digest("sha256", out.hasher.hexdigest()), out.count, MEDIA_TYPES[compression]
         finally:
             if switched:  # compressed from it, or failed while doing so: never left behind
@@ -238,7 +228,7 @@ class BlobStore:
             digest=blob.digest,
             size=blob.size,
             diff_id=diff_id,
-            uncompressed_size=usize,
+            uncompressed_size=seen.n,
         )
 
 
@@ -271,6 +261,25 @@ def _compressor(compression: str, level: int, threads: int, out: HashingWriter) 
         cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
         return cctx.stream_writer(out, closefd=False, write_size=CHUNK)  # type: ignore[arg-type]
     return gzip.GzipFile(fileobj=out, mode="wb", compresslevel=level, mtime=0)
+
+
+class _Seen:
+    """How many uncompressed bytes went by."""
+
+    n = 0
+
+
+def _counting(chunks: Iterator[bytes], raw_hash: Any, scan: CudaScan, seen: _Seen,
+              on_bytes: Optional[ProgressFn]) -> Iterator[bytes]:
+    """``chunks`` as they are, each hashed (the diff_id), scanned (CUDA), counted and reported once,
+    whichever way the layer is stored."""
+    for chunk in chunks:
+        raw_hash.update(chunk)
+        scan.feed(chunk)
+        seen.n += len(chunk)
+        if on_bytes is not None:
+            on_bytes(len(chunk))
+        yield chunk
 
 
 def _chained(head: list[bytes], src: Any) -> Iterator[bytes]:

@@ -90,7 +90,9 @@ def _text(fail: Fail, value: Any, where: str, *, required: bool = True) -> str:
     return value
 
 
-def _blob(fail: Fail, value: Any, where: str) -> Optional[BlobRef]:
+def check_blob_ref(fail: Fail, value: Any, where: str) -> Optional[BlobRef]:
+    """A descriptor of bundle.json's records (``mediaType``, ``digest``, ``size``), or None with
+    every problem given to ``fail``: the one reader of them (artifacts here, file artifacts)."""
     if not isinstance(value, dict):
         fail(where, f"expected an object, found {type(value).__name__}")
         return None
@@ -125,12 +127,12 @@ def check_artifacts(fail: Fail, raw: Any, where: str) -> Tuple[ArtifactRecord, .
         subject = item.get("subject")
         if not is_digest(subject):
             fail(f"{at}.subject", f"expected 'sha256:' + 64 lowercase hex, found {subject!r}"[:200])
-        manifest = _blob(fail, item.get("manifest"), f"{at}.manifest")
+        manifest = check_blob_ref(fail, item.get("manifest"), f"{at}.manifest")
         raw_blobs = item.get("blobs")  # required, as the schema says: an artifact names its blobs, if none
         if not isinstance(raw_blobs, list):
             fail(f"{at}.blobs", f"expected an array, found {type(raw_blobs).__name__}")
             raw_blobs = []
-        blobs = [_blob(fail, b, f"{at}.blobs[{k}]") for k, b in enumerate(raw_blobs)]
+        blobs = [check_blob_ref(fail, b, f"{at}.blobs[{k}]") for k, b in enumerate(raw_blobs)]
         # optional, but a string when present (null is not "absent"; the schema refuses it too)
         tag = _text(fail, item.get("tag"), f"{at}.tag", required="tag" in item)
         artifact_type = _text(fail, item.get("artifactType"), f"{at}.artifactType", required="artifactType" in item)

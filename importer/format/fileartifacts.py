@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from importer.format.digest import BlobRef, Digest, is_digest
+from importer.format.artifacts import check_blob_ref
+from importer.format.digest import BlobRef
 
 OCI_EMPTY = "application/vnd.oci.empty.v1+json"
 EMPTY_JSON = b"{}"
@@ -153,26 +154,8 @@ def _text(fail: Fail, value: Any, where: str) -> str:
     return value
 
 
-def _blob(fail: Fail, value: Any, where: str) -> Optional[BlobRef]:
-    if not isinstance(value, dict):
-        fail(where, f"expected an object, found {type(value).__name__}")
-        return None
-    media_type = value.get("mediaType")
-    if not isinstance(media_type, str):
-        fail(f"{where}.mediaType", f"expected a string, found {type(media_type).__name__}")
-        media_type = ""
-    size = value.get("size")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        fail(f"{where}.size", f"expected a non-negative integer, found {size!r}"[:200])
-        return None
-    if not is_digest(value.get("digest")):
-        fail(f"{where}.digest", f"expected 'sha256:' + 64 lowercase hex, found {value.get('digest')!r}"[:200])
-        return None
-    return BlobRef(media_type, Digest.parse(value["digest"]), size)
-
-
 def _file(fail: Fail, raw: Any, where: str) -> Optional[CarriedFile]:
-    blob = _blob(fail, raw, where)
+    blob = check_blob_ref(fail, raw, where)
     if not isinstance(raw, dict):
         return None
     issue = title_issue(raw.get("title"))
@@ -204,8 +187,8 @@ def check_file_artifacts(fail: Fail, raw: Any, where: str = "artifacts") -> Tupl
             continue
         ref = _text(fail, item.get("ref"), f"{at}.ref")
         artifact_type = _text(fail, item.get("artifactType"), f"{at}.artifactType")
-        manifest = _blob(fail, item.get("manifest"), f"{at}.manifest")
-        config = _blob(fail, item.get("config"), f"{at}.config")
+        manifest = check_blob_ref(fail, item.get("manifest"), f"{at}.manifest")
+        config = check_blob_ref(fail, item.get("config"), f"{at}.config")
         raw_files = item.get("files")
         if not isinstance(raw_files, list) or not raw_files or len(raw_files) > MAX_FILES:
             fail(f"{at}.files", f"expected an array of 1 to {MAX_FILES} files, found {type(raw_files).__name__}"

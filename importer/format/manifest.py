@@ -312,7 +312,9 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
     all_refs: Set[str] = set()
     raw_images = c.lst(top.get("images"), "images")
     file_artifacts = check_file_artifacts(c.fail, top["artifacts"]) if "artifacts" in top else ()
-    if "images" in top and not raw_images and not file_artifacts:
+    listed_artifacts = top.get("artifacts")  # as the schema's anyOf: a non-empty list, valid or not (its own
+    # problems are reported apart)
+    if "images" in top and not raw_images and not (isinstance(listed_artifacts, list) and listed_artifacts):
         c.fail("images", "expected at least one image (or, 3.6, an artifact of files), found none")
     for i, raw in enumerate(raw_images):
         image = _check_image(c, raw, f"images[{i}]", all_refs)
