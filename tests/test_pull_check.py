@@ -19,7 +19,7 @@ from bundle.export import export_images
 from importer.inventory.engine import checksum
 from importer.inventory.nodefacts import kernel_flavour
 from tests.kit import engines
-from tests.kit.clijson import failed, ok
+from tests.kit.clijson import failed, ok, validate
 from tests.kit.engines import Registry
 from tests.kit.helpers import run_cli
 from tests.kit.layoutgen import named_indexes_layout
@@ -118,6 +118,7 @@ def failures(doc: dict) -> set[tuple[str, str, str | None]]:
 
 def test_a_good_bundle_passes(made: dict[str, str]) -> None:
     rc, doc = check(made, made["good"])
+    validate("check", doc)  # as check() does: named here so test_cli_json sees the schema exercised
     assert rc == 0 and doc["failures"] == 0 and doc["against"]["kind"] == "bundle"
     asked = {(v["asked"], v["node"]) for v in doc["checked"]}
     assert ("library/busybox:1.36", "gpu-b") in asked and ("nvidia/driver:580.82.07-ubuntu24.04", "gpu-b") in asked
