@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bundle.archive import PackResult
+from bundle.bootstrap import Bootstrap, add_bootstrap_options, bootstrap_target, write_bootstrap
 from bundle.choices import choice_notes
 from bundle.embed import far_side_lines, first_run_check
 from bundle.export import ExportResult, export_images, user_paths
@@ -134,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pack the files as a CNCF ModelPack model (weights, config, docs layer types; the model "
                    "config) instead of plain files")
     add_chart_options(e)  # --chart, --chart-repository (bundle/helmchart.py)
+    add_bootstrap_options(e)  # --for k3s|rke2|apptainer, --serve-address (bundle/bootstrap.py)
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     e.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     e.set_defaults(handler=cmd_export)
@@ -219,6 +222,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     charts = read_charts(args.chart, args.chart_repository, schema=args.schema)
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
+    boot_dir = bootstrap_target(args, images)  # --for: checked before the export
     try:
         result = export_images(images, out_dir, docker_host=args.docker_host, docker_read=args.docker_read,
                                compression=args.compression, level=args.level, schema=args.schema,
@@ -249,14 +253,19 @@ def cmd_export(args: argparse.Namespace) -> int:
                   f"{human_bytes(info['totals']['bytes'])} in {result.seconds:.1f}s")
         return 0
     m = result.manifest
+    boot = _bootstrap(args, result, boot_dir, consume)  # before --archive consumes the folder
     packed = finish_export(args, result.path, consume)
     if packed is not None and consume:  # only the archive remains: the folder was a staging area
         if args.json:
-            emit(success({"archive": packed.to_dict()}))
+            emit(success({"archive": packed.to_dict(), **({"bootstrap": boot.to_dict()} if boot else {})}))
         else:
             print(pack_lines(packed))
+            for line in boot.lines() if boot is not None else ():
+                print(line)
         return 0
     summary = _export_summary(result, packed)
+    if boot is not None:
+        summary["bootstrap"] = boot.to_dict()
     if args.json:
         emit(success(summary))
     else:
@@ -275,7 +284,26 @@ def cmd_export(args: argparse.Namespace) -> int:
             print(first_run_check(os.path.join(result.path, m.importer.path), m.importer.digest))
         if packed is not None:
             print(pack_lines(packed))
+        for line in boot.lines() if boot is not None else ():
+            print(line)
     return 0
+
+
+def _bootstrap(args: argparse.Namespace, result: ExportResult, target: Optional[str],
+               consume: bool) -> Optional[Bootstrap]:
+    """``--for``: its files beside the bundle (bundle/bootstrap.py)."""
+    if target is None or result.manifest is None:
+        return None
+    name = os.path.basename(args.archive).removesuffix(".tar") if consume else os.path.basename(result.path)
+    try:
+        return write_bootstrap(result.path, result.manifest, args.bootstrap_for, target,
+                               serve_address=args.serve_address, progress=progress_factory(args.quiet), name=name)
+    except BaseException:
+        if consume:  # the staging folder --archive would have packed: nothing half-done left
+            shutil.rmtree(result.path, ignore_errors=True)
+        raise
+    finally:
+        stop_progress()
 
 
 def _export_summary(result: ExportResult, packed: Optional[PackResult]) -> Dict[str, Any]:

@@ -147,7 +147,7 @@ BUNDLE_LAYERS: List[Set[str]] = [
     {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "yamlbound", "progressui", "k8simages"},
     {"sources"},
     {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact", "gpudriver",
-     "helmchart"},
+     "helmchart", "bootstrap"},
     {"export"},
     {"keycmds", "transfercmds", "tlscert", "pullcheck", "choices"},
     {"cli", "__main__"},

@@ -154,6 +154,8 @@ K8S = ("needs the images the manifests name in their registries and node invento
 CHARTS = "a chart package (tests/test_helm_charts.py exports charts and reads them as helm pull does)"
 SUPPLY = ("needs a registry holding signed images (tests/test_supply_chain.py signs with cosign and "
           "cryptography, exports, inspects and imports with --require-signed)")
+BOOTSTRAP = ("needs images.txt's registries; tests/test_bootstrap_formats.py exports --for k3s/rke2/apptainer from "
+             "the kit's layout, imports the k3s archive with ctr and reads the apptainer files with skopeo")
 
 NOT_COMMANDS: Dict[Tuple[str, str], str] = {
     ("README.md", "online build host                                   offline GPU host"):
@@ -166,6 +168,7 @@ NOT_COMMANDS: Dict[Tuple[str, str], str] = {
      '"context": null, "hint": "..."}}'): "the JSON error shape",
     ("docs/errors.md", "error[digest-mismatch]: checking layer 3/7 of registry.example/team/app:1.0: expected "
      "digest sha256:ab12…, found sha256:9f00…"): "an error message",
+    ("docs/kubernetes.md", "mirrors:"): "a registries.yaml that bundle export --for k3s writes",
 }
 
 SPECS: Dict[str, Spec] = {
@@ -459,6 +462,11 @@ SPECS: Dict[str, Spec] = {
     "helm install web oci://MIRROR:5000/charts/web --version 1.2.0 --plain-http": skip(HELM),
     "bundle-import serve cluster.bundle --listen 0.0.0.0:5000 --compression gzip": skip(CHARTS),
     "enroot import docker://MIRROR:5000#nvidia/cuda:12.4.1-base-ubuntu22.04": skip("no enroot here (text only)"),
+    "bundle export --images-from images.txt --all-platforms -o cluster.bundle --for k3s --serve-address "
+    "10.0.0.5:5000": skip(BOOTSTRAP),
+    "bundle export --images-from images.txt -o hpc.bundle --for apptainer": skip(BOOTSTRAP),
+    "apptainer build cuda.sif oci-archive:nvcr.io_nvidia_cuda_12.4.1-base-ubuntu22.04.oci.tar":
+        skip("no apptainer here (tests/test_bootstrap_formats.py reads the file with skopeo)"),
 }
 
 # The docs' placeholders (whole words) and example paths, and what stands for them here.
