@@ -217,4 +217,3 @@ def test_apptainer_files_are_oci_archives_skopeo_reads(pristine: Path, pristine_
                                   timeout=120)
             assert proc.returncode == 0, proc.stderr
             assert json.loads(proc.stdout)["Layers"] == [str(x.digest) for x in image.layers]
-
