@@ -194,16 +194,17 @@ class BlobStore:
         switched = False
         stored = ""  # the temp file of a layer stored while it does not compress
         tmp = ""
+        stores = probe is not None or compression == "none"  # digest == diff_id: one hash, no compression work
         try:
-            if probe is not None:  # stored: digest == diff_id, one hash, no compression work
+            if stores:
                 with self.temp() as (f, stored):
                     for chunk in counted:
                         f.write(chunk)
-                        if probe.worth_compressing(chunk):
+                        if probe is not None and probe.worth_compressing(chunk):
                             switched = True
                             break
                 tmp, digest, size, media_type = stored, Digest("sha256", raw_hash.hexdigest()), seen.n, OCI_LAYER_TAR
-            if probe is None or switched:
+            if switched or not stores:
                 with self.temp() as (out_file, tmp):
                     out = HashingWriter(out_file)
                     with _compressor(compression, level, threads, out) as w:

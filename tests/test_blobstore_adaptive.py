@@ -160,3 +160,11 @@ def test_a_failing_source_leaves_no_temp_file(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="daemon went away"):
         store.write_layer(Broken())
     assert os.listdir(store.dir) == []
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_compression_none_stores_every_layer_as_it_is(tmp_path: Path, adaptive: bool) -> None:
+    """An explicit "none" stores the layer (digest = diff_id) whatever it holds, probed or not."""
+    data = _text(3 * MIB)
+    rec = _store(tmp_path, adaptive=adaptive).write_layer(io.BytesIO(data), compression="none")
+    assert rec.media_type == OCI_LAYER_TAR and rec.digest == rec.diff_id and rec.size == len(data)
