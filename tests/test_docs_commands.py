@@ -146,6 +146,8 @@ FLEET = ("runs on the nodes of a cluster (tests/test_check_only.py, tests/test_f
          "command against private engines)")
 FIRST_RUN = ("run as a block by tests/test_importer_copies.py::test_first_run_check_by_hand_on_a_tar, against a "
              "signed tar with a good and with a swapped importer beside it")
+FILES = ("a model folder and bundles at those paths (tests/test_files.py runs each shape through the CLI and "
+         "the pyz on a folder the kit makes)")
 INSTALL = "run as written by tests/test_install.py, in a clean copy of the checkout (pip from PyPI)"
 NEW = "{W}/new.bundle"
 HELM = "needs helm and a chart (no helm binary is packaged; tests/data/ holds charts rendered by hand)"
@@ -445,6 +447,18 @@ SPECS: Dict[str, Spec] = {
         skip(SUPPLY),
     "cosign sign --key cosign.key --tlog-upload=false --allow-insecure-registry --yes "
     "127.0.0.1:5000/team/train@sha256:...": skip(SUPPLY),
+    # docs/files.md: a model folder and images at those paths (tests/test_files.py runs each shape through the
+    # CLI and the pyz: --files with --model, --file PATH=NAME, files beside an image, --files-only, tar and parts)
+    "bundle export --files ./llama-3.1-8b --artifact-ref models/llama:3.1 --model -o /media/usb/llama.bundle":
+        skip(FILES),
+    "bundle export my/train:1 --files ./weights --artifact-ref models/train-weights:7 -o train.bundle": skip(FILES),
+    "bundle export --file ./data.parquet --file ./notes.txt=docs/README.txt --artifact-ref data/set:1 "
+    "-o data.bundle": skip(FILES),
+    "python3 /media/usb/llama.bundle/bundle-import.pyz /media/usb/llama.bundle --files-to /srv/models/llama":
+        skip(FILES),
+    "python3 train.bundle/bundle-import.pyz train.bundle --files-to /srv/weights": skip(FILES),
+    "python3 train.bundle/bundle-import.pyz train.bundle --files-to /srv/weights --files-only": skip(FILES),
+    "python3 bundle-import.pyz llama.tar.parts.json --files-to /srv/models/llama": skip(FILES),
     # docs/kubernetes.md
     "python3 bundle-import.pyz --inventory --engine containerd > node-a.json": skip(CONTAINERD),
     "helm template gpu-operator nvidia/gpu-operator --version v25.3.4 -n gpu-operator > rendered.yaml": skip(HELM),
