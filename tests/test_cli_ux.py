@@ -348,6 +348,12 @@ def test_a_closed_stderr_never_stops_a_run(how: str, layout: Path, tmp_path: Pat
     os.close(fd)
     out, _ = importer.communicate(timeout=300)
     assert importer.returncode == 0 and json.loads(out)["verification"]["ok"] is True, out
+    fd = _closed_pipe()  # the smoke suite too (it has its own error boundary): the verdict is still printed
+    smoke = start_cli("importer", "smoke", "--no-container", "--device", "cpu", "--gates", "shutdown", "--no-receipt",
+                      "--json", stderr=fd)
+    os.close(fd)
+    out, _ = smoke.communicate(timeout=300)
+    assert smoke.returncode == 10 and json.loads(out)["verdict"] == "candidate", out  # CUDA gates skipped on CPU
 
 
 def test_the_paste_line_is_a_line_of_its_own_quoted_for_a_shell(layout: Path, tmp_path: Path) -> None:

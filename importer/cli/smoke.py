@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import __version__
-from importer.cli.output import ArgumentParser, emit, failure, render_error, with_examples
+from importer.cli.output import ArgumentParser, emit, failure, kept_stderr, render_error, with_examples
 from importer.errors import BundleError, InternalError, os_error_text
 from importer.format.text import printable_block
 from importer.receipts.receipt import check_receipt_path, default_receipt_path
@@ -194,6 +194,13 @@ def smoke_receipt_base(args: argparse.Namespace) -> Optional[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``bundle-import smoke``; a closed or broken stderr stops nothing (importer/cli/output.py
+    ``kept_stderr``, as every other CLI has it through ``guarded``)."""
+    with kept_stderr():
+        return _main(argv)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
     args = argparse.Namespace(json="--json" in argv, debug="--debug" in argv)
     try:
