@@ -152,3 +152,36 @@ def test_go_conversions() -> None:
     from bundle.helmchart import _float32_g, go_json
     assert [_float32_g(x) for x in (1.10, 1.0, 1e6, 123456.0, 0.00001)] == ["1.1", "1", "1e+06", "123456", "1e-05"]
     assert go_json({"a": "<&>\u2028é"}) == b'{"a":"\\u003c\\u0026\\u003e\\u2028\xc3\xa9"}'
+
+
+def test_helm_pull_reads_the_chart_from_serve(tmp_path: Path) -> None:
+    """`helm pull oci://SERVE/charts/demo --version ...` against `bundle-import serve`: the manifest
+    by the chart's tag, helm's checks on it, the config and the chart blob by digest, as helm's
+    client asks for them (no helm binary here); and the real oras pulls the same .tgz from it."""
+    import http.client
+
+    from tests.kit.fileskit import run_oras
+    from tests.kit.servekit import serving
+
+    tgz = chart_tgz(tmp_path / "demo-0.1.0+build.1.tgz")
+    bundle, _ = _export(tmp_path, "--chart", str(tgz))
+    repo, tag = REF.split(":")
+    with serving(bundle / "bundle-import.pyz", bundle) as served:
+        def get(path: str, accept: str = "") -> bytes:
+            conn = http.client.HTTPConnection(served.addr, timeout=60)
+            try:
+                conn.request("GET", path, headers={"Accept": accept} if accept else {})
+                resp = conn.getresponse()
+                body = resp.read()
+                assert resp.status == 200, (path, resp.status, body[:200])
+                return body
+            finally:
+                conn.close()
+
+        assert tag in json.loads(get(f"/v2/{repo}/tags/list"))["tags"]
+        manifest = json.loads(get(f"/v2/{repo}/manifests/{tag}", "application/vnd.oci.image.manifest.v1+json"))
+        meta, chart = helm_pull_check(manifest, lambda digest: get(f"/v2/{repo}/blobs/{digest}"))
+        assert chart == tgz.read_bytes() and meta["name"] == "demo"
+        pulled = tmp_path / "pulled"
+        run_oras("pull", "--plain-http", f"{served.addr}/{REF}", "-o", str(pulled), home=tmp_path)
+        assert (pulled / "demo-0.1.0+build.1.tgz").read_bytes() == tgz.read_bytes()
