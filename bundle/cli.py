@@ -378,6 +378,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 "  ", _t(", ".join(image["refs"]) or "(untagged)"), ": ", (art["kind"], "bold"), " ",
                 _t(art["tag"] or art["artifactType"] or "-"), "  ", _t(art["manifestDigest"][:19]),
                 f"  {human_bytes(art['size'])}"))
+    if info.get("artifacts"):  # schema 3.6: files carried as OCI artifacts
+        files = Table("ARTIFACT", "TYPE", "MANIFEST", "FILES", "SIZE")
+        for art in info["artifacts"]:
+            files.add_row(_t(art["ref"]), _t(art["artifactType"]), _t(art["manifestDigest"][:19]),
+                          str(len(art["files"])), human_bytes(art["size"]))
+        console.print(files)
     if info.get("delta"):
         console.print(Text.assemble(("delta bundle", "bold"), ": the offline host must already hold "
                                     f"{len(info['delta']['requires'])} layer(s):"))

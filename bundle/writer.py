@@ -14,6 +14,7 @@ from bundle.embed import build_pyz
 from bundle.sources import SourceImage
 from importer import SCHEMA_MAJOR, __version__
 from importer.errors import UsageError
+from importer.format.artifacts import layout_entry
 from importer.format.digest import Digest
 from importer.format.fileartifacts import FileArtifact
 from importer.format.manifest import (
@@ -70,6 +71,7 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
                                    others=tuple(variants[1:]), cuda=cuda_record(store, image),
                                    artifacts=image.artifacts))
         index_entries += _layout_entries(image.refs, variants, index)
+    index_entries += _artifact_entries(records, index_entries)
     taken = {ref for r in records for ref in r.refs}
     for art in file_artifacts:
         if art.ref in taken:
@@ -126,6 +128,29 @@ def _layout_entries(refs: Sequence[str], variants: Sequence[ImageRecord],
     if index is not None and not refs:
         entries.insert(0, index.to_dict())
     return entries
+
+
+def _artifact_entries(records: Sequence[ImageRecord], entries: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """index.json entries of the artifacts carried with the images (3.5), as the OCI layout target
+    lists them (``layout_entry``): ``oci:BUNDLE:sha256-<hex>.sig`` reads a signature, a referrer is
+    listed unnamed with its artifactType. Each once; a name taken already (two images of one
+    manifest digest, each with its own signature) leaves the later one unnamed."""
+    out: List[Dict[str, Any]] = []
+    names = {e["annotations"][REF_NAME_ANNOTATION] for e in entries if "annotations" in e}
+    listed = {e["digest"] for e in entries}
+    for rec in records:
+        for art in rec.artifacts:
+            entry = layout_entry(art)
+            if entry is None:
+                continue
+            desc, name = entry
+            if name and name not in names:
+                out.append({**desc, "annotations": {REF_NAME_ANNOTATION: name}})
+                names.add(name)
+            elif desc["digest"] not in listed:
+                out.append(desc)
+            listed.add(desc["digest"])
+    return out
 
 
 def _record(store: BlobStore, image: SourceImage) -> ImageRecord:

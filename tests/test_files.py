@@ -78,6 +78,13 @@ def test_plain_files_get_the_empty_config(tmp_path: Path) -> None:
     assert [(f["title"], f["mediaType"]) for f in art["files"]] == [
         ("README.md", "application/octet-stream"), ("etc/app.json", "application/octet-stream")]
     assert _blob(bundle, art["config"]["digest"]) == b"{}"
+    info = json.loads(run_cli("bundle", "inspect", str(bundle), "--json", check=True).stdout)
+    (shown,) = info["artifacts"]  # bundle inspect lists the file artifacts (it showed images only)
+    assert (shown["ref"], shown["manifestDigest"], [f["title"] for f in shown["files"]]) == (
+        "files/app:1", art["manifest"]["digest"], ["README.md", "etc/app.json"])
+    assert shown["size"] == art["manifest"]["size"] + 2 + sum(f["size"] for f in art["files"])
+    table = run_cli("bundle", "inspect", str(bundle), check=True).stdout
+    assert "files/app:1" in table and "application/vnd.sneakernet.files.v1" in table
 
 
 def test_files_beside_images(tmp_path: Path) -> None:

@@ -770,3 +770,91 @@ def test_the_image_tags_are_written_after_every_artifact(bundles: dict[str, Path
     hexd = registry["app"]["digest"][7:]
     assert puts == [registry["app"]["digest"], f"sha256-{hexd}.sig", registry["sbom"]["digest"], f"sha256-{hexd}",
                     "artifacts:3", "1"], puts
+
+
+# ------------------------------------------- the bundle's own index.json names its artifacts (issue 42)
+
+def _layout_of(bundle: Path) -> list[dict[str, Any]]:
+    return json.loads((bundle / "index.json").read_text())["manifests"]
+
+
+def test_the_bundles_own_layout_names_the_artifacts(bundles: dict[str, Path], registry: dict[str, Any]) -> None:
+    """``oci:BUNDLE:sha256-<hex>.sig`` reads the signature (as ``cosign save`` names it), the SBOM
+    referrer is listed unnamed with its artifactType; read by skopeo, an independent reader."""
+    bundle = bundles["app"]
+    arts = {a["kind"]: a for a in bundle_json(bundle)["images"][0]["artifacts"]}
+    hexd = registry["app"]["digest"].split(":")[1]
+    entries = {e["digest"]: e for e in _layout_of(bundle)}
+    sig, sbom = arts["signature"], arts["referrer"]
+    assert entries[sig["manifest"]["digest"]] == {**sig["manifest"], "annotations": {
+        "org.opencontainers.image.ref.name": f"sha256-{hexd}.sig"}}
+    assert entries[sbom["manifest"]["digest"]] == {**sbom["manifest"], "artifactType": supplykit.SPDX}
+    assert arts["referrers-index"]["manifest"]["digest"] not in entries  # the registry fallback, not a layout's
+    raw = subprocess.run([engines.require("skopeo"), "inspect", "--raw", f"oci:{bundle}:sha256-{hexd}.sig"],
+                         capture_output=True, check=True, timeout=120).stdout
+    assert raw == (bundle / "blobs/sha256" / sig["manifest"]["digest"][7:]).read_bytes()
+
+
+def test_oras_reads_the_artifacts_from_the_bundles_own_layout(bundles: dict[str, Path], registry: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    from tests.kit.fileskit import run_oras
+
+    bundle = bundles["app"]
+    hexd = registry["app"]["digest"].split(":")[1]
+    sig = run_oras("manifest", "fetch", "--oci-layout", f"{bundle}:sha256-{hexd}.sig", home=tmp_path).stdout
+    assert json.loads(sig)["layers"][0]["mediaType"] == "application/vnd.dev.cosign.simplesigning.v1+json"
+    found = run_oras("discover", "--format", "json", "--oci-layout", f"{bundle}@{registry['app']['digest']}",
+                     home=tmp_path).stdout
+    assert registry["sbom"]["digest"] in found and supplykit.SPDX in found, found
+
+
+def _edited_layout(src: Path, dst: Path, change: Any) -> Path:
+    """A copy of ``src`` whose index.json ``change`` edited, re-pinned in bundle.json and SHA256SUMS
+    (what someone with the bundle can do)."""
+    subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
+    manifests = _layout_of(dst)
+    change(manifests)
+    data = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                       "manifests": manifests}).encode()
+    (dst / "index.json").write_bytes(data)
+    doc = bundle_json(dst)
+    entry = next(f for f in doc["files"] if f["path"] == "index.json")
+    entry.update(digest="sha256:" + hashlib.sha256(data).hexdigest(), size=len(data))
+    (dst / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(dst)
+    return dst
+
+
+def _named_sig(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(e for e in manifests if e.get("annotations", {}).get(
+        "org.opencontainers.image.ref.name", "").endswith(".sig"))
+
+
+def _other_digest(manifests: list[dict[str, Any]]) -> None:
+    _named_sig(manifests)["digest"] = next(e["digest"] for e in manifests if e.get("artifactType"))
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: _named_sig(m).update(size=_named_sig(m)["size"] + 1),
+    _other_digest,  # the signature's name on the SBOM's manifest
+    lambda m: _named_sig(m).update(artifactType="application/x-other"),
+    lambda m: next(e for e in m if e.get("artifactType")).update(
+        annotations={"org.opencontainers.image.ref.name": "sn/app:1"}),  # a referrer under an image's name
+], ids=["size", "digest", "artifact-type", "named-referrer"])
+def test_a_wrong_artifact_entry_is_refused(bundles: dict[str, Path], tmp_path: Path, change: Any) -> None:
+    bundle = _edited_layout(bundles["app"], tmp_path / "b", change)
+    proc = run_pyz(bundle, "--verify-only")
+    assert proc.returncode != 0 and error_id(proc.stderr) == "verification-failed", proc.stderr
+    assert "invalid-layout" in proc.stderr, proc.stderr
+
+
+def test_a_bundle_whose_layout_lists_no_artifacts_still_verifies(bundles: dict[str, Path], tmp_path: Path) -> None:
+    """3.5 bundles written before the artifacts were named in index.json."""
+    arts = {a["manifest"]["digest"] for a in bundle_json(bundles["app"])["images"][0]["artifacts"]}
+
+    def drop(manifests: list[dict[str, Any]]) -> None:
+        manifests[:] = [e for e in manifests if e["digest"] not in arts]
+
+    bundle = _edited_layout(bundles["app"], tmp_path / "b", drop)
+    proc = run_pyz(bundle, "--verify-only")
+    assert proc.returncode == 0, proc.stderr

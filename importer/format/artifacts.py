@@ -81,6 +81,21 @@ def handed_on_reference(art: ArtifactRecord) -> str:
     return tag or str(art.manifest.digest)
 
 
+def layout_entry(art: ArtifactRecord) -> Optional[Tuple[Dict[str, Any], str]]:
+    """How an OCI layout's index.json lists ``art`` (the bundle's own, since the writer of 3.5
+    bundles names them; the OCI layout target does the same): its manifest's descriptor, with its
+    ``artifactType`` when it has one, and the ``ref.name`` it is listed under: a cosign artifact's
+    derived tag (``sha256-<hex>.sig``, as ``cosign save`` names it), "" (unnamed: a referrer, found
+    by its ``subject``). None for a kind a layout does not list (the fallback index, an index)."""
+    if art.kind not in ("signature", "attestation", "sbom", "referrer"):
+        return None
+    desc = art.manifest.to_dict()
+    if art.artifact_type:
+        desc["artifactType"] = art.artifact_type
+    name = handed_on_reference(art) if art.kind in TAG_SUFFIXES and art.tag else ""
+    return desc, name
+
+
 def _text(fail: Fail, value: Any, where: str, *, required: bool = True) -> str:
     if value is None and not required:
         return ""

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from importer.errors import BundleError, IntegrityError, LimitExceeded, ManifestError, UnreadableFile, os_error_text
 from importer.format import limits
+from importer.format.artifacts import layout_entry
 from importer.format.digest import Digest, hash_file, is_digest
 from importer.format.fileartifacts import MODE_ANNOTATION, TITLE_ANNOTATION, FileArtifact, mode_text
 from importer.format.limits import parse_json, read_limited
@@ -471,8 +472,57 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
             _check_image(root, image, entries, bad, add, top.index)
         if top.index is not None:
             _check_carried_index(root, top, bad, add)
+    if entries is not None:
+        _check_artifact_entries(manifest, entries, add)
     for art in manifest.file_artifacts:
         _check_file_artifact(root, art, entries, bad, add)
+
+
+def _check_artifact_entries(manifest: BundleManifest, entries: List[Any], add: Callable[[Problem], None]) -> None:
+    """3.5 artifacts in index.json (``layout_entry``; bundles before this listed none, so none is
+    required): an entry with an artifact's manifest digest describes that manifest (size, media
+    type, artifactType) and carries no name but the artifact's derived one; an entry under a
+    derived name (``sha256-<hex>.sig``) names the manifest of an artifact derived so; an artifact
+    listed at all is listed under its derived name."""
+    expected: Dict[str, List[Tuple[Dict[str, Any], str]]] = {}  # manifest digest -> (descriptor, name)
+    for image in manifest.images:
+        for art in image.artifacts:
+            entry = layout_entry(art)
+            if entry is not None:
+                expected.setdefault(entry[0]["digest"], []).append(entry)
+    derived = {name: {d for d, pairs in expected.items() for _, n in pairs if n == name}
+               for pairs in expected.values() for _, name in pairs if name}
+    present: Dict[str, List[Any]] = {name: [] for name in derived}
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        name = e["annotations"].get(REF_NAME_ANNOTATION) if isinstance(e.get("annotations"), dict) else None
+        if name in present:
+            present[name].append(e.get("digest"))
+            if e.get("digest") not in derived[name]:
+                add(Problem("invalid-layout", "index.json", f"expected ref.name {str(name)[:100]!r} on the "
+                            f"manifest of an artifact derived so ({', '.join(sorted(derived[name]))}), found "
+                            f"{str(e.get('digest'))[:80]!r}"))
+        pairs = expected.get(str(e.get("digest")))
+        if not pairs:
+            continue
+        desc = pairs[0][0]
+        got = {k: e.get(k) for k in ("mediaType", "digest", "size", "artifactType")}
+        if got != {**desc, "artifactType": desc.get("artifactType")}:
+            add(Problem("invalid-layout", "index.json",
+                        f"expected the entry for artifact {desc['digest']} to describe {desc['mediaType']} of "
+                        f"{desc['size']} bytes, artifactType {desc.get('artifactType')!r}, found "
+                        f"{str(got['mediaType'])[:80]!r} of {got['size']!r:.40}, artifactType "
+                        f"{str(got['artifactType'])[:80]!r}"))
+        if name is not None and name not in {n for _, n in pairs if n}:
+            add(Problem("invalid-layout", "index.json", f"expected the entry for artifact {desc['digest']} "
+                        f"named {' or '.join(sorted({repr(n) for _, n in pairs if n})) or 'by no ref.name'}, "
+                        f"found {str(name)[:100]!r}"))
+    for digest, pairs in expected.items():
+        listed = any(isinstance(e, dict) and e.get("digest") == digest for e in entries)
+        for _, name in pairs:
+            if listed and name and not present[name]:
+                add(Problem("invalid-layout", "index.json", f"expected ref.name {name!r} on {digest}, found none"))
 
 
 def _check_file_artifact(root: str, art: FileArtifact, entries: Optional[List[Any]], bad: Set[str],

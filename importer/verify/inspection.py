@@ -78,6 +78,10 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
         "signed": signed,
         "images": images,
         "sharedLayers": shared,
+        # schema 3.6: the files carried as OCI artifacts, each under its ref
+        "artifacts": [{"ref": a.ref, "artifactType": a.artifact_type, "manifestDigest": str(a.manifest.digest),
+                       "files": [f.to_dict() for f in a.files],
+                       "size": sum(b.size for b in a.every_blob())} for a in manifest.file_artifacts],
         "delta": None if not manifest.is_delta else {
             "requires": [
                 {"diffId": str(x.diff_id), "uncompressedSize": x.uncompressed_size,
