@@ -52,6 +52,7 @@ from importer.input.archive import (
     part_name,
 )
 from importer.pipeline.preflight import InsufficientSpace, SpaceNeed, check_space, free_bytes
+from importer.streams.fatfs import split_for
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir, open_regular
 from importer.streams.progress import close_progress
 from importer.streams.readers import HashingReader
@@ -252,6 +253,7 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     started = time.monotonic()
     src = os.path.abspath(src)
     archive = os.path.abspath(archive)
+    split, fat_note = split_for(archive, split)  # FAT32: no file of 4 GiB or more, so parts
     stale = check_archive_target(archive, split=split, force=force)
     if not os.path.lexists(os.path.join(src, BUNDLE_JSON)):
         raise ManifestError(f"packing {src}: expected a bundle folder holding {BUNDLE_JSON}, found none",
@@ -269,7 +271,9 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     on_bytes = progress("pack", total) if progress is not None else None
     writer = PartWriter(archive, split)
     try:
-        return _pack(src, archive, split, consume, order, pins, raw_bj, manifest, writer, on_bytes, started)
+        res = _pack(src, archive, split, consume, order, pins, raw_bj, manifest, writer, on_bytes, started)
+        res.notes += [fat_note] if fat_note else []
+        return res
     except OSError as e:
         failed = pack_write_error(e, archive)
         if failed is None:

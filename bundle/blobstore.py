@@ -35,6 +35,7 @@ from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
 from importer.input.cudascan import CudaScan
+from importer.streams.fatfs import check_fits, is_fat
 from importer.streams.readers import HashingWriter
 
 ProgressFn = Callable[[int], None]
@@ -90,6 +91,7 @@ class BlobStore:
         self.dir = os.path.join(root, "blobs", "sha256")
         os.makedirs(self.dir, exist_ok=True)
         self.fsync = fsync
+        self.fat = is_fat(root)  # FAT32: a blob of 4 GiB or more is refused (importer/streams/fatfs.py)
         self.written: dict[str, WrittenBlob] = {}
         # --compression zstd|gzip asked explicitly: a layer the source keeps compressed otherwise is
         # recompressed to it (its digest, so the image's manifest, changes); None (auto): as stored
@@ -113,6 +115,12 @@ class BlobStore:
 
     def commit(self, tmp: str, digest: Digest, size: int) -> WrittenBlob:
         final = self.path_of(digest)
+        if self.fat:
+            try:
+                check_fits(self.root, digest.blob_path, size, "exporting")
+            except BaseException:
+                os.unlink(tmp)
+                raise
         if os.path.exists(final):
             os.unlink(tmp)
         else:

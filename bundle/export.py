@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import shutil
 import sys
@@ -46,6 +47,7 @@ from importer.input.opened import read_bundle_file
 from importer.inventory.have import engines_read_zstd, have_platform, merge_have, zstd_is_fast_on
 from importer.pipeline.preflight import InsufficientSpace, SpaceNeed, check_space
 from importer.registry.access import RegistryAccess
+from importer.streams.fatfs import FIX, FileTooBigForFat, is_fat
 from importer.streams.progress import close_progress, human_bytes
 from importer.verify.cosign import CosignKey, SignedImage, check_bundle, checked_reader, load_cosign_keys
 
@@ -212,6 +214,10 @@ def export_write_error(err: OSError, staging: str, out_dir: str) -> Optional[Bun
     naming the file, the target's folder and the space left there; None for other errors (the
     source's), which stay as they are."""
     path = err.filename if isinstance(err.filename, str) else None
+    if err.errno == errno.EFBIG and is_fat(staging):  # FAT32 stops a file at 4 GiB - 1
+        return FileTooBigForFat(f"exporting to {out_dir}: expected files under 4 GiB on its FAT file system, found "
+                                f"one that grew past it ({path or 'a blob'})",
+                                hint=f"nothing was written (the staging folder was removed); {FIX}")
     if path is None and err.errno not in WRITE_ERRNOS:
         return None
     if path is not None and not os.path.abspath(path).startswith(os.path.dirname(out_dir) + os.sep):

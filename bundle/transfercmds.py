@@ -9,6 +9,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 import uuid
 from typing import Any, Callable, Optional, Tuple
 
@@ -24,6 +25,7 @@ from importer.errors import BundleError, UsageError
 from importer.registry.access import access_from_args, add_access_arguments
 from importer.registry.client import DEFAULT_CHUNK
 from importer.registry.transcode import CHOICES, ZSTD_READERS, has_zstd
+from importer.streams.fatfs import is_fat, split_for
 from importer.streams.progress import human_bytes
 from importer.streams.sizes import parse_size
 
@@ -43,6 +45,15 @@ def _log(args: argparse.Namespace) -> Callable[[str], None]:
 
 def _split(args: argparse.Namespace) -> Optional[int]:
     return parse_size(args.split, what="--split", minimum=1) if getattr(args, "split", None) else None
+
+
+def _archive_split(args: argparse.Namespace, archive: str) -> Optional[int]:
+    """--split, or the parts a FAT target needs (said on stderr in one line, before any byte is written)."""
+    split, note = split_for(archive, _split(args))
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    args.split = str(split) if split is not None else None  # export --archive: finish_export packs with it
+    return split
 
 
 def add_transfer_commands(sub: Any) -> None:
@@ -106,12 +117,14 @@ def export_target(args: argparse.Namespace) -> Tuple[str, bool]:
     if archive and getattr(args, "schema", 3) != 3:
         raise UsageError(f"exporting: --archive needs --schema 3, found --schema {args.schema}")
     if archive:  # refused now, not after a long export
-        check_archive_target(archive, split=_split(args), force=args.force)
+        check_archive_target(archive, split=_archive_split(args, archive), force=args.force)
     if args.output:
         return args.output, False
     if not archive:
         raise UsageError("exporting: expected -o DIR or --archive FILE.tar, found neither")
     parent = os.path.dirname(os.path.abspath(archive))
+    if is_fat(parent):  # FAT cannot hold a blob of 4 GiB or more even for a moment: stage on local disk
+        parent = tempfile.gettempdir()
     # export_images() builds it as NAME.partial-* and renames it into place when whole
     return os.path.join(parent, f".{os.path.basename(archive)}.export-{uuid.uuid4().hex[:12]}"), True
 
@@ -145,7 +158,8 @@ def pack_lines(res: PackResult) -> str:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    res = pack_bundle(args.bundle, args.archive, split=_split(args), force=args.force, progress=_progress(args))
+    res = pack_bundle(args.bundle, args.archive, split=_archive_split(args, args.archive), force=args.force,
+                      progress=_progress(args))
     if args.json:
         emit(success(res.to_dict()))
     else:

@@ -16,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # openssl, curl: `serve --tls-self-signed` makes its certificates with openssl, and curl --cacert
 # proves a served CA verifies (tests/test_serve_tls.py); registry.sh probes registries with curl.
 PACKAGES=(docker.io containerd skopeo zstd busybox-static docker-registry openssh-server podman g++
-          golang-github-opencontainers-image-spec-dev openssl curl)
+          golang-github-opencontainers-image-spec-dev openssl curl dosfstools)
 
 log=$(mktemp -t sneakernet-install.XXXXXX)
 policy_created=

@@ -47,6 +47,7 @@ from importer.format.limits import MAX_BUNDLE_JSON, read_limited
 from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, SUMS_FILE, load_bundle_manifest
 from importer.input.archive import PARTS_SUFFIX, ArchiveReader, locate
 from importer.input.opened import OpenedBundle, open_bundle
+from importer.streams.fatfs import check_fits
 from importer.streams.fsutil import describe_mode, fsync_dir, open_regular, read_exactly
 from importer.streams.progress import close_progress
 from importer.verify.bundle import VerifyReport
@@ -225,6 +226,9 @@ def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], P
     real_src, real_dst = os.path.realpath(src), os.path.realpath(dst)
     if real_src == real_dst or os.path.dirname(real_src) == real_dst:
         raise UsageError(f"copying {src} to {dst}: expected another place, found the source itself")
+    if items:  # FAT32 holds no file of 4 GiB or more: refused before the first byte is copied
+        biggest = max(items, key=lambda i: i.size)
+        check_fits(dst, biggest.rel, biggest.size, f"copying {src} to {dst}")
     replaced: List[str] = []
     try:
         check_destination(dst, items)

@@ -36,3 +36,30 @@ def free_bytes(path: Path) -> int:
 def everything_under(path: Path) -> list[str]:
     """Every file and folder below ``path`` (relative, sorted): what a failed run left."""
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@contextlib.contextmanager
+def vfat_fs(path: Path, size_mb: int = 64) -> Iterator[Path]:
+    """A real FAT32-family file system (mkfs.vfat on a ``size_mb`` MiB image, loop-mounted at
+    ``path``) for the block: what a USB stick often is. Needs root and dosfstools."""
+    engines.require_root("loop-mounting a vfat image")
+    image = path.parent / f"{path.name}.img"
+    path.mkdir(parents=True, exist_ok=True)
+    with open(image, "wb") as f:
+        f.truncate(size_mb * 1024 * 1024)
+    try:
+        made = subprocess.run(["mkfs.vfat", str(image)], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        engines.unavailable("mkfs.vfat is missing (install dosfstools)")
+    if made.returncode != 0:
+        engines.unavailable(f"mkfs.vfat failed: {made.stderr.strip()}")
+    proc = subprocess.run(["mount", "-o", "loop", str(image), str(path)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        image.unlink()
+        engines.unavailable(f"cannot loop-mount a vfat image at {path}: {proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+        image.unlink()
