@@ -49,7 +49,7 @@ from importer.format.reference import DOCKER_HUB, parse_reference, split_host_po
 from importer.format.refs import normalize
 from importer.input.opened import read_bundle_file
 from importer.pipeline.preflight import InsufficientSpace, SpaceNeed, check_space
-from importer.registry.nodeconfig import upstreams_of
+from importer.serve.nodeconfig import upstreams_of
 from importer.sinks.ociarchive import CONTAINERD_NAME_ANNOTATION, copy_blob
 from importer.streams.progress import close_progress, human_bytes
 from importer.streams.tarout import member_info, writing_tar

@@ -168,13 +168,13 @@ class Found:
 
 
 class BundleTarget:
-    """A bundle as ``bundle-import serve`` serves it (importer/registry/serve.py repository_of)."""
+    """A bundle as ``bundle-import serve`` serves it (importer/serve/serve.py repository_of)."""
 
     kind = "bundle"
 
     def __init__(self, path: str) -> None:
         from importer.input.opened import open_bundle
-        from importer.registry.serve import repository_of
+        from importer.serve.serve import repository_of
 
         manifest = open_bundle(path).manifest()
         self.location = path

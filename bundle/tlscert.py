@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from importer.cli.output import emit, success
-from importer.registry.selfsigned import CA_DAYS, SERVER_DAYS, san_of
-from importer.registry.servetls import ServeTLSError
+from importer.serve.selfsigned import CA_DAYS, SERVER_DAYS, san_of
+from importer.serve.servetls import ServeTLSError
 
 
 def add_tls_command(sub: Any) -> None:

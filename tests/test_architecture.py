@@ -78,7 +78,7 @@ LAYERS: List[Set[str]] = [
     {"streams"},
     {"input"},
     {"verify"},
-    {"sinks", "registry", "transfer", "receipts"},
+    {"sinks", "registry", "serve", "transfer", "receipts"},
     {"pipeline", "inventory"},
     {"smoke"},
     {"cli", "__main__", "launch"},
@@ -128,6 +128,23 @@ def test_importer_imports_point_only_down(path: Path) -> None:
         if floor > own:
             up.append(f"line {line}: {target} (floor {floor} > {own})")
     assert not up, f"{path.relative_to(REPO)} imports upward: {up}"
+
+
+#: folders on one floor that never import each other: the two halves of registry work (the client
+#: that pushes and reads registries; the server of ``bundle-import serve``). cli/serve.py joins them.
+APART = [("registry", "serve")]
+
+
+@pytest.mark.parametrize("pair", APART, ids="-".join)
+def test_the_client_and_server_halves_stay_apart(pair: Tuple[str, str]) -> None:
+    crossing = []
+    for path in IMPORTER_FILES:
+        own = _part(_module_name(path))
+        if own in pair:
+            other = pair[1 - pair.index(own)]
+            crossing += [f"{path.relative_to(REPO)}:{line}: {t}"
+                         for t, line in _importer_targets(path) if _part(t) == other]
+    assert not crossing, f"{pair[0]}/ and {pair[1]}/ import each other: {crossing}"
 
 
 def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
@@ -464,7 +481,7 @@ def test_the_reference_guard_sees_a_hand_written_split(tmp_path: Path) -> None:
                      'def transport_of(ref):\n    return ref.partition(":")\n'  # bundle/sources/choose.py's
                      'def repository_of(name):\n    return name.partition("/")[2], name.split("/", 1)\n'
                      'def parts(name):\n    return name.split("/")\n'  # components: not a cut
-                     'def mirror_host(cfg, target):\n'  # importer/registry/nodeconfig.py's cfg.mirror
+                     'def mirror_host(cfg, target):\n'  # importer/serve/nodeconfig.py's cfg.mirror
                      '    return cfg.mirror.partition("/")[0], target.strip().partition("/")\n')
     assert sorted(reference_splits(rogue)) == ["11: .partition('/')", "11: .partition('/')", "2: .partition('@')",
                                                "3: .rfind(':')", "5: .partition(':')", "7: .partition('/')",

@@ -244,7 +244,7 @@ def test_recompressing_a_layer_that_is_not_its_diff_id_fails_and_keeps_nothing(t
 
 def test_only_a_docker_before_23_is_taken_for_too_old() -> None:
     """The User-Agent rule serve refuses zstd by: hostile, odd and other clients are served."""
-    from importer.registry.serve import too_old_for_zstd
+    from importer.serve.serve import too_old_for_zstd
 
     assert too_old_for_zstd(OLD_DOCKER["User-Agent"]) == "20.10.24+dfsg1"
     assert too_old_for_zstd("docker/19.03.15 go/go1.13") == "19.03.15"

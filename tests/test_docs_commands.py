@@ -140,7 +140,7 @@ MULTI = "needs a multi-platform image (tests/test_multiplatform.py builds one an
 REGISTRY_SRC = "needs a registry holding the image (tests/test_export_registry.py)"
 SSH = "needs ssh to another host (tests/test_registry_push.py runs --ssh against a private sshd)"
 SERVE_CERT = ("makes a certificate pair by hand on a host with openssl; --tls-self-signed runs the same calls "
-              "(importer/registry/selfsigned.py, tests/test_serve_tls.py)")
+              "(importer/serve/selfsigned.py, tests/test_serve_tls.py)")
 SERVE = "serves until stopped (tests/test_serve.py; pulls by every engine: tests/test_serve_engines.py)"
 FLEET = ("runs on the nodes of a cluster (tests/test_check_only.py, tests/test_fleet_report.py run each "
          "command against private engines)")
@@ -384,7 +384,7 @@ SPECS: Dict[str, Spec] = {
     "base64.b64encode(x).decode().rstrip(\"=\").replace(\"+\",\".\"); print(\"alice:$pbkdf2-sha256$%d$%s$%s\" % "
     "(r, b(s), b(hashlib.pbkdf2_hmac(\"sha256\", getpass.getpass().encode(), s, r))))' >> /data/serve-htpasswd":
         skip("asks for a password on the terminal; tests/test_serve_tls.py serves lines of this format "
-             "(importer/registry/htpasswd.pbkdf2_line)"),
+             "(importer/serve/htpasswd.pbkdf2_line)"),
     "python3 /data/incoming/bundle-import.pyz serve /data/incoming/train.tar.parts.json --listen 0.0.0.0:5000 "
     "--tls-self-signed /data/serve-tls --tls-name gpu-gw --print-node-config":
         skip("needs the example's bundle; tests/test_serve_tls.py prints and checks the node configuration, "

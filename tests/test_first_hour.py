@@ -161,8 +161,8 @@ def test_every_reader_of_a_reference_takes_the_one_split(ref: str, split: tuple,
     from importer.format.reference import DOCKER_HUB, split_host_path, split_reference
     from importer.format.refs import split_ref
     from importer.registry.client import map_ref, parse_target
-    from importer.registry.nodeconfig import upstreams_of
-    from importer.registry.serve import repository_of as served_as
+    from importer.serve.nodeconfig import upstreams_of
+    from importer.serve.serve import repository_of as served_as
     from importer.verify.cosign import repository_of
 
     assert split_reference(ref) == split_ref(ref) == split

@@ -252,7 +252,7 @@ def test_push_over_tls_with_an_htpasswd_login(bundle: Path, tmp_path: Path) -> N
     """Debian's docker-registry serving HTTPS (a CA made by serve's --tls-self-signed code) with bcrypt
     htpasswd: the push speaks TLS, is refused without the right password, and what it wrote reads back
     through a client that checks the certificate against the CA."""
-    from importer.registry.selfsigned import make_self_signed
+    from importer.serve.selfsigned import make_self_signed
 
     engines.require("docker-registry")
     made = make_self_signed(str(tmp_path / "tls"), ["localhost", "127.0.0.1"])

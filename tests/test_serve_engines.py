@@ -253,7 +253,7 @@ def test_tls_with_htpasswd_pulls_by_docker_ctrstore_containerd_and_podman_throug
     (``docker.io/carry/app:2`` resolved through the mirror, CA checked) and podman with the generated
     registries.conf and the CA (``--cert-dir``) pull over TLS with a login; without it, or with a
     wrong password, nothing is pulled; the password is in no log."""
-    from importer.registry.htpasswd import pbkdf2_line
+    from importer.serve.htpasswd import pbkdf2_line
 
     app = bundle_doc(made)["images"][1]
     tls, port, password = tmp_path / "tls", _free_port(), "clu5ter-pw"

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from importer.registry import htpasswd
-from importer.registry.htpasswd import Htpasswd, HtpasswdError, pbkdf2_line
-from importer.registry.selfsigned import make_self_signed
-from importer.registry.servelimits import LOGIN_FAILURES_BURST, LOGIN_FAILURES_PER_SECOND
+from importer.serve import htpasswd
+from importer.serve.htpasswd import Htpasswd, HtpasswdError, pbkdf2_line
+from importer.serve.selfsigned import make_self_signed
+from importer.serve.servelimits import LOGIN_FAILURES_BURST, LOGIN_FAILURES_PER_SECOND
 from tests.kit.clijson import validate
 from tests.kit.helpers import run_cli
 from tests.kit.servekit import (

@@ -1,5 +1,5 @@
 """``bundle-import serve BUNDLE [--listen ADDR:PORT]``: verify the bundle, then serve it read-only
-as an OCI distribution API (importer/registry/serve.py) until SIGINT/SIGTERM; docs/transfer.md."""
+as an OCI distribution API (importer/serve/serve.py) until SIGINT/SIGTERM; docs/transfer.md."""
 
 from __future__ import annotations
 
@@ -15,15 +15,6 @@ from importer.format.manifest import LayerRecord
 from importer.format.text import printable
 from importer.input.archive import locate
 from importer.input.opened import OpenedBundle, open_bundle
-from importer.registry.serve import DEFAULT_LISTEN, Catalog, damaged_error, serve_forever, stderr_log
-from importer.registry.servelimits import (
-    CLIENT_SHARE,
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS,
-    checked_limits,
-    default_per_client,
-)
-from importer.registry.servetls import GuardedRegistry
 from importer.registry.transcode import (
     ZSTD_READERS,
     new_workdir,
@@ -33,6 +24,15 @@ from importer.registry.transcode import (
     transcode,
     zstd_warning,
 )
+from importer.serve.serve import DEFAULT_LISTEN, Catalog, damaged_error, serve_forever, stderr_log
+from importer.serve.servelimits import (
+    CLIENT_SHARE,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    checked_limits,
+    default_per_client,
+)
+from importer.serve.servetls import GuardedRegistry
 from importer.streams.progress import stderr_progress
 from importer.streams.signals import stop_error, stop_on_signals
 from importer.verify.cosign import images_signed

@@ -1,6 +1,6 @@
 """The TLS, auth and node-config options of ``bundle-import serve`` (importer/cli/serve.py): their
 parsing, the server's TLS context and users, the start lines that say where each node puts the CA
-and what to pull, and ``--print-node-config`` (importer/registry/nodeconfig.py)."""
+and what to pull, and ``--print-node-config`` (importer/serve/nodeconfig.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from typing import Any, Dict, List, Optional
 from importer.errors import UsageError
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
-from importer.registry.htpasswd import Htpasswd
-from importer.registry.nodeconfig import CONTAINERD_DIR, DOCKER_DIR, PODMAN_DIR, node_config
-from importer.registry.selfsigned import make_self_signed
-from importer.registry.serve import parse_listen
-from importer.registry.servetls import ServeTLSError, server_context, tls_names_default
+from importer.serve.htpasswd import Htpasswd
+from importer.serve.nodeconfig import CONTAINERD_DIR, DOCKER_DIR, PODMAN_DIR, node_config
+from importer.serve.selfsigned import make_self_signed
+from importer.serve.serve import parse_listen
+from importer.serve.servetls import ServeTLSError, server_context, tls_names_default
 
 
 def add_options(p: argparse.ArgumentParser) -> None:

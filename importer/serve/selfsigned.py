@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import List, Sequence
 
-from importer.registry.servetls import ServeTLSError
+from importer.serve.servetls import ServeTLSError
 
 CA_DAYS = 3650
 SERVER_DAYS = 825

@@ -22,7 +22,7 @@ Every check that hashes does the same work, whoever the user is: the PBKDF2 roun
 ``$pbkdf2-sha256$`` line of the file (a user with fewer rounds, an ``{SSHA}`` user and an unknown
 user make them up on a random salt) and one SHA-1 when the file has an ``{SSHA}`` line, so the
 time to refuse tells nothing about which users exist or which kind of hash they have. A client
-address has a budget of refused logins (importer/registry/servelimits.py ``LoginFailures``);
+address has a budget of refused logins (importer/serve/servelimits.py ``LoginFailures``);
 past it, a login that would need a hash is answered at once, without one (429), so a flood of
 wrong passwords costs no more hashing than the budget allows."""
 
@@ -39,7 +39,7 @@ import unicodedata
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 from importer.errors import UsageError
-from importer.registry.servelimits import LoginFailures
+from importer.serve.servelimits import LoginFailures
 
 MAX_FILE = 1024 * 1024
 MAX_ROUNDS = 10_000_000

@@ -1,8 +1,8 @@
 """``bundle-import serve`` over TLS, with optional Basic auth: the listener around
-importer/registry/serve.py's server.
+importer/serve/serve.py's server.
 
 - ``--tls-cert/--tls-key`` (PEM) or ``--tls-self-signed DIR`` (a CA and a server certificate made
-  with the host's ``openssl`` command: importer/registry/selfsigned.py) give an
+  with the host's ``openssl`` command: importer/serve/selfsigned.py) give an
   :class:`ssl.SSLContext`; the handshake runs in the connection's own thread against a deadline
   (the connection's ``--idle-timeout``, at most HANDSHAKE_TIMEOUT after the accept, however its
   bytes trickle in), so an idle or slow client never holds the accept loop or another client.
@@ -11,7 +11,7 @@ importer/registry/serve.py's server.
   say "server gave HTTP response to HTTPS client"), plain HTTP on a TLS listener with a plain 400
   saying to use https; a failed handshake (``ssl.SSLError``: often a client that does not trust
   the CA) is logged with what to do.
-- ``--htpasswd FILE`` (importer/registry/htpasswd.py): every request but a refused write needs a
+- ``--htpasswd FILE`` (importer/serve/htpasswd.py): every request but a refused write needs a
   known user; 401 ``UNAUTHORIZED`` with ``WWW-Authenticate: Basic realm=...`` otherwise, 429
   ``TOOMANYREQUESTS`` with ``Retry-After`` (and no hash run) for a client address past its budget
   of refused logins. Credentials are never logged (the access line has the method, path, status
@@ -29,9 +29,9 @@ from typing import Any, Callable, Optional, Tuple
 from importer.errors import UsageError
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
-from importer.registry.htpasswd import REALM, Htpasswd
-from importer.registry.serve import BundleRegistry, Catalog, _Handler
-from importer.registry.servelimits import Limits, client_key
+from importer.serve.htpasswd import REALM, Htpasswd
+from importer.serve.serve import BundleRegistry, Catalog, _Handler
+from importer.serve.servelimits import Limits, client_key
 
 HANDSHAKE_TIMEOUT = 10.0  # at most this many seconds from the accept to a finished TLS handshake
 DRAIN = 16 * 1024

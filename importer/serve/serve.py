@@ -38,8 +38,8 @@ from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
 from importer.format.reference import engine_host, split_host_path, split_reference, valid_path, valid_tag
 from importer.format.text import printable
 from importer.input.opened import OpenedBundle
-from importer.registry.serve_artifacts import REFERRERS_RE, ServedArtifacts
-from importer.registry.servelimits import (
+from importer.serve.serve_artifacts import REFERRERS_RE, ServedArtifacts
+from importer.serve.servelimits import (
     CLIENT_FULL,
     MAX_REQUEST_LINE,
     SERVE,
@@ -305,7 +305,7 @@ class BundleRegistry(ThreadingHTTPServer):
             self.shutdown_request(request)
 
     def open_connection(self, request: Any, client_address: Any, deadline: float) -> Any:
-        """The connection to answer HTTP on, in the connection's own thread (importer/registry/servetls.py:
+        """The connection to answer HTTP on, in the connection's own thread (importer/serve/servetls.py:
         the TLS handshake, the wrong-protocol checks); None: it was closed there. ``deadline``: when the
         first request head is due (``time.monotonic()``)."""
         return request

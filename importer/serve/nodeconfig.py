@@ -3,7 +3,7 @@ the bundle's images from the served bundle (or a site registry, ``--node-registr
 original names, so a manifest that says ``nvcr.io/nvidia/app:1`` resolves on an offline node
 without rewriting it.
 
-The mirror answers the original repository path (serve's rule, importer/registry/serve.py: the
+The mirror answers the original repository path (serve's rule, importer/serve/serve.py: the
 registry host left out; ``docker.io/library/app`` is ``library/app``), which is what the engines ask
 a mirror for:
 
