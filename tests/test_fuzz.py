@@ -197,3 +197,25 @@ def _fuzz(pristine: Path, tmp_path: Path, targets: tuple[str, ...], seconds: flo
           + (f", --require-signed {dict(sorted(policy.items()))}" if policy else ""))
     assert not defects, "\n".join(defects[:20])
     assert exits[0] < n, "every mutated bundle was accepted: the mutations changed nothing"
+
+
+def test_index_entries_of_odd_types_beside_the_artifacts_are_typed_errors(pristine_signed: Path,
+                                                                          tmp_path: Path) -> None:
+    """Case 379 of the fixed-seed run: index.json entries whose ref.name or digest is a list
+    (re-pinned) ended in error[internal] (unhashable type) in the artifacts' layout check."""
+    import json
+    import shutil
+
+    from tests.kit.fuzzkit import repin_file
+    from tests.kit.helpers import run_pyz
+
+    for odd in ({"annotations": {"org.opencontainers.image.ref.name": ["a"]}}, {"digest": ["sha256:" + "0" * 64]}):
+        b = tmp_path / f"b{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(pristine_signed, b)
+        index = json.loads((b / "index.json").read_text())
+        index["manifests"].append({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                   "digest": "sha256:" + "1" * 64, "size": 2, **odd})
+        (b / "index.json").write_text(json.dumps(index))
+        repin_file(b, "index.json")
+        proc = run_pyz(b, "--verify-only")
+        assert proc.returncode in (3, 4) and "error[internal]" not in proc.stderr, proc.stderr

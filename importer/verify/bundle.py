@@ -496,14 +496,16 @@ def _check_artifact_entries(manifest: BundleManifest, entries: List[Any], add: C
     for e in entries:
         if not isinstance(e, dict):
             continue
-        name = e["annotations"].get(REF_NAME_ANNOTATION) if isinstance(e.get("annotations"), dict) else None
-        if name in present:
-            present[name].append(e.get("digest"))
-            if e.get("digest") not in derived[name]:
+        raw_name = e["annotations"].get(REF_NAME_ANNOTATION) if isinstance(e.get("annotations"), dict) else None
+        name = raw_name if isinstance(raw_name, str) else None  # another type: the descriptor check reports it
+        digest = e.get("digest") if isinstance(e.get("digest"), str) else None
+        if name is not None and name in present:
+            present[name].append(digest)
+            if digest not in derived[name]:
                 add(Problem("invalid-layout", "index.json", f"expected ref.name {str(name)[:100]!r} on the "
                             f"manifest of an artifact derived so ({', '.join(sorted(derived[name]))}), found "
                             f"{str(e.get('digest'))[:80]!r}"))
-        pairs = expected.get(str(e.get("digest")))
+        pairs = expected.get(digest) if digest is not None else None
         if not pairs:
             continue
         desc = pairs[0][0]
