@@ -513,16 +513,17 @@ def _node_config(made: dict[str, Path], tls: Path) -> subprocess.CompletedProces
 
 
 def test_a_self_signed_folder_open_to_other_users_is_refused(made: dict[str, Path], tmp_path: Path) -> None:
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o775)  # group may write: anyone in it may put a CA of theirs before the nodes
-    doc = _refused(_node_config(made, shared), "serve-tls-unsafe", str(shared), "group or others may write", "0775")
-    assert f"chmod go-w {shared}" in doc["error"]["hint"]
-    assert not list(shared.iterdir())  # refused before anything was made
+    group_dir = tmp_path / "group_dir"
+    group_dir.mkdir()
+    group_dir.chmod(0o775)  # group may write: anyone in it may put a CA of theirs before the nodes
+    doc = _refused(_node_config(made, group_dir), "serve-tls-unsafe", str(group_dir), "group or others may write",
+                   "0775")
+    assert f"chmod go-w {group_dir}" in doc["error"]["hint"]
+    assert not list(group_dir.iterdir())  # refused before anything was made
     plain = run_cli("importer", "serve", str(made["folder"]), "--listen", "127.0.0.1:0", "--tls-self-signed",
-                    str(shared), prefix=("timeout", "120"), timeout=300)
+                    str(group_dir), prefix=("timeout", "120"), timeout=300)
     assert plain.returncode == 2 and plain.stdout == "" and "Traceback" not in plain.stderr, plain.stderr
-    assert plain.stderr.startswith(f"error[serve-tls-unsafe]: using --tls-self-signed {shared}: expected it private")
+    assert plain.stderr.startswith(f"error[serve-tls-unsafe]: using --tls-self-signed {group_dir}: expected it private")
     assert "\nhint: chmod go-w" in plain.stderr
 
     mine = tmp_path / "mine"
