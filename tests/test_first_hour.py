@@ -227,6 +227,21 @@ def test_a_registry_host_splits_into_address_and_port_in_one_place(host: str, sp
     assert split_host_port(host) == split
 
 
+@pytest.mark.parametrize("text", ["alpine:3", "docker.io/alpine:3", "index.docker.io/alpine:3",
+                                  "registry-1.docker.io/alpine:3", "library/alpine:3",
+                                  "docker.io/library/alpine:3"])
+def test_every_spelling_of_an_official_image_asks_docker_hub_for_its_library_path(text: str) -> None:
+    """``docker://docker.io/alpine`` named Docker Hub's host but asked it for ``alpine``, which Hub
+    answers with 401/404: Docker folds every spelling into ``library/alpine``, and so does the source."""
+    from bundle.sources.registry import parse_registry_ref
+    from importer.format.reference import DOCKER_HUB_API
+    ref = parse_registry_ref(text)
+    assert (ref.host, ref.repo, ref.tag) == (DOCKER_HUB_API, "library/alpine", "3")
+    assert ref.name == "alpine:3"
+    team = parse_registry_ref("docker.io/team/app:1")
+    assert (team.host, team.repo, team.name) == (DOCKER_HUB_API, "team/app", "team/app:1")
+
+
 def test_a_bad_registry_reference_names_the_part_that_is_wrong() -> None:
     from bundle.sources.registry import parse_registry_ref
     for text, part in [("reg.example/x@sha256:12", "expected a digest"), ("reg.example/X:1", "expected a repository"),

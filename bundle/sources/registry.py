@@ -86,8 +86,9 @@ def parse_registry_ref(text: str) -> RegistryRef:
     host_name, repo = split_host_path(name)
     if not host_name:
         host_name, repo = DOCKER_HUB_API, official_path(name)
-    if is_docker_hub(host_name):  # what a reference calls Docker Hub is asked at its API host
-        host_name = DOCKER_HUB_API
+    if is_docker_hub(host_name):  # what a reference calls Docker Hub is asked at its API host, where
+        # an official image's path has its library/ (docker.io/alpine is Docker Hub's library/alpine)
+        host_name, repo = DOCKER_HUB_API, official_path(repo)
     if not valid_path(repo):
         raise InvalidReference(f"reading {where}: expected a repository of lowercase path components, found {repo!r}",
                                hint="write it as docker://HOST[:PORT]/REPO:TAG or docker://HOST[:PORT]/REPO@sha256:...")
