@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from importer.cli.output import emit, success
-from importer.serve.selfsigned import CA_DAYS, SERVER_DAYS, san_of
+from importer.serve.selfsigned import CA_DAYS, SERVER_DAYS, check_private, san_of
 from importer.serve.servetls import ServeTLSError
 
 
@@ -108,8 +108,9 @@ def cmd_tls_cert(args: argparse.Namespace) -> int:
     names = list(dict.fromkeys(args.name))
     san_of(names)  # a bad name: refused before anything is written
     folder = os.path.abspath(args.folder)
+    check_private(folder, "bundle tls-cert")  # it keeps the CA key the nodes trust, as --tls-self-signed's
     try:
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
     except OSError as e:
         raise ServeTLSError(f"writing {folder}: expected a folder this user can write, found {e.strerror or e}",
                             hint="pick another DIR") from e

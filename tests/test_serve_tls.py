@@ -300,6 +300,33 @@ def test_bundle_tls_cert_makes_a_pair_serve_uses_without_openssl(made: dict[str,
     assert not (tmp_path / "other").exists()
 
 
+def test_bundle_tls_cert_refuses_a_folder_others_may_write_or_a_ca_key_others_may_read(tmp_path: Path) -> None:
+    """`bundle tls-cert DIR` keeps the CA key the nodes trust in DIR, as `serve --tls-self-signed DIR`
+    does, so it holds DIR to the same rule: a folder group or others may write (anyone there could
+    plant a CA) or a ca.key others may read is refused with the fix, before anything is written; a
+    folder it makes is private (0700)."""
+    from tests.kit.helpers import run_cli
+
+    group_dir = tmp_path / "group_dir"
+    group_dir.mkdir()
+    group_dir.chmod(0o775)
+    bad = run_cli("bundle", "tls-cert", str(group_dir), "--name", "gpu-gw", "--json")
+    doc = json.loads(bad.stdout)
+    assert bad.returncode == 2 and doc["error"]["id"] == "serve-tls-unsafe", bad
+    assert f"using bundle tls-cert {group_dir}: expected it private" in doc["error"]["message"]
+    assert f"chmod go-w {group_dir}" in doc["error"]["hint"]
+    assert not list(group_dir.iterdir())  # refused before anything was made
+    mine = tmp_path / "mine"
+    made = run_cli("bundle", "tls-cert", str(mine), "--name", "gpu-gw", "--json")
+    assert made.returncode == 0, made.stderr
+    assert mine.stat().st_mode & 0o777 == 0o700
+    (mine / "ca.key").chmod(0o644)
+    leaked = run_cli("bundle", "tls-cert", str(mine), "--name", "gpu-gw", "--json")
+    doc = json.loads(leaked.stdout)
+    assert leaked.returncode == 2 and doc["error"]["id"] == "serve-tls-unsafe"
+    assert "group or others may read or write" in doc["error"]["message"] and "chmod 600" in doc["error"]["hint"]
+
+
 # ============================== issue 38, class 4: shared fairly (TLS deadlines, logins, the CA folder)
 
 

@@ -110,30 +110,31 @@ def _make_server(openssl: str, tmp: str, ca_dir: str, names: Sequence[str]) -> N
          "signing the server certificate of --tls-self-signed")
 
 
-def _refuse(path: str, found: str, fix: str) -> ServeTLSUnsafe:
-    return ServeTLSUnsafe(f"using --tls-self-signed {path}: expected it private to this user (uid {os.geteuid()}), "
+def _refuse(using: str, path: str, found: str, fix: str) -> ServeTLSUnsafe:
+    return ServeTLSUnsafe(f"using {using} {path}: expected it private to this user (uid {os.geteuid()}), "
                           f"found {found}", hint=f"{fix}, or pick a folder of your own (it keeps the CA the nodes "
                           "trust; docs/security.md)")
 
 
-def check_private(folder: str) -> None:
+def check_private(folder: str, using: str = "--tls-self-signed") -> None:
     """ServeTLSUnsafe when ``folder`` or its CA files are open to other users (module docstring);
-    nothing when ``folder`` does not exist yet (it is made by this user)."""
+    nothing when ``folder`` does not exist yet (it is made by this user). ``using`` names the folder's
+    option in the messages (``--tls-self-signed``, ``bundle tls-cert``)."""
     me = os.geteuid()
     try:
         st = os.stat(folder)  # a link to a folder: the folder it names is judged
     except FileNotFoundError:
         return
     except OSError as e:
-        raise ServeTLSError(f"reading --tls-self-signed {folder}: expected a folder this user can read, found "
+        raise ServeTLSError(f"reading {using} {folder}: expected a folder this user can read, found "
                             f"{e.strerror or e}", hint="pick another folder (it keeps the CA for later runs)") from e
     if not stat.S_ISDIR(st.st_mode):
-        raise ServeTLSError(f"reading --tls-self-signed {folder}: expected a folder, found another kind of file",
+        raise ServeTLSError(f"reading {using} {folder}: expected a folder, found another kind of file",
                             hint="pick a folder (it keeps the CA for later runs)")
     if st.st_uid != me:
-        raise _refuse(folder, f"a folder owned by uid {st.st_uid}", f"chown {me} {folder}")
+        raise _refuse(using, folder, f"a folder owned by uid {st.st_uid}", f"chown {me} {folder}")
     if st.st_mode & 0o022:
-        raise _refuse(folder, f"a folder group or others may write (mode {stat.S_IMODE(st.st_mode):04o})",
+        raise _refuse(using, folder, f"a folder group or others may write (mode {stat.S_IMODE(st.st_mode):04o})",
                       f"chmod go-w {folder}")
     for name, open_bits, what in (("ca.key", 0o077, "read or write"), ("ca.crt", 0o022, "write")):
         path = os.path.join(folder, name)
@@ -142,19 +143,19 @@ def check_private(folder: str) -> None:
         except FileNotFoundError:
             continue
         except OSError as e:
-            raise ServeTLSError(f"reading --tls-self-signed {path}: expected a readable file, found "
+            raise ServeTLSError(f"reading {using} {path}: expected a readable file, found "
                                 f"{e.strerror or e}", hint="fix its permissions or remove it") from e
         if not stat.S_ISREG(st.st_mode):
-            raise _refuse(path, "a link or another kind of file, not a regular file",
+            raise _refuse(using, path, "a link or another kind of file, not a regular file",
                           f"replace it with the file itself (or remove {path} and {os.path.join(folder, 'ca.crt')} "
                           "to make a new CA)")
         if st.st_uid != me:
-            raise _refuse(path, f"a file owned by uid {st.st_uid}", f"chown {me} {path}")
+            raise _refuse(using, path, f"a file owned by uid {st.st_uid}", f"chown {me} {path}")
         if st.st_mode & open_bits:
             fix = f"chmod 644 {path}" if name == "ca.crt" else (
                 f"chmod 600 {path} (others could read it: to be safe, remove ca.key and ca.crt for a new CA and "
                 "give the nodes the new ca.crt)" if st.st_mode & 0o044 else f"chmod 600 {path}")
-            raise _refuse(path, f"a file group or others may {what} (mode {stat.S_IMODE(st.st_mode):04o})", fix)
+            raise _refuse(using, path, f"a file group or others may {what} (mode {stat.S_IMODE(st.st_mode):04o})", fix)
 
 
 def make_self_signed(folder: str, names: Sequence[str]) -> SelfSigned:
