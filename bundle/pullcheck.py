@@ -27,6 +27,7 @@ from importer.cli.output import emit, failure, render_error, success
 from importer.errors import BundleError
 from importer.format.platform import Platform, host, of_dict, parse_platforms
 from importer.format.refs import normalize, split_domain, split_ref
+from importer.registry.access import RegistryAccess, access_from_args, add_access_arguments
 
 #: the pull check's failure reasons (schemas/cli/check.schema.json)
 REASONS = ("missing", "platform-missing", "wrong-driver-tag", "not-served")
@@ -207,12 +208,12 @@ class RegistryTargetCheck:
 
     kind = "registry"
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, access: Optional[RegistryAccess] = None) -> None:
         from importer.registry.client import RegistryClient, parse_target
 
         self.target = parse_target(text)
         self.location = text
-        self.client = RegistryClient(self.target)
+        self.client = RegistryClient(self.target, access=access)  # logins and CAs as every registry command
         self.client.ping()  # HTTPS, or plain HTTP where allowed (loopback); the API version
 
     def lookup(self, repo: str, reference: str, platform: Optional[Platform]) -> Optional[Found]:
@@ -333,22 +334,23 @@ def add_check_command(sub: Any) -> argparse.ArgumentParser:
     c.add_argument("--platform", action="append", default=[], metavar="OS/ARCH[/VARIANT]",
                    help="the nodes' platforms without --have (default: this host's)")
     add_pause_option(c)
+    add_access_arguments(c, "--against REGISTRY: ")  # a mirror that wants a login or has a CA of its own
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.set_defaults(handler=cmd_check)
     return c
 
 
-def _target(text: str) -> Any:
+def _target(text: str, access: Optional[RegistryAccess]) -> Any:
     if os.path.exists(text) or text.startswith(("/", ".", "~")):
         return BundleTarget(text)
-    return RegistryTargetCheck(text)
+    return RegistryTargetCheck(text, access)
 
 
 def run_check(manifests: Sequence[str], against: str, have: Sequence[str], platforms: Sequence[str],
-              pause: Optional[str] = PAUSE_IMAGE) -> Dict[str, Any]:
+              pause: Optional[str] = PAUSE_IMAGE, access: Optional[RegistryAccess] = None) -> Dict[str, Any]:
     plan = manifest_plan(manifests, have, pause=pause)
     nodes = plan.nodes or [Node("(any node)", "", None, None, p) for p in parse_platforms(platforms or [str(host())])]
-    target = _target(against)
+    target = _target(against, access)
     verdicts: List[Verdict] = []
     for ref, image in plan.found.images.items():
         origins = [o.text() for o in image.origins]
@@ -364,7 +366,8 @@ def run_check(manifests: Sequence[str], against: str, have: Sequence[str], platf
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    report = run_check(args.manifests, args.against, args.have, args.platform, args.pause_image)
+    report = run_check(args.manifests, args.against, args.have, args.platform, args.pause_image,
+                       access=access_from_args(args))
     bad = [v for v in report["checked"] if not v["ok"]]
     if not bad:
         if args.json:

@@ -21,6 +21,8 @@ from importer.inventory.nodefacts import kernel_flavour
 from tests.kit import engines
 from tests.kit.clijson import failed, ok, validate
 from tests.kit.engines import Registry
+from tests.kit.fixtures import AUTH_USER
+from tests.kit.fixtures import auth_registry as auth_registry  # the fixture, one per module
 from tests.kit.helpers import run_cli
 from tests.kit.layoutgen import named_indexes_layout
 
@@ -152,6 +154,29 @@ def test_against_the_registry_the_nodes_pull_from(made: dict[str, str], registry
     assert proc.returncode == 8 and proc.stderr.startswith("error[pull-check-failed]: checking what the nodes will "
                                                            "pull"), proc.stderr
     assert "ghcr.io/example/web:2.1.0 on gpu-b (linux/arm64/v8): platform-missing" in proc.stderr
+
+
+def test_against_a_registry_that_wants_a_login(made: dict[str, str], auth_registry: Registry, tmp_path: Path) -> None:
+    """The registry side takes the logins and CA options of every registry command: with
+    --username/--password-stdin it checks as against an open one; without a login it fails on the
+    login (registry-auth, exit 6), never by calling every image missing; the password is never printed."""
+    empty = tmp_path / "no-config"
+    empty.mkdir()
+    env = {"DOCKER_CONFIG": str(empty)}
+    user, password = AUTH_USER
+    pushed = run_cli("bundle", "push", made["good"], auth_registry.addr, "--username", user, "--password-stdin",
+                     "--json", input=password + "\n", env=env)
+    assert pushed.returncode == 0, pushed.stderr
+    args = ("bundle", "check", "--manifests", made["manifests"], "--against", auth_registry.addr, "--have", made["a"],
+            "--have", made["b"], "--json")
+    good = run_cli(*args, "--username", user, "--password-stdin", input=password + "\n", env=env)
+    assert good.returncode == 0, good.stdout + good.stderr
+    doc = json.loads(good.stdout)
+    assert doc["failures"] == 0 and doc["against"]["kind"] == "registry"
+    anon = run_cli(*args, env=env)
+    assert anon.returncode == 6 and json.loads(anon.stdout)["error"]["id"] == "registry-auth", anon.stdout
+    for proc in (good, anon):
+        assert password not in proc.stdout + proc.stderr
 
 
 def test_export_everything_then_nothing_is_missing(made: dict[str, str], registry: Registry, tmp_path: Path) -> None:
