@@ -76,6 +76,7 @@ LAYERS: List[Set[str]] = [
     {"__init__", "errors"},
     {"format"},
     {"streams"},
+    {"engines"},
     {"input"},
     {"verify"},
     {"sinks", "registry", "serve", "transfer", "receipts"},
@@ -381,6 +382,92 @@ def test_no_proxy_objects_stand_in_for_a_sink() -> None:
     found = [f"{p.relative_to(REPO)}:{n}" for p in IMPORTER_FILES
              for n, line in enumerate(p.read_text().splitlines(), 1) if "def __getattr__" in line]
     assert found == []
+
+
+# Issue 41 point 2: the engine clients (Docker's API and CLI, ctr, podman) and the facts engines
+# report live in importer/engines/. Nothing under sinks/ talks to an engine itself (a socket, an HTTP
+# connection, a command line that starts with the engine's program, a ``...Client`` class), and no
+# module takes a client or an engine fact from importer.sinks (the exporter's sources included).
+SINKS = REPO / "importer" / "sinks"
+ENGINES = REPO / "importer" / "engines"
+ENGINE_PROGRAMS = {"docker", "ctr", "podman"}
+_TALKS = {"socket", "http.client"}
+
+
+def engine_talk(path: Path) -> List[str]:
+    """``line: what`` for every place ``path`` talks to an engine itself, as only a client may."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name in _TALKS]
+        elif isinstance(node, ast.ImportFrom) and node.module in _TALKS:
+            found.append(f"{node.lineno}: from {node.module}")
+        elif isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant) \
+                and node.elts[0].value in ENGINE_PROGRAMS:
+            found.append(f"{node.lineno}: [{node.elts[0].value!r}, ...]")
+        elif isinstance(node, ast.ClassDef) and node.name.endswith("Client"):
+            found.append(f"{node.lineno}: class {node.name}")
+    return sorted(found, key=lambda x: int(x.split(":")[0]))
+
+
+def _engine_names() -> Set[str]:
+    """The modules of importer/engines/ and the top-level names they define."""
+    names = {p.stem for p in ENGINES.glob("*.py") if p.name != "__init__.py"}
+    for path in ENGINES.glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def clients_from_sinks(path: Path, engine_names: Set[str]) -> List[str]:
+    """``line: module.name`` for every engine client, engine module or engine fact ``path`` takes from
+    importer.sinks."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[:2] == ["importer", "sinks"]:
+            tail = node.module.split(".")[2:]
+            if tail and tail[0] in engine_names:
+                found.append(f"{node.lineno}: {node.module}")
+            found += [f"{node.lineno}: {node.module}.{a.name}" for a in node.names if a.name in engine_names]
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: {a.name}" for a in node.names
+                      if a.name.split(".")[:2] == ["importer", "sinks"] and a.name.split(".")[2:3] and
+                      a.name.split(".")[2] in engine_names]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(SINKS.glob("*.py")), ids=lambda p: p.name)
+def test_no_engine_client_under_sinks(path: Path) -> None:
+    assert engine_talk(path) == [], f"{path.relative_to(REPO)} talks to an engine itself: " \
+                                    "put that in a client under importer/engines/"
+
+
+def test_engine_clients_are_taken_from_engines() -> None:
+    names = _engine_names()
+    files = [*IMPORTER_FILES, *BUNDLE_FILES, *sorted((REPO / "tests").rglob("*.py")),
+             *sorted((REPO / "scripts").rglob("*.py"))]
+    found = [f"{p.relative_to(REPO)}:{use}" for p in files for use in clients_from_sinks(p, names)]
+    assert found == [], "engine clients and facts are imported from importer/engines/, not importer.sinks"
+
+
+def test_the_engine_guards_see_a_client_under_sinks(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("import socket\nfrom http.client import HTTPConnection\n"
+                     "class PodmanClient:\n    def argv(self):\n        return ['podman', '--root', self.root]\n"
+                     "def f(d):\n    return [*d, 'save']\n")
+    assert engine_talk(rogue) == ["1: import socket", "2: from http.client", "3: class PodmanClient",
+                                  "5: ['podman', ...]"]
+    source = tmp_path / "source.py"
+    source.write_text("from importer.sinks.dockerclient import DockerClient\n"
+                      "from importer.sinks import EngineImage, Sink\n"
+                      "from importer.sinks.ociarchive import copy_blob\nimport importer.sinks.ctrclient\n")
+    assert clients_from_sinks(source, _engine_names()) == [
+        "1: importer.sinks.dockerclient", "1: importer.sinks.dockerclient.DockerClient",
+        "2: importer.sinks.EngineImage", "4: importer.sinks.ctrclient"]
+    assert {"DockerClient", "CtrClient", "PodmanClient", "EngineImage", "EngineInfo", "dockerapi"} <= _engine_names()
 
 
 def test_only_docker_reads_a_tar_or_parts_in_place() -> None:

@@ -430,9 +430,9 @@ def test_inventory_writes_json_on_failure_as_the_docs_say(tmp_path: Path) -> Non
 
 def test_the_import_table_gives_the_whole_reason_of_a_mismatch(tmp_path: Path) -> None:
     """The table had no room for the reason at all: each row that did not match gets a details line, whole."""
+    from importer.engines import EngineImage
     from importer.input.opened import open_bundle
     from importer.pipeline.postload import check_image, render_table
-    from importer.sinks import EngineImage
     from tests.kit.bundlegen import make_bundle
 
     image = open_bundle(str(make_bundle(tmp_path / "b"))).manifest().images[0]

@@ -1,4 +1,4 @@
-"""The Docker Engine API transport (importer/sinks/dockerapi.py) against the real private dockerd:
+"""The Docker Engine API transport (importer/engines/dockerapi.py) against the real private dockerd:
 the bulk streams go over the socket, the CLI path stays equivalent, and daemon errors and cut
 streams surface as clear errors with nothing loaded."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from importer.engines.dockerapi import TRANSPORT_ENV, ApiLoad, _ChunkedBody, api_errors, api_save, socket_path
 from importer.errors import CommandFailed
 from importer.sinks.docker import DockerSink
-from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad, _ChunkedBody, api_errors, api_save, socket_path
 from tests.kit.bundlegen import make_bundle
 from tests.kit.helpers import docker, image_facts, image_ids, run_cli
 

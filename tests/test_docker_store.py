@@ -26,8 +26,8 @@ from bundle.sources.docker_store import (
     StoreMismatch,
     chain_ids,
 )
+from importer.engines.dockerclient import DockerClient
 from importer.format.digest import Digest
-from importer.sinks.dockerclient import DockerClient
 from tests.kit import engines
 from tests.kit.clijson import validate
 from tests.kit.helpers import docker, forget, run_cli

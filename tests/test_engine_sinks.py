@@ -15,6 +15,10 @@ from typing import Any
 
 import pytest
 
+from importer.engines import EngineImage, EngineInfo
+from importer.engines.ctrclient import parse_image_rows, server_version
+from importer.engines.dockerclient import engine_image_from_inspect, image_store_of
+from importer.engines.podmanclient import engine_image_from_podman
 from importer.errors import EngineNotChosen, EngineUnavailable, InventoryDamaged, ManifestError, UsageError
 from importer.format.identity import (
     chain_ids,
@@ -29,13 +33,9 @@ from importer.format.refs import familiar, normalize
 from importer.input.tarscan import hash_member, scan_tar
 from importer.inventory.engine import build_inventory, checksum, held_diff_ids, load_inventory
 from importer.pipeline.postload import check_image
-from importer.sinks import EngineImage, EngineInfo
 from importer.sinks.choose import EngineOptions, choose_sink
 from importer.sinks.containerd import parse_check_rows, snapshotter_status
-from importer.sinks.ctrclient import parse_image_rows, server_version
-from importer.sinks.dockerclient import engine_image_from_inspect, image_store_of
 from importer.sinks.ociarchive import index_document
-from importer.sinks.podman import engine_image_from_podman
 from importer.verify.bundle import verify_bundle
 from importer.verify.deep import compare, export_refused
 from tests.kit.engines import require

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from importer.engines.dockerapi import TRANSPORT_ENV, ApiLoad
 from importer.errors import DiffIDMismatch
 from importer.input.opened import open_bundle
 from importer.sinks.docker import DockerSink
-from importer.sinks.dockerapi import TRANSPORT_ENV, ApiLoad
 from tests.kit.bundlegen import BIG_REFS, big_bundle, bomb_bundle, lying_bundle, make_bundle
 from tests.kit.engines import DOCKER_STORES
 from tests.kit.fuzzkit import flip_byte

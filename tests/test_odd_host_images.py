@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from importer.sinks import EngineImage, inspect_each
+from importer.engines import EngineImage, inspect_each
 from tests.kit import engines, imagegen
 from tests.kit.engine_stores import ctr
 from tests.kit.helpers import docker, run_cli, run_pyz
@@ -118,7 +118,7 @@ def test_a_failed_batch_is_asked_one_image_at_a_time_and_the_vanished_one_left_o
                            for i, n in enumerate(names)] + ["not an image"]).encode()
 
     def describe(doc: object) -> EngineImage:
-        from importer.sinks.dockerclient import engine_image_from_inspect
+        from importer.engines.dockerclient import engine_image_from_inspect
         return engine_image_from_inspect(doc)
 
     images = inspect_each(ids, inspect, describe)

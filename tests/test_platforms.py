@@ -176,8 +176,8 @@ def test_the_host_platform_of_a_two_platform_index_imports_into_docker(docker_ho
 # --- the offline host's platform, from its inventory (1.2)
 
 def _inventory(tmp_path: Path, name: str, platform: dict | None, diff_id: str = "sha256:" + "1" * 64) -> str:
+    from importer.engines import EngineImage, EngineInfo
     from importer.inventory.engine import build_inventory, checksum
-    from importer.sinks import EngineImage, EngineInfo
 
     engine = EngineInfo("containerd", "1.7", "overlayfs", "containerd", "/run/containerd/containerd.sock")
     doc = build_inventory(engine, [EngineImage("sha256:" + "a" * 64, [diff_id], ["x:1"])])

@@ -604,14 +604,14 @@ class FakeSink(SinkBase):
     kind = "docker"
 
     def __init__(self, data_root: str) -> None:
-        from importer.sinks import EngineImage
+        from importer.engines import EngineImage
 
         self._image = EngineImage
         self.data_root = data_root
         self.names: Dict[str, Any] = {}
 
     def probe(self) -> Any:
-        from importer.sinks import EngineInfo
+        from importer.engines import EngineInfo
 
         return EngineInfo("docker", "26.1.5", "overlay2", "classic", "unix:///run/sneakernet-test-fake.sock",
                           data_root=self.data_root, extra={"containerdSnapshotter": False})
@@ -692,9 +692,9 @@ def test_receipt_of_an_unreadable_manifest(written_bundle: Path) -> None:
 
 
 def test_receipt_of_a_post_load_mismatch_and_missing_image() -> None:
+    from importer.engines import EngineImage, EngineInfo
     from importer.pipeline.postload import check_image
     from importer.receipts.receipt import build_import_receipt
-    from importer.sinks import EngineImage, EngineInfo
 
     model = load_bundle_manifest((GOLDEN / "valid" / "two-images-sharing-a-layer.json").read_bytes())
     first, second = model.images

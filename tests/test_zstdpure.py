@@ -204,8 +204,8 @@ def test_a_damaged_layer_is_decompress_failed_with_the_pure_fallback(only_the_pu
 def _inventory_file(tmp_path: Path, decoders: Any, name: str, engine_kind: str = "docker",
                     engine_version: str = "26.1.5") -> str:
     """An inventory whose host has ``decoders``; its engine reads zstd unless told otherwise."""
+    from importer.engines import EngineImage, EngineInfo
     from importer.inventory.engine import build_inventory, checksum
-    from importer.sinks import EngineImage, EngineInfo
 
     engine = EngineInfo(engine_kind, engine_version, "overlay2", "classic", "unix:///var/run/docker.sock")
     doc = build_inventory(engine, [EngineImage("sha256:" + "a" * 64, ["sha256:" + "1" * 64], ["x:1"])])

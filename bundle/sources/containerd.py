@@ -15,12 +15,12 @@ from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from bundle.sources.records import Descriptor
+from importer.engines.ctrclient import CtrClient
 from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.format.digest import Digest
 from importer.format.manifest import LayerRecord
 from importer.format.refs import familiar, normalize
 from importer.inventory.have import HaveLayers
-from importer.sinks.ctrclient import CtrClient
 from importer.streams.commands import command_stdout
 
 

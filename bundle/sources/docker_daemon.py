@@ -52,6 +52,8 @@ from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from bundle.sources.readahead import ReadAhead
 from bundle.sources.records import Descriptor, as_object, json_object, list_of, load_json
 from bundle.sources.tarstream import TarStream
+from importer.engines.dockerapi import api_save, socket_path
+from importer.engines.dockerclient import DockerClient
 from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceError, UsageError
 from importer.format.digest import CHUNK, Digest, Readable
 from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, read_limited
@@ -60,8 +62,6 @@ from importer.format.mediatypes import OCI_LAYER_TAR
 from importer.format.platform import host
 from importer.format.refs import familiar, normalize
 from importer.inventory.have import HaveLayers
-from importer.sinks.dockerapi import api_save, socket_path
-from importer.sinks.dockerclient import DockerClient
 from importer.streams.commands import command_stdout, run
 from importer.streams.readers import PrefixedReader
 

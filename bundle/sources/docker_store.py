@@ -44,6 +44,9 @@ from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, order_refs, platform_of
 from bundle.sources.blobcopy import ProgressFn, read_layers
 from bundle.sources.records import as_object, load_json
+from importer.engines import EngineImage
+from importer.engines.dockerapi import api_call, api_failed, socket_path
+from importer.engines.dockerclient import DockerClient
 from importer.errors import BundleError, SourceError
 from importer.format.digest import CHUNK, Digest, Readable, is_digest
 from importer.format.limits import MAX_CONFIG
@@ -52,9 +55,6 @@ from importer.format.mediatypes import OCI_LAYER_TAR
 from importer.format.refs import familiar, normalize, split_ref
 from importer.input.cudascan import CudaScan
 from importer.inventory.have import HaveLayers
-from importer.sinks import EngineImage
-from importer.sinks.dockerapi import api_call, api_failed, socket_path
-from importer.sinks.dockerclient import DockerClient
 from importer.streams.commands import run
 
 #: ``bundle export --docker-read``: auto (the store where this host can read it, else ``docker save``),

@@ -31,6 +31,7 @@ import json
 from typing import Any, Dict, List, Optional
 
 from importer import __version__
+from importer.engines import EngineImage, EngineInfo
 from importer.errors import InventoryDamaged, ManifestError, UsageError
 from importer.format.digest import is_digest
 from importer.format.limits import parse_json
@@ -38,7 +39,7 @@ from importer.format.platform import Platform, host, of_dict, to_dict
 from importer.inventory import gpuhost
 from importer.inventory.nodefacts import env_os_release, node_facts
 from importer.receipts.receipt import host_facts, now_utc
-from importer.sinks import EngineImage, EngineInfo, Sink
+from importer.sinks import Sink
 from importer.streams.compression import host_decoders
 
 INVENTORY_VERSION = "1.4"  # 1.1: decoders; 1.2: platform; 1.3: gpu; 1.4: node

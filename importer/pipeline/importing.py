@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from importer.engines import EngineInfo
 from importer.errors import IntegrityError, PostLoadMismatch, UsageError
 from importer.format.fileartifacts import FileArtifact
 from importer.format.identity import lookup_name
@@ -38,7 +39,7 @@ from importer.pipeline.preflight import (
 from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import TagConflict, refuse_tag_conflicts
-from importer.sinks import EngineInfo, Sink
+from importer.sinks import Sink
 from importer.streams import testhooks
 from importer.streams.progress import close_progress
 from importer.verify.bundle import VerifyReport

@@ -28,6 +28,7 @@ import dataclasses
 import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
+from importer.engines import EngineInfo
 from importer.errors import UsageError
 from importer.format.identity import CLASSIC, CONTAINERD, DOCKER_ARCHIVE
 from importer.format.legacy import LegacyManifest
@@ -40,7 +41,7 @@ from importer.pipeline.preflight import run_preflight
 from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import refuse_tag_conflicts
-from importer.sinks import EngineInfo, Sink
+from importer.sinks import Sink
 from importer.streams import testhooks
 from importer.streams.commands import feed
 from importer.verify.legacyarchive import archive_pass, open_archive

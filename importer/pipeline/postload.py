@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from importer.engines import EngineImage
 from importer.format.identity import (
     CLASSIC,
     CONTAINERD,
@@ -25,7 +26,6 @@ from importer.format.identity import (
 )
 from importer.format.manifest import ImageRecord
 from importer.format.text import printable
-from importer.sinks import EngineImage
 from importer.verify.deep import DeepResult
 
 IDENTITY_RULES = {CLASSIC: "config-digest", CONTAINERD: "diff-ids+manifest", OCI: "manifest-digest",

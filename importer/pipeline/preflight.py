@@ -29,11 +29,12 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from importer.engines import EngineInfo
 from importer.errors import PlatformMismatch, SinkError
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import VARIANT_IF_BOTH, VARIANT_IGNORED, Platform, host, of_dict, platform_matches
 from importer.pipeline.steps import find_held
-from importer.sinks import EngineInfo, Sink
+from importer.sinks import Sink
 from importer.streams.progress import human_bytes
 
 DATA_ROOT_MARGIN = 16 * 1024 * 1024

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from importer.engines import EngineImage
 from importer.errors import PolicyRejected, PostLoadMismatch
 from importer.format.identity import OCI
 from importer.input.opened import OpenedBundle
@@ -34,7 +35,6 @@ from importer.registry.transcode import (
     transcode,
     zstd_warning,
 )
-from importer.sinks import EngineImage
 from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]

@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
+from importer.engines import EngineInfo
 from importer.errors import BundleError, DeepMismatch, PostLoadMismatch
 from importer.format.identity import CLASSIC, CONTAINERD, expected_image_id, lookup_name
 from importer.format.manifest import ImageRecord
 from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.staging import find_stale, remove_refs
-from importer.sinks import EngineInfo, Sink
+from importer.sinks import Sink
 from importer.streams import testhooks
 from importer.verify.deep import run_deep
 

@@ -15,10 +15,11 @@ import, the schema 1/2 import and deltas, on every store.
 
 from __future__ import annotations
 
+from importer.engines import EngineImage
 from importer.errors import PolicyRejected
 from importer.format.identity import CONTAINERD, docker_archive_manifest_digest, expected_image_id
 from importer.format.manifest import ImageRecord
-from importer.sinks import EngineImage, Sink
+from importer.sinks import Sink
 
 
 class TagConflict(PolicyRejected):

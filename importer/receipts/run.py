@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Protocol, Sequence
 
+from importer.engines import EngineInfo
 from importer.errors import BundleError, VerificationFailed
 from importer.receipts.receipt import build_import_receipt
-from importer.sinks import EngineInfo
 from importer.verify.bundle import VerifyReport
 from importer.verify.signature import SignatureCheck
 

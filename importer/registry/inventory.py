@@ -16,6 +16,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from importer.engines import EngineImage
 from importer.errors import LimitExceeded, RegistryError, RegistryNoCatalog
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import (
@@ -29,7 +30,6 @@ from importer.format.limits import (
 from importer.format.platform import pick_platform_manifest
 from importer.format.reference import valid_path, valid_tag
 from importer.registry.client import MANIFEST_ACCEPT, RegistryClient
-from importer.sinks import EngineImage
 from importer.streams.threads import each
 
 _NEXT_RE = re.compile(r'<([^>]*)>\s*;\s*rel="?next"?')

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable, List, Optional, Tuple
 
+from importer.engines import EngineImage, EngineInfo
 from importer.errors import UsageError
 from importer.format.identity import OCI
 from importer.registry.access import RegistryAccess, access_from_args, add_access_arguments
@@ -14,7 +15,7 @@ from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.inventory import registry_inventory
 from importer.registry.push import PushReport
 from importer.registry.transcode import CHOICES, ZSTD_READERS
-from importer.sinks import EngineImage, EngineInfo, SinkBase
+from importer.sinks import SinkBase
 from importer.streams.sizes import parse_size
 
 

@@ -18,6 +18,8 @@ import re
 import tarfile
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from importer.engines import EngineImage, EngineInfo
+from importer.engines.ctrclient import CtrClient, ctr_hint
 from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
 from importer.format.digest import Digest, is_digest
 from importer.format.identity import OCI, chain_ids
@@ -26,9 +28,8 @@ from importer.format.platform import pick_platform_manifest
 from importer.format.refs import familiar, normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, hash_member, layer_bound, scan_tar
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of
+from importer.sinks import ProgressFn, SinkBase, folder_of
 from importer.sinks.containerd_delta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
-from importer.sinks.ctrclient import CtrClient, ctr_hint
 from importer.sinks.ociarchive import write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed
 

@@ -21,6 +21,9 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlencode
 
+from importer.engines import EngineImage, EngineInfo, inspect_each
+from importer.engines.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
+from importer.engines.dockerclient import DOCKER_HINT, DockerClient, engine_image_from_inspect
 from importer.errors import CommandFailed
 from importer.format.digest import Digest, is_digest
 from importer.format.identity import loads_as_docker_archive
@@ -31,11 +34,9 @@ from importer.format.refs import normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.input.unpackcheck import UnpackCheck
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, inspect_each
+from importer.sinks import ProgressFn, SinkBase
 from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
-from importer.sinks.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
 from importer.sinks.dockerarchive import archive_layers, write_docker_archive
-from importer.sinks.dockerclient import DOCKER_HINT, DockerClient, engine_image_from_inspect
 from importer.sinks.ociarchive import archive_blobs, write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed, run
 

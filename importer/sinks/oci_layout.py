@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Set
 
+from importer.engines import EngineImage, EngineInfo
 from importer.errors import (
     PLACE_ERRNOS,
     DigestMismatch,
@@ -34,7 +35,7 @@ from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.format.platform import of_dict, pick_platform_manifest
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
-from importer.sinks import EngineImage, EngineInfo, ProgressFn, SinkBase, folder_of
+from importer.sinks import ProgressFn, SinkBase, folder_of
 from importer.sinks.delta import base_missing, users_of
 from importer.streams.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 

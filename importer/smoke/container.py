@@ -323,9 +323,9 @@ def build_engine(kind: str, *, docker_host: Optional[str] = None, address: Optio
         return Engine("containerd", sink.argv(), sink.address, namespace=sink.namespace,
                       snapshotter=sink.snapshotter, gpu=gpu_access(kind, which=which, cdi_dirs=cdi_dirs))
     if kind == "podman":
-        from importer.sinks.podman import PodmanSink
+        from importer.engines.podmanclient import PodmanClient
 
-        pod = PodmanSink(podman_root, podman_runroot, storage_driver)
+        pod = PodmanClient(podman_root, podman_runroot, storage_driver)
         where = f"podman storage {podman_root}" if podman_root else "podman default storage"
         return Engine("podman", pod.argv(), where, gpu=gpu_access(kind, which=which, cdi_dirs=cdi_dirs),
                       ulimits=list(ulimits))

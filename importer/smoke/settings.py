@@ -9,9 +9,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from importer.engines.dockerclient import docker_host_url
 from importer.errors import UsageError
 from importer.sinks.choose import OPTION_ENGINE, check_own_options, implied_engine
-from importer.sinks.dockerclient import docker_host_url
 from importer.smoke.worker.protocol import FAULTS, SELECTABLE
 
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: isdigit() also takes superscripts, int() other scripts' digits

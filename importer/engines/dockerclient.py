@@ -8,9 +8,9 @@ import json
 import os
 from typing import Any, List, Optional
 
+from importer.engines import EngineImage, EngineInfo
+from importer.engines.dockerapi import api_call, api_failed, image_url, socket_path
 from importer.errors import BundleError, CommandFailed, EngineUnavailable, UsageError
-from importer.sinks import EngineImage, EngineInfo
-from importer.sinks.dockerapi import api_call, api_failed, image_url, socket_path
 from importer.streams.commands import run
 
 DOCKER_HINT = "start the Docker engine, or point the importer at it with --docker-host unix:///path/docker.sock"
@@ -35,7 +35,7 @@ def docker_host_url(host: Optional[str], *, option: str = "--docker-host") -> Op
 
 class DockerClient:
     """``api``: ask the Engine API on the unix socket directly for the small requests (info,
-    inspect) when the host is one (importer/sinks/dockerapi.py ``socket_path``): no ``docker``
+    inspect) when the host is one (importer/engines/dockerapi.py ``socket_path``): no ``docker``
     process started for each (tens of milliseconds of CPU each, several per import)."""
 
     def __init__(self, host: Optional[str] = None, *, api: bool = False) -> None:
