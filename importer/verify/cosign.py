@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from importer.errors import DigestMismatch, LimitExceeded, PolicyRejected
 from importer.format.artifacts import ArtifactRecord
 from importer.format.digest import Digest, is_digest
+from importer.format.fileartifacts import FileArtifact
 from importer.format.limits import MAX_CONFIG, MAX_INDEX
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.reference import split_reference
@@ -191,9 +192,11 @@ class SignedImage:
     #: every manifest the bundle carries for the image, and the signed digest that covers it
     #: (itself, or the signed index that lists it)
     covers: Tuple[Tuple[str, str], ...] = ()
+    kind: str = ""  # "file-artifact": ``image`` is a file artifact's ref (3.6); "" an image
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"image": self.image, "digest": self.digest, "keyPath": self.key.path,
+        return {**({"kind": self.kind} if self.kind else {}), "image": self.image, "digest": self.digest,
+                "keyPath": self.key.path,
                 "keyFingerprint": self.key.fingerprint, "algorithm": self.key.algorithm,
                 "signatureManifest": self.signature, "identity": self.identity,
                 "manifests": [{"digest": d, "signedAs": by} for d, by in self.covers]}
@@ -287,18 +290,18 @@ class _Proof:
     identity: str
 
 
-def _proofs(image: ImageRecord, keys: Sequence[CosignKey], reads: _Reads,
-            why: List[str]) -> Tuple[int, Dict[str, _Proof]]:
+def _proofs(name: str, records: Sequence[ArtifactRecord], wanted: Set[str], identities: Set[str],
+            keys: Sequence[CosignKey], reads: _Reads, why: List[str],
+            what: str = "image") -> Tuple[int, Dict[str, _Proof]]:
     """(signature layers carried, signed digest -> the first verified signature naming it). A
-    payload is believed only when a key verifies it, it names a digest this image may need, and
-    its identity is the repository of one of the image's names (bundle.json's ``repository``
-    fields are not evidence). Each (payload, signature) pair is weighed once."""
-    wanted = {str(d) for d in needed_manifests(image)} | {str(d) for d in _index_candidates(image)}
-    identities = {repository_of(r) for r in image.refs}
+    payload is believed only when a key verifies it, it names a digest in ``wanted`` (what the
+    image or file artifact ``name`` may need), and its identity is one of ``identities`` (the
+    repository of one of its names: bundle.json's ``repository`` fields are not evidence). Each
+    (payload, signature) pair is weighed once."""
     proofs: Dict[str, _Proof] = {}
     seen: Set[Tuple[Digest, str]] = set()
     carried = 0
-    for art in (a for a in image.artifacts if a.kind in ("signature", "referrer")):
+    for art in (a for a in records if a.kind in ("signature", "referrer")):
         for desc, payload_digest in _signature_layers(art, reads):
             carried += 1
             annotations: Dict[str, Any] = desc["annotations"] if isinstance(desc.get("annotations"), dict) else {}
@@ -308,11 +311,11 @@ def _proofs(image: ImageRecord, keys: Sequence[CosignKey], reads: _Reads,
             seen.add((payload_digest, encoded))
             if len(seen) > MAX_SIGNATURES_PER_IMAGE:
                 raise LimitExceeded(f"{reads.doing}: expected at most {MAX_SIGNATURES_PER_IMAGE} signatures carried "
-                                    f"with {image.name}, found more", hint=_LIMIT_HINT)
+                                    f"with {name}, found more", hint=_LIMIT_HINT)
             signed_digest, reference = _payload_claims(reads.blob(payload_digest, MAX_PAYLOAD))
             where = f"{art.manifest.digest.short} ({art.tag or art.kind})"
             if signed_digest not in wanted:
-                why.append(f"{where}: signs {signed_digest[:19] or 'no digest'}, not this image's manifest")
+                why.append(f"{where}: signs {signed_digest[:19] or 'no digest'}, not this {what}'s manifest")
                 continue
             if reference not in identities:
                 why.append(f"{where}: names the repository {reference!r}, not {', '.join(sorted(identities)) or '?'}")
@@ -352,7 +355,9 @@ def check_image(image: ImageRecord, keys: Sequence[CosignKey], read: BlobReader,
     ImageSignatureInvalid (every reason why not, and which manifests no signature covers)."""
     reads = _Reads(read, doing)
     why: List[str] = []
-    carried, proofs = _proofs(image, keys, reads, why)
+    wanted = {str(d) for d in needed_manifests(image)} | {str(d) for d in _index_candidates(image)}
+    carried, proofs = _proofs(image.name, image.artifacts, wanted, {repository_of(r) for r in image.refs}, keys,
+                              reads, why)
     if not carried:
         raise ImageUnsigned(
             f"{doing}: expected {image.name} to carry a cosign signature by {_key_names(keys)}, found none",
@@ -382,6 +387,33 @@ def check_image(image: ImageRecord, keys: Sequence[CosignKey], read: BlobReader,
         hint="the image or its signature was changed, or it was signed with another key; do not use it")
 
 
+def check_file_artifact(art: FileArtifact, keys: Sequence[CosignKey], read: BlobReader, doing: str,
+                        signatures: Sequence[ArtifactRecord] = ()) -> SignedImage:
+    """A file artifact (3.6) admitted by ``keys``: its manifest is named by one of the cosign
+    ``signatures`` it carries that verifies by one of the keys, with the identity of its ref's
+    repository: cosign's rule for an image of one manifest. Else ImageUnsigned (none carried) or
+    ImageSignatureInvalid (every reason why not). Its files are the manifest's layers, pinned by
+    digest: the signed manifest covers each byte."""
+    reads = _Reads(read, doing)
+    why: List[str] = []
+    digest = str(art.manifest.digest)
+    name = f"the file artifact {art.ref}"
+    carried, proofs = _proofs(name, signatures, {digest}, {repository_of(art.ref)}, keys, reads, why, "artifact")
+    if not carried:
+        raise ImageUnsigned(
+            f"{doing}: expected {name} to carry a cosign signature by {_key_names(keys)}, found none",
+            hint="export the files again signed (bundle export --files DIR --artifact-ref NAME:TAG "
+            "--sign-artifacts-key cosign.key), or import without --require-signed; nothing was written")
+    proof = proofs.get(digest)
+    if proof is None:
+        raise ImageSignatureInvalid(
+            f"{doing}: expected a cosign signature on {name} by {_key_names(keys)}, found {carried} that "
+            "do not verify for it", context="\n".join(why[:20]),
+            hint="the files or their signature were changed, or signed with another key; do not use them")
+    return SignedImage(art.ref, digest, proof.key, proof.signature, proof.identity, ((digest, digest),),
+                       kind="file-artifact")
+
+
 def _key_names(keys: Sequence[CosignKey]) -> str:
     return ", ".join(k.path for k in keys) if len(keys) <= 3 else f"one of {len(keys)} keys"
 
@@ -401,8 +433,10 @@ def checked_reader(read_file: Callable[[str, int, str], bytes], doing: str) -> B
 
 def check_bundle(manifest: BundleManifest, keys: Sequence[CosignKey], read: BlobReader,
                  doing: str) -> List[SignedImage]:
-    """Every image of the bundle signed by one of ``keys`` (the first that is not: raised)."""
-    return [check_image(image, keys, read, doing) for image in manifest.images]
+    """Every image and every file artifact (3.6) of the bundle signed by one of ``keys`` (the first
+    that is not: raised). What ``--require-signed`` admits is signed, files as images."""
+    return [*(check_image(image, keys, read, doing) for image in manifest.images),
+            *(check_file_artifact(art, keys, read, doing) for art in manifest.file_artifacts)]
 
 
 def images_signed(bundle: OpenedBundle, keys: Sequence[str], major: Optional[int], *,
@@ -419,5 +453,6 @@ def images_signed(bundle: OpenedBundle, keys: Sequence[str], major: Optional[int
     signed = check_bundle(bundle.manifest(), cosign_keys, checked_reader(bundle.read, doing), doing)
     if not quiet:
         for s in signed:
-            on_notice(f"image {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
+            what = "file artifact" if s.kind else "image"
+            on_notice(f"{what} {s.image}: cosign signature by {s.key.path} ({s.key.fingerprint[:19]}) verified")
     return [s.to_dict() for s in signed]

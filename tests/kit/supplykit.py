@@ -170,3 +170,28 @@ def cosign() -> str:
         engines.unavailable("cosign is not installed (docker/scripts/install-deps.sh fetches Debian 13's into "
                             f"{TRIXIE_TOOLS})")
     return str(found)
+
+
+def layout_signature(layout: Path, digest: str, reference: str, key: Any) -> dict[str, Any]:
+    """A cosign signature of ``digest`` as ``reference`` written into an OCI layout, named
+    ``sha256-<hex>.sig`` in its index.json (as ``cosign save`` writes it): an ``oci:`` source
+    of a signed image without a registry."""
+    body = payload(digest, reference)
+    config = {"architecture": "", "os": "", "config": {}, "created": "0001-01-01T00:00:00Z",
+              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(body).hexdigest()]}}
+    blobs = layout / "blobs" / "sha256"
+
+    def put(raw: bytes, media_type: str) -> dict[str, Any]:
+        hexd = hashlib.sha256(raw).hexdigest()
+        (blobs / hexd).write_bytes(raw)
+        return {"mediaType": media_type, "digest": f"sha256:{hexd}", "size": len(raw)}
+
+    layer = {**put(body, SIMPLE_SIGNING),
+             "annotations": {"dev.cosignproject.cosign/signature": base64.b64encode(sign_bytes(key, body)).decode()}}
+    manifest = put(_json({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": put(_json(config), OCI_CONFIG),
+                          "layers": [layer]}), OCI_MANIFEST)
+    index = json.loads((layout / "index.json").read_text())
+    index["manifests"].append({**manifest, "annotations": {
+        "org.opencontainers.image.ref.name": "sha256-" + digest.split(":")[1] + ".sig"}})
+    (layout / "index.json").write_text(json.dumps(index))
+    return manifest
