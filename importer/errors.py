@@ -405,6 +405,20 @@ def free_space_text(folder: str) -> str:
     return f"{_bytes_text(free)} ({free} bytes) free of {_bytes_text(total)}"
 
 
+def inodes_text(folder: str) -> str:
+    """`` and 3 of 6 inodes (files and folders)``: the inodes free on the file system holding ``folder``
+    (an ENOSPC also means that no file can be made, however many bytes are free: a small tmpfs's
+    nr_inodes, an ext4 of many small files); "" where it has no such limit or it cannot be read."""
+    where = os.path.abspath(folder)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        st = os.statvfs(where)
+    except (OSError, AttributeError):
+        return ""
+    return f" and {st.f_favail} of {st.f_files} inodes (files and folders)" if st.f_files > 0 else ""
+
+
 def write_error(err: OSError, doing: str, path: Optional[str] = None, folder: Optional[str] = None, *,
                 note: str = "", hint: Optional[str] = None) -> FileAccessError:
     """A failed write as a :class:`FileAccessError` naming the file, the folder it was written in
@@ -414,11 +428,14 @@ def write_error(err: OSError, doing: str, path: Optional[str] = None, folder: Op
     folder = folder or (os.path.dirname(os.path.abspath(path)) if path else None)
     place = f"{path or 'a file'}" + (f" in the folder {folder}" if folder else "")
     found = os_error_text(err)
+    inodes = inodes_text(folder) if err.errno == errno.ENOSPC and folder else ""
     if err.errno in WRITE_ERRNOS - {errno.EROFS} and folder:
         free = free_space_text(folder)
-        found += f" (its file system has {free} now, with this run's partial files removed)" if free else ""
+        found += f" (its file system has {free}{inodes} now, with this run's partial files removed)" if free else ""
     where = folder or "that folder"
-    default = (f"free space on the file system of {where}, or write somewhere else"
+    default = (f"free space on the file system of {where} (bytes, or inodes where it holds as many files as it "
+               "can: see `df -h` and `df -i` there), or write somewhere else" if inodes else
+               f"free space on the file system of {where}, or write somewhere else"
                if err.errno in WRITE_ERRNOS - {errno.EROFS} else
                f"give this user write access to {where} (or write somewhere else)"
                if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else

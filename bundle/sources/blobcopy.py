@@ -45,7 +45,7 @@ from bundle.sources.records import (
     load_json,
     parse_image,
 )
-from importer.errors import BundleError, PlatformNotFound, SourceError
+from importer.errors import WRITE_ERRNOS, BundleError, PlatformNotFound, SourceError
 from importer.format.digest import CHUNK, Digest, hash_stream, is_digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import LayerRecord
@@ -123,6 +123,8 @@ def _read_compressed(src: Readable, out: Writable, compression: str, what: str,
         with _decompressed(tee, compression) as reader:
             diff_id, usize = hash_stream(_Scanned(reader, scan))
     except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
+        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:  # the write to ``out`` (a full disk), no read
+            raise
         raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
                           hint="the source's copy of this blob is corrupt; re-pull the image") from e
     tee.drain()
@@ -158,6 +160,8 @@ def _recompress(store: BlobStore, src: Readable, compression: str, what: str,
     except BundleError:
         raise
     except (OSError, EOFError, ValueError, zlib.error) as e:
+        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:  # the recompressed layer's write (a full disk)
+            raise
         raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
                           hint="the source's copy of this blob is corrupt; re-pull the image") from e
     got = "sha256:" + tee.hasher.hexdigest()

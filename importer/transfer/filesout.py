@@ -25,7 +25,15 @@ import stat
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
-from importer.errors import DigestMismatch, PolicyRejected, SizeMismatch, UnwritableDestination
+from importer.errors import (
+    WRITE_ERRNOS,
+    DigestMismatch,
+    PolicyRejected,
+    SizeMismatch,
+    UnwritableDestination,
+    name_write_error,
+    write_error,
+)
 from importer.format.digest import CHUNK, Digest
 from importer.format.fileartifacts import STAGING_PREFIX, CarriedFile, FileArtifact, mode_text
 from importer.streams import testhooks
@@ -125,10 +133,15 @@ def _stage(opener: Opener, f: CarriedFile, staging: str, on_bytes: Optional[Prog
                 on_bytes(f.blob.size)
             return final, True
     part = final + ".part"
-    with opener(f.blob.digest.blob_path) as src, open(part, "wb") as out:
-        digest, size = _hash(src, on_bytes, out)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with opener(f.blob.digest.blob_path) as src, open(part, "wb") as out:
+            digest, size = _hash(src, on_bytes, out)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as e:  # a full disk: the cut file goes (it is copied again from its start), named
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise name_write_error(e, part) from None
     if size != f.blob.size:
         os.unlink(part)
         raise SizeMismatch(f"writing {f.title}: expected {f.blob.size} bytes from the bundle, found {size}",
@@ -150,7 +163,12 @@ def _place(staged: str, target_fd: int, f: CarriedFile, keep: bool, force: bool)
         source = staged
         if keep:
             source = staged + ".copy"
-            shutil.copyfile(staged, source)
+            try:
+                shutil.copyfile(staged, source)
+            except OSError as e:  # a full disk: no cut copy left behind
+                with contextlib.suppress(OSError):
+                    os.unlink(source)
+                raise name_write_error(e, source) from None
         os.chmod(source, f.mode)
         try:
             os.link(source, parts[-1], dst_dir_fd=folder)
@@ -229,6 +247,15 @@ def write_files(opener: Opener, artifacts: Sequence[FileArtifact], target: str, 
                 outcome.action = "replaced" if found == "other" else "resumed" if reused else "written"
             outcomes.append(outcome)
         os.fsync(target_fd)
+    except OSError as e:
+        if e.errno not in WRITE_ERRNOS:
+            raise
+        with contextlib.suppress(OSError):
+            os.rmdir(staging)  # only when empty: a file staged whole is kept for the next run
+        raise write_error(e, f"writing the files to {target}", folder=target,
+                          note=f"the {len(outcomes)} file(s) before it are in place, whole; nothing is under "
+                          "this file's name", hint=f"free space on the file system of {target}, then run the same "
+                          "command again: it keeps what is in place and writes the rest") from None
     finally:
         os.close(target_fd)
     shutil.rmtree(staging, ignore_errors=True)

@@ -13,11 +13,13 @@ from tests.kit import engines
 
 
 @contextlib.contextmanager
-def small_fs(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` (``4m``) mounted at ``path`` (made when missing) for the block."""
+def small_fs(path: Path, size: str, *, inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``4m``; ``inodes``: at most that many files and folders) mounted at
+    ``path`` (made when missing) for the block. tmpfs fails a write with a real ENOSPC."""
     engines.require_root("mounting a tmpfs")
     path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+    options = f"size={size},mode=0755" + (f",nr_inodes={inodes}" if inodes else "")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         engines.unavailable(f"cannot mount a tmpfs at {path}: {proc.stderr.strip()}")
@@ -31,6 +33,18 @@ def small_fs(path: Path, size: str) -> Iterator[Path]:
 def free_bytes(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
+
+
+def fill(path: Path, leave: int) -> Path:
+    """A file ``path`` that takes the free space of its file system down to about ``leave`` bytes
+    (a disk that filled up while a command ran); remove it to free the space again."""
+    with open(path, "wb") as f:
+        f.truncate(0)
+        want = max(0, free_bytes(path.parent) - leave)
+        block = b"\0" * (1 << 20)
+        while want > 0:
+            want -= f.write(block[:min(len(block), want)])
+    return path
 
 
 def everything_under(path: Path) -> list[str]:
