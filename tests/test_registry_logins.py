@@ -92,6 +92,26 @@ def make_server_cert(folder: Path, ca: Any) -> tuple[Path, Path]:
     return crt, pem
 
 
+def make_client_cert(folder: Path, ca: Any, name: str = "client") -> tuple[Path, Path]:
+    """A client certificate (``NAME.cert``, ``NAME.key``: containers-certs.d(5) names) signed by ``ca``."""
+    ca_cert, ca_key = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(_name("sneakernet client")).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    folder.mkdir(parents=True, exist_ok=True)
+    crt, pem = folder / f"{name}.cert", folder / f"{name}.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
+    pem.chmod(0o600)
+    return crt, pem
+
+
 def auth_file(path: Path, auths: dict[str, str], **extra: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"auths": {k: {"auth": v} for k, v in auths.items()}, **extra}))
@@ -439,3 +459,40 @@ def test_cheap_checks_come_before_verifying_every_byte(tls_login: tuple[Registry
     ssh = run_cli("bundle", "push", str(damaged), "10.0.0.1:5000", "--json", "--ssh", "nobody@127.0.0.1",
                   "--ssh-port", str(free_port()), env=env, timeout=60)
     assert json.loads(ssh.stdout)["error"]["id"] == "ssh-tunnel", ssh.stdout
+
+
+def test_a_registry_that_wants_a_client_certificate_gets_the_one_in_certs_d(tmp_path: Path) -> None:
+    """Mutual TLS (docker-registry's http.tls.clientcas): the client certificate and key of the
+    registry's certs.d folder (or --cert-dir), NAME.cert + NAME.key as containers-certs.d(5) names
+    them, are presented; without one the push fails in one line saying where it goes; a .cert
+    without its .key is refused before anything is sent."""
+    engines.require("docker-registry")
+    ca_file, ca = make_ca(tmp_path / "ca")
+    crt, key = make_server_cert(tmp_path, ca)
+    probe = make_client_cert(tmp_path / "probe", ca)
+    bundle = random_bundle(tmp_path / "carry.bundle", mb=(1, 1))
+    with engines.private_registry(f"i40mtls-{os.getpid()}", tls=(crt, key), client_ca=(ca_file, *probe)) as reg:
+        env = quiet_env(tmp_path)
+        certs_d = Path(env["XDG_CONFIG_HOME"]) / "containers" / "certs.d" / reg.addr
+        certs_d.mkdir(parents=True)
+        (certs_d / "ca.crt").write_bytes(ca_file.read_bytes())
+        bare = run_cli("bundle", "push", str(bundle), f"{reg.addr}/team", "--json", "-q", env=env, timeout=300)
+        err = json.loads(bare.stdout)["error"]
+        assert bare.returncode != 0 and "client certificate" in err["message"], err
+        assert str(certs_d) in err["hint"] and "client.cert" in err["hint"], err
+        make_client_cert(certs_d, ca)
+        proc = run_cli("bundle", "push", str(bundle), f"{reg.addr}/team", "--json", "-q", env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert json.loads(proc.stdout)["scheme"] == "https"
+        cert_dir = tmp_path / "cert-dir"
+        cert_dir.mkdir()
+        (cert_dir / "ca.crt").write_bytes(ca_file.read_bytes())
+        (cert_dir / "me.cert").write_bytes((certs_d / "client.cert").read_bytes())
+        lone = run_cli("bundle", "push", str(bundle), f"{reg.addr}/other", "--json", "-q", "--cert-dir",
+                       str(cert_dir), env=quiet_env(tmp_path / "x"), timeout=300)
+        err = json.loads(lone.stdout)["error"]
+        assert lone.returncode == 2 and err["id"] == "usage" and str(cert_dir / "me.key") in err["message"], err
+        (cert_dir / "me.key").write_bytes((certs_d / "client.key").read_bytes())
+        flags = run_cli("bundle", "push", str(bundle), f"{reg.addr}/other", "--json", "-q", "--cert-dir",
+                        str(cert_dir), env=quiet_env(tmp_path / "x"), timeout=300)
+        assert flags.returncode == 0, flags.stdout + flags.stderr

@@ -12,6 +12,9 @@
 # SNEAKERNET_REGISTRY_HTPASSWD=FILE at start: require basic auth against that htpasswd (bcrypt).
 # SNEAKERNET_REGISTRY_TLS_CERT=PEM and SNEAKERNET_REGISTRY_TLS_KEY=PEM at start: serve HTTPS with that
 #   certificate and key (http.tls); the state file DIR/scheme says https, and status/start probe over it.
+# SNEAKERNET_REGISTRY_TLS_CLIENT_CA=PEM (with the two above) at start: require a client certificate
+#   signed by that CA (http.tls.clientcas, mutual TLS); SNEAKERNET_REGISTRY_TLS_PROBE_CERT and _KEY:
+#   the client certificate and key status/start probe with (kept in DIR/probe).
 # SNEAKERNET_REGISTRY_TOKEN_REALM=URL at start: require bearer tokens (auth: token) from that realm,
 #   with SNEAKERNET_REGISTRY_TOKEN_SERVICE (default sneakernet-test), SNEAKERNET_REGISTRY_TOKEN_ISSUER
 #   (default sneakernet-test-issuer) and SNEAKERNET_REGISTRY_TOKEN_ROOTCERTS=FILE (PEM certificates whose
@@ -62,13 +65,17 @@ configured_scheme() {
 answering() {
     local port=$1 code scheme
     scheme=$(configured_scheme)
+    local probe=() pair=()
+    [ -f "$DIR/probe" ] && mapfile -t pair <"$DIR/probe" && probe=(--cert "${pair[0]}" --key "${pair[1]}")
     if command -v curl >/dev/null; then
-        code=$(curl -sk -o /dev/null -m 5 -w '%{http_code}' "$scheme://127.0.0.1:$port/v2/") || return 1
+        code=$(curl -sk "${probe[@]}" -o /dev/null -m 5 -w '%{http_code}' "$scheme://127.0.0.1:$port/v2/") || return 1
     else
-        code=$(python3 - "$port" "$scheme" <<'EOF'
+        code=$(python3 - "$port" "$scheme" "${pair[@]}" <<'EOF'
 import ssl, sys, urllib.error, urllib.request
 try:
     ctx = ssl._create_unverified_context()
+    if len(sys.argv) > 4:
+        ctx.load_cert_chain(sys.argv[3], sys.argv[4])
     with urllib.request.urlopen(f"{sys.argv[2]}://127.0.0.1:{sys.argv[1]}/v2/", timeout=5, context=ctx) as r:
         print(r.status)
 except urllib.error.HTTPError as e:
@@ -99,7 +106,7 @@ do_start() {
     port_in_use "$port" && die "127.0.0.1:$port is already in use by something else"
 
     mkdir -p "$DIR/data"
-    rm -f "$PIDFILE" "$DIR/scheme"
+    rm -f "$PIDFILE" "$DIR/scheme" "$DIR/probe"
     cat >"$CONFIG" <<EOF
 version: 0.1
 log:
@@ -125,6 +132,13 @@ EOF
             die "SNEAKERNET_REGISTRY_TLS_CERT and _TLS_KEY: expected two PEM files, found '${SNEAKERNET_REGISTRY_TLS_CERT:-}' '${SNEAKERNET_REGISTRY_TLS_KEY:-}'"
         printf '  tls:\n    certificate: %s\n    key: %s\n' "$SNEAKERNET_REGISTRY_TLS_CERT" \
             "$SNEAKERNET_REGISTRY_TLS_KEY" >>"$CONFIG"
+        if [ -n "${SNEAKERNET_REGISTRY_TLS_CLIENT_CA:-}" ]; then
+            [ -f "$SNEAKERNET_REGISTRY_TLS_CLIENT_CA" ] && [ -f "${SNEAKERNET_REGISTRY_TLS_PROBE_CERT:-}" ] &&
+                [ -f "${SNEAKERNET_REGISTRY_TLS_PROBE_KEY:-}" ] ||
+                die "SNEAKERNET_REGISTRY_TLS_CLIENT_CA, _PROBE_CERT and _PROBE_KEY: expected three PEM files"
+            printf '    clientcas:\n      - %s\n' "$SNEAKERNET_REGISTRY_TLS_CLIENT_CA" >>"$CONFIG"
+            printf '%s\n%s\n' "$SNEAKERNET_REGISTRY_TLS_PROBE_CERT" "$SNEAKERNET_REGISTRY_TLS_PROBE_KEY" >"$DIR/probe"
+        fi
         echo https >"$DIR/scheme"
     fi
     if [ -n "${SNEAKERNET_REGISTRY_HTPASSWD:-}" ]; then

@@ -49,8 +49,9 @@ def add_access_arguments(p: argparse.ArgumentParser, scope: str = "") -> None:
                    "$REGISTRY_AUTH_FILE, else $XDG_RUNTIME_DIR/containers/auth.json, "
                    "~/.config/containers/auth.json, ~/.docker/config.json and their credential helpers)")
     p.add_argument("--cert-dir", metavar="DIR",
-                   help=scope + "trust the CA certificates DIR/*.crt (default: certs.d/HOST:PORT/*.crt in "
-                   "~/.config/containers, /etc/containers and /etc/docker)")
+                   help=scope + "trust the CA certificates DIR/*.crt and present the client certificates "
+                   "DIR/NAME.cert + NAME.key (default: certs.d/HOST:PORT/ in ~/.config/containers, /etc/containers "
+                   "and /etc/docker)")
     p.add_argument("--allow-realm-credentials", action="store_true", help=scope + REALM_HELP)
 
 

@@ -229,6 +229,9 @@ class _Slice:
 
 
 _TRANSIENT: Tuple[Type[BaseException], ...] = (OSError, http.client.HTTPException, _Interrupted)
+#: what a registry that wants mutual TLS answers a client without an accepted certificate: no retry helps
+CLIENT_CERT_ALERTS = frozenset({"TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_BAD_CERTIFICATE",
+                                "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_CERTIFICATE_UNKNOWN"})
 _NO_ROUTE = (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL)
 
 
@@ -419,6 +422,12 @@ class RegistryClient:
                     hint=self.access.certs.hint(self.target.host),
                 ) from e
             except _TRANSIENT as e:
+                if isinstance(e, ssl.SSLError) and getattr(e, "reason", None) in CLIENT_CERT_ALERTS:
+                    raise RegistryError(
+                        f"{what}: expected {self.target.host} to accept the TLS connection, found it wants a client "
+                        f"certificate it accepts (TLS alert {e.reason})",
+                        hint=self.access.certs.client_hint(self.target.host),
+                    ) from e
                 self._check_cancelled()
                 why = unreachable(e) if fail_fast else ""
                 if why:

@@ -190,9 +190,12 @@ class Registry:
 
 @contextlib.contextmanager
 def private_registry(name: str, port: int = 0, *, htpasswd: Path | None = None,
-                     tls: tuple[Path, Path] | None = None) -> Iterator[Registry]:
+                     tls: tuple[Path, Path] | None = None,
+                     client_ca: tuple[Path, Path, Path] | None = None) -> Iterator[Registry]:
     """A fresh private docker-registry ``name`` on 127.0.0.1 (``port``; 0: a free one), with basic
     auth from ``htpasswd`` when given and HTTPS with ``tls`` (certificate, key: PEM) when given;
+    ``client_ca`` (with ``tls``): (CA, a client certificate and key it signed) mutual TLS, every
+    client must present a certificate that CA signed (registry.sh probes with the pair);
     purged when the block ends. Fails under CI=true (skips elsewhere) when it cannot start."""
     require("docker-registry")
     if not port:
@@ -203,13 +206,18 @@ def private_registry(name: str, port: int = 0, *, htpasswd: Path | None = None,
         os.environ["SNEAKERNET_REGISTRY_HTPASSWD"] = str(htpasswd)
     if tls is not None:
         os.environ["SNEAKERNET_REGISTRY_TLS_CERT"], os.environ["SNEAKERNET_REGISTRY_TLS_KEY"] = map(str, tls)
+    if client_ca is not None:
+        (os.environ["SNEAKERNET_REGISTRY_TLS_CLIENT_CA"], os.environ["SNEAKERNET_REGISTRY_TLS_PROBE_CERT"],
+         os.environ["SNEAKERNET_REGISTRY_TLS_PROBE_KEY"]) = map(str, client_ca)
     try:
         stop_registry(name, purge=True)  # what a killed run left under this name
         start_registry(name, port)
     except EngineError as e:
         unavailable(f"could not start the private docker-registry {name}: {e}")
     finally:
-        for var in ("SNEAKERNET_REGISTRY_HTPASSWD", "SNEAKERNET_REGISTRY_TLS_CERT", "SNEAKERNET_REGISTRY_TLS_KEY"):
+        for var in ("SNEAKERNET_REGISTRY_HTPASSWD", "SNEAKERNET_REGISTRY_TLS_CERT", "SNEAKERNET_REGISTRY_TLS_KEY",
+                    "SNEAKERNET_REGISTRY_TLS_CLIENT_CA", "SNEAKERNET_REGISTRY_TLS_PROBE_CERT",
+                    "SNEAKERNET_REGISTRY_TLS_PROBE_KEY"):
             os.environ.pop(var, None)
     try:
         yield Registry(name, port, tls=tls is not None)
