@@ -96,20 +96,24 @@ def test_export_that_fills_after_the_check_leaves_nothing_and_runs_again(
         ok("verify", run_pyz(target, "--verify-only", "--json"))
 
 
-def test_export_archive_that_fills_while_packing_leaves_no_part_and_runs_again(
-        carry: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """``export --archive --split``: the staging folder beside the parts is consumed as they are
-    written; the disk fills at a part: that part is named, no part, index, importer or staging
-    folder is left; freed, the same command writes them all."""
+@pytest.mark.parametrize("leave,at", [(5, "staging"), (12, "parts")], ids=["staging", "parts"])
+def test_export_archive_that_fills_leaves_no_part_and_runs_again(
+        carry: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        leave: int, at: str) -> None:
+    """``export --archive --split``: the bundle is staged beside the parts, then consumed as they
+    are written; the disk fills while staging (5 MiB left) or at a part (12 MiB): the file is named,
+    no part, index, importer or staging folder is left; freed, the same command writes them all."""
     with small_fs(tmp_path / "usb", "24m") as usb:
         filler = tmp_path / "usb" / "other-program.bin"
         argv = ["export", f"oci:{carry}:carry/app:2", "--archive", str(usb / "x.tar"), "--split", "1M", "-q"]
         with monkeypatch.context() as m:
-            _fill_after(m, bundle.export, "check_export_space", filler, 12 * MiB)
+            _fill_after(m, bundle.export, "check_export_space", filler, leave * MiB)
             rc, doc, err = _in_process(argv, capsys)
         assert rc == 2 and doc["error"]["id"] == "file-access", doc
         message = doc["error"]["message"]
-        assert "No space left on device (ENOSPC)" in message and str(usb) in message, message
+        assert "No space left on device (ENOSPC)" in message and f"in the folder {usb}, " in message, message
+        written = f"{usb}/x.tar.partial-" if at == "staging" else f"{usb}/x.tar.part0"
+        assert f"expected to write {written}" in message, message
         assert err.count("error[file-access]") == 1, err
         assert everything_under(usb) == ["other-program.bin"]
         filler.unlink()
