@@ -28,8 +28,10 @@ converted as helm's ``sigs.k8s.io/yaml`` + ``encoding/json`` would (a float ``1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gzip
+import hashlib
 import json
 import os
 import posixpath
@@ -53,6 +55,9 @@ from importer.format.reference import valid_name_component, valid_tag
 
 CHART_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+#: helm's ProvLayerMediaType: the chart's provenance file (``helm package --sign``), a second layer
+PROV_LAYER = "application/vnd.cncf.helm.chart.provenance.v1.prov"
+MAX_PROV = 1024 * 1024  # a provenance file: the chart's metadata, one checksum, a PGP signature
 DEFAULT_REPOSITORY = "charts"
 MAX_TGZ = 100 * 1024 * 1024  # the .tgz itself (helm reads it whole into memory)
 MAX_DECOMPRESSED = 100 * 1024 * 1024  # helm's MaxDecompressedChartSize
@@ -89,6 +94,8 @@ class ChartPackage:
     config: bytes
     annotations: Dict[str, str]
     size: int
+    #: ``CHART.tgz.prov`` beside it (``helm package --sign``), checked to name this package's sha256
+    prov: Optional[str] = None
 
     @property
     def title(self) -> str:
@@ -546,7 +553,56 @@ def read_chart(path: str, repository: str = DEFAULT_REPOSITORY) -> ChartPackage:
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
         raise ChartError(f"{what}: expected a gzipped tar (a chart package), found a damaged one: {e}"[:400],
                          hint="download or package the chart again; nothing was written") from None
-    return _package(path, st, config, repository)
+    chart = _package(path, st, config, repository)
+    prov = path + ".prov"
+    if os.path.lexists(prov):
+        _check_prov(prov, path, chart.title)
+        chart = dataclasses.replace(chart, prov=prov)
+    return chart
+
+
+_PROV_SUM = re.compile(r"^[ \t]+['\"]?([^'\":\n]+?)['\"]?:[ \t]+['\"]?sha256:([0-9a-f]{64})['\"]?[ \t]*$", re.M)
+
+
+def _check_prov(prov: str, path: str, title: str) -> None:
+    """``CHART.tgz.prov`` (what helm push carries beside the chart, helm's pkg/pusher/ocipusher.go): a
+    regular file of at most :data:`MAX_PROV`, a PGP clear-signed message (pkg/provenance/sign.go
+    ``messageBlock``: the metadata, ``...``, then ``files:`` with ``NAME-VERSION.tgz: sha256:HEX``)
+    whose ``files:`` names this package under the name helm pull gives it, with this package's
+    sha256: else ``helm pull --verify`` refuses it on the far side, so it is refused here. The PGP
+    signature is not checked (no keyring here; helm checks it): the file is carried, not trusted."""
+    what = f"exporting --chart {path} with its provenance file {prov}"
+    try:
+        fd = os.open(prov, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise ChartError(f"{what}: expected a regular file, found {e.strerror or e}",
+                         hint="helm package --sign writes CHART.tgz.prov; remove or replace it; nothing was written"
+                         ) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ChartError(f"{what}: expected a regular file, found another kind of file",
+                             hint="remove it or put the file itself there; nothing was written")
+        raw = f.read(MAX_PROV + 1)
+    if len(raw) > MAX_PROV:
+        raise ChartError(f"{what}: expected at most {MAX_PROV // 1024} KiB, found more", hint="nothing was written")
+    text = raw.decode("utf-8", "replace")
+    if not text.startswith("-----BEGIN PGP SIGNED MESSAGE-----") or "-----BEGIN PGP SIGNATURE-----" not in text:
+        raise ChartError(f"{what}: expected a PGP clear-signed provenance file, found other text",
+                         hint="helm package --sign writes one; remove the file to carry the chart without it; "
+                         "nothing was written")
+    signed = text.split("-----BEGIN PGP SIGNATURE-----", 1)[0]
+    files = signed.split("\n...\n", 1)[1] if "\n...\n" in signed else ""
+    sums = dict(_PROV_SUM.findall(files.split("files:", 1)[1] if "files:" in files else ""))
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    if sums.get(title) != digest.hexdigest():
+        found = ", ".join(f"{k}: sha256:{v[:12]}..." for k, v in sums.items()) or "no checksum"
+        raise ChartError(f"{what}: expected its files: to name {title} with this package's sha256 "
+                         f"({digest.hexdigest()[:12]}...), found {found}"[:400],
+                         hint="helm pull --verify would refuse the pair: sign this package again (helm package "
+                         "--sign) or remove the .prov; nothing was written")
 
 
 def _apply(meta: Dict[str, Any], name: str, data: bytes) -> None:
@@ -614,15 +670,19 @@ def write_chart(store: BlobStore, chart: ChartPackage, on_bytes: Optional[Callab
     layer = BlobRef(CHART_LAYER, written.digest, written.size)
     cfg = store.write_bytes(chart.config)
     config = BlobRef(CHART_CONFIG, cfg.digest, cfg.size)
-    carried = CarriedFile(chart.title, layer, 0o644)
+    carried = [CarriedFile(chart.title, layer, 0o644)]
+    if chart.prov is not None:  # helm push: the provenance file is the second layer
+        with open(chart.prov, "rb") as src:
+            prov = store.write_raw(src, on_bytes=on_bytes)
+        carried.append(CarriedFile(chart.title + ".prov", BlobRef(PROV_LAYER, prov.digest, prov.size), 0o644))
     doc = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": CHART_CONFIG, "config": config.to_dict(),
-           "layers": [{**layer.to_dict(), "annotations": {TITLE_ANNOTATION: chart.title,
-                                                           MODE_ANNOTATION: mode_text(0o644)}}],
+           "layers": [{**c.blob.to_dict(),
+                       "annotations": {TITLE_ANNOTATION: c.title, MODE_ANNOTATION: mode_text(0o644)}} for c in carried],
            "annotations": chart.annotations}
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     manifest = store.write_bytes(raw)
     return FileArtifact(chart.ref, CHART_CONFIG, BlobRef(OCI_MANIFEST, manifest.digest, manifest.size), config,
-                        (carried,))
+                        tuple(carried))
 
 
 def carry_artifacts(store: BlobStore, files: Optional[FileSet], charts: Sequence[ChartPackage],

@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 
 from bundle.helmchart import ChartError, read_chart
-from tests.kit.chartkit import CHART_CONFIG, CHART_YAML, chart_tgz, helm_pull_check, oras_pull
+from tests.kit.chartkit import CHART_CONFIG, CHART_YAML, chart_tgz, helm_pull_check, oras_pull, prov_file
 from tests.kit.helpers import run_cli, run_pyz
 
 REF = "charts/demo:0.1.0_build.1"
@@ -138,6 +138,53 @@ def test_a_hostile_package_is_one_clear_error(tmp_path: Path, case: str) -> None
     with pytest.raises(ChartError) as e:
         read_chart(str(path))
     assert said in str(e.value), str(e.value)
+
+
+def test_a_signed_chart_carries_its_provenance_file_as_helm_push_does(tmp_path: Path) -> None:
+    """``CHART.tgz.prov`` beside the package (helm package --sign) goes as helm push sends it: the
+    second layer, helm's provenance media type, byte for byte, so `helm pull --verify` finds it;
+    --files-to writes it beside the .tgz (helm install --verify reads the pair)."""
+    from bundle.helmchart import PROV_LAYER
+
+    tgz = chart_tgz(tmp_path / "demo-0.1.0+build.1.tgz")
+    prov = prov_file(tgz, "demo-0.1.0+build.1.tgz")
+    bundle, doc = _export(tmp_path, "--chart", str(tgz))
+    (art,) = doc["artifacts"]
+    assert [f["title"] for f in art["files"]] == ["demo-0.1.0+build.1.tgz", "demo-0.1.0+build.1.tgz.prov"]
+    index = json.loads((bundle / "index.json").read_text())
+    (entry,) = [m for m in index["manifests"] if m["annotations"]["org.opencontainers.image.ref.name"] == REF]
+    manifest = json.loads(_blob(bundle)(entry["digest"]))
+    helm_pull_check(manifest, _blob(bundle))
+    assert [d["mediaType"] for d in manifest["layers"]][1] == PROV_LAYER
+    assert _blob(bundle)(manifest["layers"][1]["digest"]) == prov.read_bytes()
+    proc = run_pyz(bundle, "--files-to", str(tmp_path / "dest"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "dest" / "demo-0.1.0+build.1.tgz.prov").read_bytes() == prov.read_bytes()
+
+
+@pytest.mark.parametrize("case", ["other-package", "renamed", "not-signed", "link", "too-big", "fifo"])
+def test_a_provenance_file_helm_would_refuse_is_one_clear_error(tmp_path: Path, case: str) -> None:
+    from bundle.helmchart import MAX_PROV
+
+    tgz = chart_tgz(tmp_path / "demo-0.1.0+build.1.tgz")
+    prov = Path(f"{tgz}.prov")
+    if case == "other-package":
+        prov_file(tgz, "demo-0.1.0+build.1.tgz", digest="ab" * 32)
+    elif case == "renamed":
+        prov_file(tgz, "demo-0.2.0.tgz")
+    elif case == "not-signed":
+        prov.write_text("files:\n  demo-0.1.0+build.1.tgz: sha256:00\n")
+    elif case == "link":
+        real = prov_file(tgz, "demo-0.1.0+build.1.tgz").rename(tmp_path / "real.prov")
+        prov.symlink_to(real)
+    elif case == "too-big":
+        prov.write_bytes(b"-----BEGIN PGP SIGNED MESSAGE-----\n" + b"x" * MAX_PROV)
+    else:
+        os.mkfifo(prov)
+    proc = run_cli("bundle", "export", "--chart", str(tgz), "-o", str(tmp_path / "out"), "-q", timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error[helm-chart]: exporting --chart"), proc.stderr
+    assert "provenance file" in proc.stderr.splitlines()[0] and "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_through_the_cli_nothing_is_written(tmp_path: Path) -> None:

@@ -68,6 +68,23 @@ def chart_tgz(path: Path, chart_yaml: str = CHART_YAML, *, top: str = "demo",
     return path
 
 
+def prov_file(tgz: Path, title: str, *, digest: str | None = None) -> Path:
+    """``TGZ.prov`` as ``helm package --sign`` writes it (helm's pkg/provenance/sign.go ``messageBlock``:
+    the metadata as YAML, ``...``, ``files:`` naming ``title`` with the package's sha256, clear-signed);
+    ``digest``: another checksum, for a provenance file of another package. The PGP signature is a
+    stand-in: nothing here checks it (helm does, on the far side)."""
+    import hashlib
+
+    sha = digest or hashlib.sha256(tgz.read_bytes()).hexdigest()
+    text = ("-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA512\n\napiVersion: v2\nname: demo\n"
+            "version: 0.1.0+build.1\n\n...\nfiles:\n"
+            f"  {title}: sha256:{sha}\n"
+            "-----BEGIN PGP SIGNATURE-----\n\nwsBcBAEBCgAQBQJlU2x0CRAstand+in==\n-----END PGP SIGNATURE-----\n")
+    path = Path(f"{tgz}.prov")
+    path.write_text(text)
+    return path
+
+
 def helm_pull_check(manifest: dict[str, Any], read_blob: Callable[[str], bytes]) -> tuple[dict[str, Any], bytes]:
     """What ``helm pull`` requires of a chart's manifest (pkg/registry/client.go ``Pull``: the config
     of the helm config type, a layer of the chart type, the config JSON a chart.Metadata): (the
