@@ -11,6 +11,7 @@ Engines: none (the sources are OCI layouts and bundle folders; ``--engine oci`` 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -225,7 +226,8 @@ def test_oci_import_onto_a_disk_that_fills_completes_once_space_is_freed(carry: 
 def test_out_of_inodes_says_the_inodes_and_leaves_nothing(carry: Path, tmp_path: Path) -> None:
     """A file system that can hold no more files (a tmpfs's nr_inodes; an ext4 of many small files)
     fails a create with ENOSPC while bytes are free: the error gives the inodes free beside the
-    bytes and the hint says either can run out; export leaves nothing, a copy no bundle.json."""
+    bytes and the hint says either can run out; export leaves nothing, a copy no bundle.json, an
+    import into an OCI layout (a blob's temp file could not be made) names the layout."""
     with small_fs(tmp_path / "few", "64m", inodes=6) as few:
         proc = run_cli("bundle", "export", f"oci:{carry}:carry/app:2", "-o", str(few / "x.bundle"), "--json")
         doc = failed("export", proc, "file-access", 2)
@@ -238,3 +240,9 @@ def test_out_of_inodes_says_the_inodes_and_leaves_nothing(carry: Path, tmp_path:
         assert " of 6 inodes " in doc["error"]["message"] and "it resumes" in doc["error"]["hint"], doc
         assert "`df -i`" in doc["error"]["hint"], doc
         assert not (few / "c" / "bundle.json").exists()
+        shutil.rmtree(few / "c")
+        proc = run_pyz(carry, "--engine", "oci", "--oci-dir", str(few / "l"), "--no-receipt", "--json")
+        doc = failed("import", proc, "file-access", 2)
+        assert f"into the OCI layout {few / 'l'}: expected to write {few}/l/blobs/sha256/" in doc["error"]["message"]
+        assert " of 6 inodes " in doc["error"]["message"] and not (few / "l" / "index.json").exists(), doc
+        _no_temp(few)

@@ -327,8 +327,9 @@ class OciLayoutSink(SinkBase):
         try:
             self._write_blob(root, digest, size, what, on_bytes, dst)
         except OSError as e:
-            if e.errno not in PLACE_ERRNOS or e.filename != dst:  # the bundle's side: as it is
-                raise
+            if e.errno not in PLACE_ERRNOS or not isinstance(e.filename, str) or \
+                    os.path.dirname(e.filename) != os.path.dirname(dst):  # the bundle's side: as it is
+                raise  # (the blob, or its temp file beside it: no file could be made, out of inodes)
             raise write_error(e, f"copying {what} into the OCI layout {self.dir}", dst,
                               note="the layout's index.json was not changed: it names no image of this run") from e
 
