@@ -383,3 +383,33 @@ def test_redirects_without_end_are_registry_redirect(fake: FakeRegistry, other: 
     assert err["id"] == "registry-redirect" and err["exitCode"] == 6, proc.stderr
     assert ("a loop back to" if kind == "loop" else "at most 5 redirects") in err["message"]
     assert len(other.requests) <= 12
+
+
+# ================================================================ the inventory of a registry
+
+
+def test_one_failing_tag_leaves_the_rest_of_a_registry_inventory(fake: FakeRegistry) -> None:
+    """A registry that keeps answering 500 for one tag's manifest (after the retries) no longer ends
+    the whole ``--inventory --registry``: that tag is left out, said in the log, and counts as absent
+    (a delta carries its layers); a refusal of the login (403) still ends it."""
+    from importer.errors import RegistryAuthError
+    from importer.registry.client import RegistryClient, parse_target
+    from importer.registry.inventory import registry_inventory
+
+    good = fake.image("team/app", "1")
+    fake.image("team/app", "2", files={"other.txt": b"another layer\n"})
+    fake.override["/v2/_catalog"] = lambda req: send_json(req, 200, {"repositories": ["team/app"]})
+    fake.override["/v2/team/app/tags/list"] = lambda req: send_json(req, 200, {"name": "team/app", "tags": ["1", "2"]})
+    fake.override["/v2/team/app/manifests/2"] = lambda req: send_json(req, 500, {"errors": [{"code": "UNKNOWN"}]})
+    logs: list[str] = []
+    client = RegistryClient(parse_target(fake.addr), attempts=2, backoff=0, log=logs.append)
+    client.ping()  # HTTPS, then plain HTTP on loopback (as the sink's probe)
+    images = registry_inventory(client, workers=2)
+    assert [i.image_id for i in images] == [good["digest"]] and images[0].tags == [f"{fake.addr}/team/app:1"]
+    assert any(line.startswith("team/app:2 left out of the inventory (counted as absent):") and "500" in line
+               for line in logs), logs
+    fake.override["/v2/team/app/manifests/2"] = lambda req: send_json(req, 403, {"errors": [{"code": "DENIED"}]})
+    client = RegistryClient(parse_target(fake.addr), attempts=2, backoff=0)
+    client.ping()
+    with pytest.raises(RegistryAuthError):
+        registry_inventory(client, workers=2)

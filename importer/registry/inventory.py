@@ -14,10 +14,10 @@ import json
 import re
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from importer.engines import EngineImage
-from importer.errors import LimitExceeded, RegistryError, RegistryNoCatalog
+from importer.errors import LimitExceeded, RegistryAuthError, RegistryError, RegistryNoCatalog, RegistryUnreachable
 from importer.format.digest import Digest, is_digest
 from importer.format.limits import (
     MAX_CONFIG,
@@ -232,8 +232,26 @@ def describe_tag(client: RegistryClient, repo: str, tag: str, configs: Dict[str,
     return out
 
 
-def registry_inventory(client: RegistryClient, *, workers: int = 4) -> List[EngineImage]:
-    """Every image the registry (under the target's namespace) holds, one entry per manifest."""
+def _described_or_left_out(client: RegistryClient, repo: str, tag: str, configs: Dict[str, Any],
+                           note: Callable[[str], None]) -> Optional[_Described]:
+    """:func:`describe_tag`, or None (the tag left out, said through ``note``) when the registry
+    keeps failing on that one tag (a 5xx after the retries, a refused request, a redirect loop): what else it holds
+    is still listed, and a tag left out counts as absent, so a delta carries its layers rather than
+    assume them (docs/deltas.md). A refused login or a registry that stopped answering still ends it."""
+    try:
+        return describe_tag(client, repo, tag, configs)
+    except (RegistryAuthError, RegistryUnreachable):
+        raise
+    except RegistryError as e:
+        note(f"{repo}:{tag} left out of the inventory (counted as absent): {e.message}")
+        return None
+
+
+def registry_inventory(client: RegistryClient, *, workers: int = 4,
+                       note: Optional[Callable[[str], None]] = None) -> List[EngineImage]:
+    """Every image the registry (under the target's namespace) holds, one entry per manifest;
+    ``note`` (default: the client's log) hears of each tag left out."""
+    said = note or client.log
     repos = list_repositories(client, namespace=client.target.namespace) or []
     items: List[Tuple[str, str]] = []
     for repo in repos:
@@ -243,7 +261,8 @@ def registry_inventory(client: RegistryClient, *, workers: int = 4) -> List[Engi
                 f"listing the tags of {client.target}: expected at most {MAX_REGISTRY_IMAGES} tags, found more",
                 hint="name a namespace (--registry HOST:PORT/NAMESPACE) to list part of the registry")
     configs: Dict[str, Any] = {}
-    found = each(workers, lambda it: describe_tag(client, it[0], it[1], configs), items, client.cancel)
+    found = each(workers, lambda it: _described_or_left_out(client, it[0], it[1], configs, said), items,
+                 client.cancel)
     merged: Dict[str, EngineImage] = {}
     for (repo, tag), d in zip(items, found):
         if d is None:

@@ -5,6 +5,7 @@ importer/pipeline/registry.py."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Callable, List, Optional, Tuple
 
 from importer.engines import EngineImage, EngineInfo
@@ -40,10 +41,14 @@ class RegistrySink(SinkBase):
 
     def inventory(self) -> List[EngineImage]:
         """Every image in the registry (under the namespace, if one is named): ``--inventory``."""
-        return registry_inventory(self.client, workers=self.concurrency)
+        return registry_inventory(self.client, workers=self.concurrency, note=_note)
 
     def close(self) -> None:
         self.client.close()
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"note: {text}\n")
 
 
 def add_registry_arguments(p: argparse.ArgumentParser) -> None:
