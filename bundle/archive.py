@@ -264,8 +264,9 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     pins: Dict[str, FileRecord] = {f.path: f for f in manifest.files}
     order = member_order(manifest, src)
     total = sum(_regular_size(src, p) for p in order)
-    if not consume:  # export --archive checked the space first; packing frees the staging folder as it goes
-        check_pack_space(archive, total, len(order), manifest, stale)
+    # export --archive (consume): each blob leaves the staging folder once packed, so its peak counts
+    check_pack_space(archive, consumed_peak(src, archive, order, total) if consume else total, len(order),
+                     manifest, stale, consuming=consume)
     for path in stale:
         os.unlink(path)
     on_bytes = progress("pack", total) if progress is not None else None
@@ -338,10 +339,26 @@ def _pack(src: str, archive: str, split: Optional[int], consume: bool, order: Li
                       importer_digest=importer_rec.digest if beside and importer_rec else None)
 
 
-def check_pack_space(archive: str, total: int, members: int, manifest: BundleManifest, stale: List[str]) -> None:
+def consumed_peak(src: str, archive: str, order: List[str], total: int) -> int:
+    """The most that packing ``src`` into ``archive`` while deleting each packed blob (export --archive)
+    adds on the archive's file system: the documents and the importer, then every blob once more
+    until it is packed and deleted: the largest. On another file system (FAT: staged in TMPDIR)
+    nothing is freed there: all of ``total``."""
+    try:
+        if os.stat(src).st_dev != os.stat(os.path.dirname(archive)).st_dev:
+            return total
+    except OSError:
+        return total
+    blobs = [_regular_size(src, p) for p in order if p.startswith("blobs/")]
+    return total - sum(blobs) + max(blobs, default=0)
+
+
+def check_pack_space(archive: str, total: int, members: int, manifest: BundleManifest, stale: List[str], *,
+                     consuming: bool = False) -> None:
     """Free space for the tar (or parts) before the first byte: the members, their tar headers and the
     importer beside it, less what the earlier outputs ``--force`` replaces hold (removed first), as
-    the import preflight measures it (importer/pipeline/preflight.py)."""
+    the import preflight measures it (importer/pipeline/preflight.py). ``consuming`` (export
+    --archive): ``total`` is :func:`consumed_peak`, and the staging folder is removed on a refusal."""
     directory = os.path.dirname(archive)
     dev, _ = free_bytes(directory)
     freed = 0
@@ -357,7 +374,10 @@ def check_pack_space(archive: str, total: int, members: int, manifest: BundleMan
         raise InsufficientSpace(
             f"packing into {archive}: expected enough free space for the archive, found too little on {check.text()}"
             + (f" (the {len(stale)} earlier output(s) --force replaces counted as free)" if stale else ""),
-            hint="nothing was written; free space there or pack onto a larger disk")
+            hint="nothing was written; free space there or pack onto a larger disk" if not consuming else
+            "the exported bundle was removed, no archive written: packing it beside its staging folder needs its "
+            "largest blob's size once more; free space there, or export -o to a larger disk and `bundle pack "
+            "--split` onto this one")
 
 
 def pack_write_error(err: OSError, archive: str) -> Optional[BundleError]:

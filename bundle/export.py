@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -188,15 +189,32 @@ def check_export_space(out_dir: str, size: int, images: int, *, exact: bool, say
     short = [c for c in check_space([need]) if not c.ok]
     if not short:
         return
+    left = killed_leftovers(out_dir)
+    delete = (f"delete {', '.join(left[:3])}{' ...' if len(left) > 3 else ''} (left by an export that was killed; "
+              "a failed one removes its own), or " if left else "")
     if exact:
         raise InsufficientSpace(
             f"exporting to {out_dir}: expected enough free space for the bundle, found too little on "
             + "; ".join(c.text() for c in short),
-            hint="nothing was written; free space there, or export to a larger disk (then `bundle copy` or "
+            hint=f"nothing was written; {delete}free space there, or export to a larger disk (then `bundle copy` or "
             "`bundle pack --split` onto this one)")
     if say:
         sys.stderr.write(f"note: the bundle may not fit in {os.path.dirname(out_dir)} (it holds up to the images' "
-                         f"size as the source reports it; compressed it is usually smaller): {short[0].text()}\n")
+                         f"size as the source reports it; compressed it is usually smaller): {short[0].text()}"
+                         + (f"; {delete.removesuffix(', or ')}" if left else "") + "\n")
+
+
+def killed_leftovers(out_dir: str) -> List[str]:
+    """The staging folders an export killed outright left beside ``out_dir`` (``DIR.partial-*``; for
+    ``--archive``, ``.FILE.tar.export-*``): they hold space no later run frees by itself."""
+    parent, name = os.path.dirname(out_dir), os.path.basename(out_dir)
+    hidden = re.fullmatch(r"(\..+\.export-)[0-9a-f]{12}", name)
+    prefix = hidden.group(1) if hidden else name + ".partial-"
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    return [os.path.join(parent, n) for n in sorted(names) if n.startswith(prefix) and n != name]
 
 
 def _typed(error: BaseException, staging: str, out_dir: str) -> None:

@@ -97,18 +97,20 @@ def test_export_that_fills_after_the_check_leaves_nothing_and_runs_again(
         ok("verify", run_pyz(target, "--verify-only", "--json"))
 
 
-@pytest.mark.parametrize("leave,at", [(5, "staging"), (12, "parts")], ids=["staging", "parts"])
+@pytest.mark.parametrize("leave,at", [(5, "staging"), (3, "parts")], ids=["staging", "parts"])
 def test_export_archive_that_fills_leaves_no_part_and_runs_again(
         carry: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         leave: int, at: str) -> None:
     """``export --archive --split``: the bundle is staged beside the parts, then consumed as they
-    are written; the disk fills while staging (5 MiB left) or at a part (12 MiB): the file is named,
-    no part, index, importer or staging folder is left; freed, the same command writes them all."""
+    are written; the disk fills while staging (5 MiB left after the export's check) or at a part (3
+    MiB left after the pack's): the file is named, no part, index, importer or staging folder is
+    left; freed, the same command writes them all."""
     with small_fs(tmp_path / "usb", "24m") as usb:
         filler = tmp_path / "usb" / "other-program.bin"
         argv = ["export", f"oci:{carry}:carry/app:2", "--archive", str(usb / "x.tar"), "--split", "1M", "-q"]
         with monkeypatch.context() as m:
-            _fill_after(m, bundle.export, "check_export_space", filler, leave * MiB)
+            checked = (bundle.export, "check_export_space") if at == "staging" else (bundle.archive, "check_pack_space")
+            _fill_after(m, *checked, filler, leave * MiB)
             rc, doc, err = _in_process(argv, capsys)
         assert rc == 2 and doc["error"]["id"] == "file-access", doc
         message = doc["error"]["message"]
@@ -246,3 +248,32 @@ def test_out_of_inodes_says_the_inodes_and_leaves_nothing(carry: Path, tmp_path:
         assert f"into the OCI layout {few / 'l'}: expected to write {few}/l/blobs/sha256/" in doc["error"]["message"]
         assert " of 6 inodes " in doc["error"]["message"] and not (few / "l" / "index.json").exists(), doc
         _no_temp(few)
+
+
+@pytest.mark.parametrize("archive", [False, True], ids=["folder", "archive"])
+def test_export_names_what_a_killed_export_left(carry: Path, tmp_path: Path, archive: bool) -> None:
+    """An export killed outright (kill -9, a power cut) cannot remove its staging folder; on a disk
+    that is then too small, the refusal names that folder to delete (a failed export leaves none)."""
+    with small_fs(tmp_path / "usb", "20m") as usb:
+        left = usb / (".x.tar.export-0123456789ab.partial-k1ll3d" if archive else "x.bundle.partial-k1ll3d")
+        (left / "blobs").mkdir(parents=True)
+        (left / "blobs" / "cut").write_bytes(b"\0" * (12 * MiB))
+        target = ["--archive", str(usb / "x.tar"), "--split", "1M"] if archive else ["-o", str(usb / "x.bundle")]
+        proc = run_cli("bundle", "export", f"oci:{carry}:carry/app:2", *target, "--json")
+        doc = failed("export", proc, "insufficient-space", 6)
+        assert f"delete {left} (left by an export that was killed" in doc["error"]["hint"], doc
+        shutil.rmtree(left)
+        ok("export", run_cli("bundle", "export", f"oci:{carry}:carry/app:2", *target, "--json"))
+
+
+def test_export_archive_that_cannot_be_packed_beside_its_staging_says_so_before_writing(
+        carry: Path, tmp_path: Path) -> None:
+    """``export --archive`` packs the staged bundle beside it, deleting each blob once packed: the
+    peak is the bundle and its largest blob once more. The export fits (10.1 MiB on 13 MiB), the
+    pack would not: refused before the first byte of the tar, naming what it needs; nothing left."""
+    with small_fs(tmp_path / "usb", "13m") as usb:
+        proc = run_cli("bundle", "export", f"oci:{carry}:carry/app:2", "--archive", str(usb / "x.tar"), "--json")
+        doc = failed("export", proc, "insufficient-space", 6)
+        assert f"packing into {usb / 'x.tar'}: expected enough free space" in doc["error"]["message"], doc
+        assert "largest blob's size once more" in doc["error"]["hint"], doc
+        assert everything_under(usb) == []
