@@ -93,7 +93,8 @@ def test_export_from_docker_and_packing_out_of_space_name_the_file(carry: Path, 
                                                                    tmp_path: Path) -> None:
     """Docker's image size counts the files uncompressed: the export says it may not fit and goes on;
     the write that runs out names the staging file and the folder, and nothing is left. Exported
-    straight to parts, the pack (consuming the staging folder) runs out: the part is named."""
+    straight to parts, the staged bundle leaves too little to pack beside it (its largest blob once
+    more): refused before the first part, nothing left (tests/test_disk_fills.py: a part that runs out)."""
     loaded = run_pyz(carry, "--docker-host", docker_host, "--no-receipt", "--quiet")
     assert loaded.returncode == 0, loaded.stderr
     try:
@@ -110,9 +111,9 @@ def test_export_from_docker_and_packing_out_of_space_name_the_file(carry: Path, 
         with small_fs(tmp_path / "stick", "13m") as stick:
             proc = run_cli("bundle", "export", "carry/app:2", "--archive", str(stick / "x.tar"), "--split", "1M",
                            docker_host=docker_host)
-            assert proc.returncode == 2 and error_id(proc.stderr) == "file-access", proc.stderr
-            assert f"packing into {stick / 'x.tar'}: expected to write {stick}/x.tar.part0" in proc.stderr
-            assert f"in the folder {stick}, found No space left on device (ENOSPC)" in proc.stderr
+            assert proc.returncode == 6 and error_id(proc.stderr) == "insufficient-space", proc.stderr
+            assert f"packing into {stick / 'x.tar'}: expected enough free space" in proc.stderr
+            assert "largest blob's size once more" in proc.stderr
             assert everything_under(stick) == []
     finally:
         docker(docker_host, "image", "rm", "carry/app:2", "carry/base:1", check=False)
