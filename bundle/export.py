@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import gpufit
 from bundle.blobstore import BlobStore
+from bundle.exportloop import Carry, carry_images
 from bundle.fileartifact import FileSet, NoImages
 from bundle.gpufit import FitCheck
 from bundle.helmchart import ChartPackage, carry_artifacts
@@ -149,8 +150,7 @@ def export_images(
                 store = BlobStore(staging)
                 store.recompress_to = compression if asked else None
                 store.adaptive = not asked  # auto: a layer that does not compress is stored as it is
-                images = source.export(names, store, selection, compression=compression, level=level,
-                                       on_bytes=on_bytes, have=have_layers)
+                images = carry_images(source, names, selection, Carry(store, compression, level, on_bytes, have_layers))
                 gpufit.postcheck(fit, store, images)
                 manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc,
                                         file_artifacts=carry_artifacts(store, files, charts, on_bytes))

@@ -164,8 +164,8 @@ def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
 BUNDLE_LAYERS: List[Set[str]] = [
     {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "yamlbound", "progressui", "k8simages"},
     {"sources"},
-    {"writer", "legacy_writer", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact", "gpudriver",
-     "helmchart", "bootstrap"},
+    {"writer", "legacy_writer", "exportloop", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact",
+     "gpudriver", "helmchart", "bootstrap"},
     {"export"},
     {"keycmds", "transfercmds", "tlscert", "pullcheck", "choices"},
     {"cli", "__main__"},
@@ -206,6 +206,35 @@ def _known_module(name: str, modules: Set[str]) -> str:
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name
+
+
+#: what stores blobs and writes bundles: a source module importing one has grown an export loop of its own
+STORE_MODULES = ("bundle.blobstore", "bundle.writer", "bundle.legacy_writer", "bundle.exportloop", "bundle.export")
+SOURCE_FILES = sorted((REPO / "bundle" / "sources").glob("*.py"))
+
+
+def store_imports(path: Path) -> List[str]:
+    """``line N: module`` for every import in ``path`` of a module that stores blobs or writes a bundle."""
+    return [f"line {line}: {target}" for target, line in _targets(path, "bundle")
+            if any(target == m or target.startswith(m + ".") for m in STORE_MODULES)]
+
+
+@pytest.mark.parametrize("path", SOURCE_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_sources_resolve_and_read_but_never_store(path: Path) -> None:
+    """Issue 41 point 4: a source says what an export carries (resolve) and gives the bytes (blobs,
+    stream); the one export loop (bundle/exportloop.py) stores them. A source that imports the blob
+    store or a writer copies layers itself again."""
+    assert store_imports(path) == [], f"{path.relative_to(REPO)} stores blobs itself: yield records to the " \
+                                      "export loop (bundle/exportloop.py) instead"
+
+
+def test_the_store_guard_sees_a_source_that_stores(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("from bundle.blobstore import BlobStore\nfrom bundle import writer\n"
+                     "from bundle.sources.records import Descriptor\n"
+                     "def export(store: BlobStore) -> None:\n    import bundle.exportloop\n")
+    assert store_imports(rogue) == ["line 1: bundle.blobstore", "line 2: bundle.writer", "line 5: bundle.exportloop"]
+    assert len(SOURCE_FILES) >= 10
 
 
 def import_cycles(files: List[Path]) -> List[List[str]]:

@@ -1,5 +1,6 @@
-"""Layers of a blob-copy source (containerd content store, OCI layout) are read a few at a time:
-bundle order kept, every blob streamed once, the first real failure reported and the rest stopped."""
+"""Layers of a blob-copy source (containerd content store, OCI layout) are read a few at a time by
+the export loop (bundle/exportloop.py): bundle order kept, every blob streamed once, the first real
+failure reported and the rest stopped."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from typing import Any, BinaryIO, Dict, Iterator, List
 
 import pytest
 
+from bundle import exportloop
 from bundle.blobstore import BlobStore
-from bundle.sources import blobcopy
-from bundle.sources.blobcopy import copy_image, read_layers
+from bundle.exportloop import Carry, carry_platform, read_layers
+from bundle.sources import SourceImage
+from bundle.sources.blobcopy import resolve_platform
 from bundle.sources.records import ImageManifest
 from importer.errors import SourceError
 
@@ -87,6 +90,13 @@ def _image(layers: List[bytes], corrupt: int = -1) -> tuple:
     return blobs, manifest
 
 
+def copy_image(provider: FakeProvider, manifest: ImageManifest, refs: tuple, store: BlobStore, *,
+               compression: str, level: None, what: str) -> SourceImage:
+    """One image as the export loop carries it: resolved (config read), then its layers copied."""
+    return carry_platform(provider, resolve_platform(provider, manifest, what), refs, Carry(store, compression, level),
+                          {})
+
+
 def _typed(manifest: Dict[str, Any]) -> ImageManifest:
     return ImageManifest.parse(json.dumps(manifest).encode(), "the test's manifest")
 
@@ -103,7 +113,7 @@ def test_layers_are_read_in_parallel_and_kept_in_order(tmp_path: Path, monkeypat
     assert [str(layer.digest) for layer in image.layers] == [d["digest"] for d in manifest["layers"]]
     assert [str(layer.diff_id) for layer in image.layers] == [_digest(p) for p in payloads]
     assert image.raw_manifest == raw  # the manifest is kept: every blob carried as described
-    assert 2 <= provider.open_max <= blobcopy.MAX_LAYER_WORKERS
+    assert 2 <= provider.open_max <= exportloop.MAX_LAYER_WORKERS
     for d in manifest["layers"]:  # each blob read once, all of it, and stored byte for byte
         assert provider.read_bytes[d["digest"]] == d["size"]
         assert (tmp_path / "b" / "blobs" / "sha256" / d["digest"][7:]).read_bytes() == blobs[d["digest"]]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bundle.blobstore import BlobStore
-from bundle.sources.docker_daemon import read_docker_save
+from bundle.exportloop import read_docker_save
 from bundle.writer import write_bundle
 from importer.errors import SourceError
 from importer.verify.bundle import verify_bundle

@@ -187,16 +187,16 @@ def test_a_delta_and_a_signature_from_a_registry(registry: Registry, tmp_path: P
 def test_each_image_is_read_through_its_own_repository_not_a_cursor(registry: Registry) -> None:
     """The registry source keeps no "current reference" (issue 27): two images' blobs read in
     interleaved order each come from their own repository, and each config hashes to its digest."""
-    from bundle.sources.blobcopy import read_blob_bytes
-    from bundle.sources.records import ImageManifest
+    from bundle.sources import ResolvedImage
+    from bundle.sources.protocol import Selection
     from bundle.sources.registry import RegistrySource
     texts = [f"{registry.addr}/sn/small:1", f"{registry.addr}/sn/big:1"]
     source = RegistrySource(texts)
     try:
-        resolved = [source._target(t) for t in texts]  # both resolved before either is read
-        providers = [source.blobs(ref) for ref, _ in resolved]
-        manifests = [ImageManifest.parse(read_blob_bytes(p, target.digest, 1 << 20, "test"), "test")
-                     for p, (_, target) in zip(providers, resolved)]
+        resolved = source.resolve(texts, Selection())  # both resolved before either is read
+        assert all(isinstance(image, ResolvedImage) for image in resolved)
+        providers = [source.blobs(image) for image in resolved if isinstance(image, ResolvedImage)]
+        manifests = [image.images[0].manifest for image in resolved if isinstance(image, ResolvedImage)]
         for provider, manifest in reversed(list(zip(providers, manifests))):
             with provider.open_blob(str(manifest.config.digest), "test") as f:
                 assert hashlib.sha256(f.read()).hexdigest() == manifest.config.digest.hex

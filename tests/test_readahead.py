@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bundle.blobstore import BlobStore
-from bundle.sources.docker_daemon import read_docker_save
+from bundle.exportloop import read_docker_save
 from bundle.sources.readahead import ReadAhead
 from importer.errors import SourceError
 from tests.kit.fakesave import docker_save, sample_images

@@ -18,6 +18,7 @@ import pytest
 
 from bundle.blobstore import BlobStore
 from bundle.export import _selection
+from bundle.exportloop import Carry, carry_images
 from bundle.sources.containerd import ContainerdSource
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.sources.oci_layout import OciLayoutSource
@@ -158,7 +159,7 @@ def test_one_source_reads_two_selections_without_a_cursor(tmp_path: Path) -> Non
     assert checked.size == sizes["amd64"] and len(checked.notes) == 1 and "--all-platforms" in checked.notes[0]
     assert source.check_refs([REF], arm) == CheckedRefs(sizes["arm64"])
     store = BlobStore(str(tmp_path / "bundle"), fsync=False)
-    got = [source.export([REF], store, s, compression="zstd", level=None)[0] for s in (arm, amd, arm)]
+    got = [carry_images(source, [REF], s, Carry(store, "zstd"))[0] for s in (arm, amd, arm)]
     assert [im.platform["architecture"] for im in got] == ["arm64", "amd64", "arm64"]
     assert [str(im.layers[0].digest) for im in got] == [facts["arch"][a]["layer"] for a in ("arm64", "amd64", "arm64")]
 

@@ -1,40 +1,21 @@
-"""Sources that already keep compressed layers (containerd's content store, an OCI layout):
-copy each blob byte for byte instead of decompressing and compressing it again.
-
-One read per layer: the compressed bytes go to the bundle's blob store (temp-then-rename) and
-through a hasher, and the same bytes are decompressed on the fly to compute the diff_id and the
-uncompressed size. The blob must hash to its descriptor's digest and the diff_ids must equal the
-config's, else the export stops naming the layer. A layer the source keeps uncompressed is
-compressed like a ``docker save`` layer. Layers the offline host already holds (``--have``) are
-not read at all: the config names their diff_ids."""
+"""What a source that names its blobs by digest (containerd's content store, an OCI layout, a
+registry, Docker's containerd content store) resolves an image to, before any layer is read:
+its manifest or index read once (bounded, its digest checked) into records.py's records, the
+manifest for the platform asked for (or each platform chosen: :class:`PlatformChoice`), each
+config read byte for byte and checked against its digest, each layer paired with its config's
+diff_id (:func:`resolve_target`, a :class:`~bundle.sources.protocol.ResolvedImage`). The one
+export loop (bundle/exportloop.py) then copies the layers: byte for byte where the source keeps
+them compressed (diff_id computed on the way), compressed where it keeps them as tars. Also the
+small rules the loop and the sources share: the layer media types carried
+(:data:`LAYER_COMPRESSION`), whether the source's manifest can be kept (:func:`keep_manifest`),
+which compression a stream starts (:func:`sniff_compression`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import os
-import threading
-import zlib
-from typing import (
-    IO,
-    Callable,
-    ContextManager,
-    Dict,
-    List,
-    NamedTuple,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-    TypeVar,
-    Union,
-    cast,
-)
+from typing import Callable, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
-import zstandard
-
-from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, platform_of
+from bundle.sources import LayerBlob, PlatformImage, ResolvedImage, platform_of
 from bundle.sources.records import (
     INDEX_TYPES,
     MANIFEST_TYPES,
@@ -45,8 +26,8 @@ from bundle.sources.records import (
     load_json,
     parse_image,
 )
-from importer.errors import WRITE_ERRNOS, BundleError, PlatformNotFound, SourceError
-from importer.format.digest import CHUNK, Digest, hash_stream, is_digest
+from importer.errors import BundleError, PlatformNotFound, SourceError
+from importer.format.digest import Digest, is_digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import LayerRecord
 from importer.format.mediatypes import (
@@ -58,11 +39,7 @@ from importer.format.mediatypes import (
     compression_of,
 )
 from importer.format.platform import Platform, of_dict
-from importer.input.cudascan import CudaScan
-from importer.inventory.have import HaveLayers
-from importer.streams.readers import HashingReader, Readable, Writable
-from importer.streams.signals import stop_requested
-from importer.streams.threads import each
+from importer.streams.readers import Readable
 
 ProgressFn = Callable[[int], None]
 
@@ -85,109 +62,6 @@ class BlobProvider(Protocol):
     def open_blob(self, digest: str, what: str) -> ContextManager[Readable]: ...
 
 
-def _decompressed(tee: HashingReader, compression: str) -> ContextManager[Readable]:
-    # a forward read calls read() alone (never seek): the stream is a file to gzip and zstandard
-    src = cast(IO[bytes], tee)
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=src, mode="rb")
-    reader: ContextManager[Readable] = zstandard.ZstdDecompressor().stream_reader(
-        src, read_size=CHUNK, read_across_frames=True, closefd=False)
-    return reader
-
-
-class _NullWriter:
-    def write(self, data: bytes) -> int:
-        return len(data)
-
-
-class _Scanned:
-    """A reader whose bytes also go to a CudaScan (the same pass: no second read)."""
-
-    def __init__(self, src: Readable, scan: Optional[CudaScan]) -> None:
-        self.src, self.scan = src, scan
-
-    def read(self, n: int = -1) -> bytes:
-        data: bytes = self.src.read(n)
-        if self.scan is not None:
-            self.scan.feed(data)
-        return data
-
-
-def _read_compressed(src: Readable, out: Writable, compression: str, what: str,
-                     on_bytes: Optional[ProgressFn],
-                     scan: Optional[CudaScan] = None) -> Tuple[Digest, int, int, Digest]:
-    """Read one compressed layer to its end, every byte also written to ``out`` (and the
-    uncompressed bytes to ``scan``): (diff_id, uncompressed size, compressed size, compressed digest)."""
-    tee = HashingReader(src, on_bytes, tee=out)
-    try:
-        with _decompressed(tee, compression) as reader:
-            diff_id, usize = hash_stream(_Scanned(reader, scan))
-    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as e:
-        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:  # the write to ``out`` (a full disk), no read
-            raise
-        raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
-                          hint="the source's copy of this blob is corrupt; re-pull the image") from e
-    tee.drain()
-    return diff_id, usize, tee.count, Digest("sha256", tee.hasher.hexdigest())
-
-
-def _read_layer(src: Readable, out: Writable, desc: Descriptor, what: str,
-                on_bytes: Optional[ProgressFn], scan: Optional[CudaScan] = None) -> Tuple[Digest, int, int]:
-    """Read one compressed layer to its end: (diff_id, uncompressed size, compressed size),
-    every byte also written to ``out``; the blob must hash to the descriptor's digest and size."""
-    compression = LAYER_COMPRESSION[desc.media_type][0]
-    want = desc.digest
-    diff_id, usize, count, got = _read_compressed(src, out, compression, what, on_bytes, scan)
-    if got != want or count != desc.size:
-        raise SourceError(
-            f"{what}: expected {want} ({desc.size} bytes), found {got} ({count} bytes)",
-            hint="the source's copy of this blob is corrupt; re-pull the image")
-    return diff_id, usize, count
-
-
-def _recompress(store: BlobStore, src: Readable, compression: str, what: str,
-                on_bytes: Optional[ProgressFn], expected: Optional[str] = None) -> Optional[LayerRecord]:
-    """``--compression`` asked explicitly and this layer is kept compressed otherwise: decompress
-    it (streamed) into a layer compressed as asked; None when it stays as stored."""
-    target = store.recompress_to
-    if target is None or target == compression:
-        return None
-    tee = HashingReader(src, on_bytes)  # counts the stored bytes read, as the progress total does
-    try:
-        with _decompressed(tee, compression) as plain:
-            record = store.write_layer(plain, compression=target)
-        tee.drain()
-    except BundleError:
-        raise
-    except (OSError, EOFError, ValueError, zlib.error) as e:
-        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:  # the recompressed layer's write (a full disk)
-            raise
-        raise SourceError(f"{what}: expected a {compression} stream, found it damaged ({e})",
-                          hint="the source's copy of this blob is corrupt; re-pull the image") from e
-    got = "sha256:" + tee.hasher.hexdigest()
-    if expected is not None and got != expected:
-        store.discard(record.digest)
-        raise SourceError(f"{what}: expected the stored blob to hash to {expected}, found {got}",
-                          hint="the source's copy of this blob is corrupt; re-pull the image")
-    store.recompressed.append(what)
-    return record
-
-
-def copy_layer(store: BlobStore, src: Readable, desc: Descriptor, what: str, *,
-               on_bytes: Optional[ProgressFn] = None) -> LayerRecord:
-    """Copy one compressed layer blob verbatim; its diff_id is computed on the way."""
-    compression, media_type = LAYER_COMPRESSION[desc.media_type]
-    again = _recompress(store, src, compression, what, on_bytes, str(desc.digest))
-    if again is not None:
-        return again
-    scan = CudaScan()
-    with store.temp() as (f, tmp):
-        diff_id, usize, size = _read_layer(src, f, desc, what, on_bytes, scan)
-    blob = store.commit(tmp, desc.digest, size)
-    store.noted(diff_id, scan)
-    return LayerRecord(media_type, blob.digest, blob.size, diff_id, usize)
-
-
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -199,23 +73,6 @@ def sniff_compression(head: bytes) -> Optional[str]:
     if head.startswith(ZSTD_MAGIC):
         return "zstd"
     return None
-
-
-def copy_stored_layer(store: BlobStore, src: Readable, compression: str, what: str, *,
-                      on_bytes: Optional[ProgressFn] = None) -> LayerRecord:
-    """Copy a compressed layer whose descriptor is not known yet (a ``docker save`` stream of
-    Docker's containerd store, where blobs arrive before the manifest naming them): stored as it
-    is, its digest and diff_id computed on the way."""
-    again = _recompress(store, src, compression, what, on_bytes)
-    if again is not None:
-        return again
-    media_type = OCI_LAYER_GZIP if compression == "gzip" else OCI_LAYER_ZSTD
-    scan = CudaScan()
-    with store.temp() as (f, tmp):
-        diff_id, usize, size, digest = _read_compressed(src, f, compression, what, on_bytes, scan)
-    blob = store.commit(tmp, digest, size)
-    store.noted(diff_id, scan)
-    return LayerRecord(media_type, blob.digest, blob.size, diff_id, usize)
 
 
 def keep_manifest(raw_manifest: bytes, raw_config: bytes,
@@ -311,30 +168,33 @@ def require_platform(provider: BlobProvider, manifest: ImageManifest, want: Plat
                                hint=f"drop --platform to carry the {found} image, or export a build for {want}")
 
 
-class _Measured(NamedTuple):
-    """A layer left out (the offline host holds it): read only to check its diff_id."""
+def resolve_target(provider: BlobProvider, target: Descriptor, ref: str, refs: Tuple[str, ...], *,
+                   platform: Platform, choice: Optional[PlatformChoice], what: str) -> ResolvedImage:
+    """What the export carries of the image ``target`` names (a manifest, or an index). Without
+    ``choice``: the manifest for ``platform``. With one (``--all-platforms`` or several
+    ``--platform``) and an index: every platform chosen, the primary (``platform``, this host's,
+    when chosen; else the first) carrying the refs and the others beside it; with every platform,
+    the index itself byte for byte. A single-manifest image is carried as it is."""
+    doc = read_image(provider, target, what)
+    if choice is None or isinstance(doc, ImageManifest):
+        listed = platform if isinstance(doc, ImageIndex) else None
+        image = resolve_platform(provider, _resolve(provider, doc, platform, what), what, listed)
+        return ResolvedImage(ref, refs, target, what, (image,))
+    entries = choice.entries(doc, what)
+    primary = next((e for e in entries if _entry_platform(e).matches(platform)), entries[0])
+    images = []
+    for entry in [primary, *[e for e in entries if e is not primary]]:
+        sub_what = f"{what} ({_entry_platform(entry)})"
+        images.append(resolve_platform(provider, pick_manifest(provider, entry, platform, sub_what), sub_what,
+                                       _entry_platform(entry)))
+    return ResolvedImage(ref, refs, target, what, tuple(images), raw_index=doc.raw if choice.every else None,
+                         index_media_type=target.media_type or doc.media_type)
 
-    diff_id: Digest
-    size: int
 
-
-#: one layer blob to read: (its label, its descriptor, left out (``--have``) or carried)
-_Job = Tuple[str, Tuple[str, Descriptor, bool]]
-
-
-def _diff_ids(config: object) -> List[str]:
-    """The config's ``rootfs.diff_ids`` as strings (another type: no layer matches)."""
-    rootfs = as_object((as_object(config) or {}).get("rootfs"))
-    listed = rootfs.get("diff_ids") if rootfs is not None else None
-    return [str(d) for d in listed] if isinstance(listed, list) else []
-
-
-def copy_image(provider: BlobProvider, manifest: ImageManifest, refs: Tuple[str, ...], store: BlobStore, *,
-               compression: str, level: Optional[int], what: str, on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None, copied: Optional[Dict[str, LayerRecord]] = None) -> SourceImage:
-    """One image: its config byte for byte, each layer copied (or left out when ``have`` holds it).
-    The manifest's bytes are kept in the bundle when every layer is carried as that manifest
-    describes it (:func:`keep_manifest`), so the manifest digest does not change."""
+def resolve_platform(provider: BlobProvider, manifest: ImageManifest, what: str,
+                     listed: Optional[Platform] = None) -> PlatformImage:
+    """One image manifest's config (read byte for byte, checked against its digest) and its
+    layers, each paired with the config's diff_id and of a media type the bundle carries."""
     config_digest = manifest.config.digest
     with provider.open_blob(str(config_digest), f"{what}: config") as f:
         raw_config = f.read(MAX_CONFIG + 1)
@@ -347,99 +207,28 @@ def copy_image(provider: BlobProvider, manifest: ImageManifest, refs: Tuple[str,
     if len(descs) != len(diff_ids):
         raise SourceError(f"{what}: expected as many layers as the config's diff_ids ({len(diff_ids)}), "
                           f"found {len(descs)}")
-    copied = {} if copied is None else copied
-    measured: Dict[str, _Measured] = {}
-    labels: List[str] = []
-    jobs: Dict[str, Tuple[str, Descriptor, bool]] = {}  # blob digest -> (label, descriptor, external)
+    layers = []
     for i, (desc, diff_id) in enumerate(zip(descs, diff_ids)):
         label = f"{what}: layer {i + 1}/{len(descs)} {str(desc.digest)[:19]}"
-        labels.append(label)
         if desc.media_type not in LAYER_COMPRESSION:
             raise SourceError(f"{label}: expected a tar, tar+gzip or tar+zstd layer, found {desc.media_type!r}",
                               hint="foreign or non-distributable layers cannot be carried; rebuild the image")
         if not is_digest(diff_id):
             raise SourceError(f"{label}: expected a sha256 diff_id in the config, found {diff_id!r}")
-        key = str(desc.digest)
-        external = have is not None and Digest.parse(diff_id) in have
-        if key not in copied and (key not in jobs or (jobs[key][2] and not external)):
-            jobs[key] = (label, desc, external)  # a blob one image both leaves out and carries is carried
-    # every blob read at most once, a few at a time (each streamed), results kept in the image's order
-    done = read_layers(list(jobs.items()), lambda job, guard: _read_one(
-        provider, store, job, guard, compression=compression, level=level, on_bytes=on_bytes))
-    for key, result in zip(jobs, done):
-        if isinstance(result, LayerRecord):
-            copied[key] = result
-        else:
-            measured[key] = result
-    layers: List[LayerRecord] = []
-    for label, desc, diff_id in zip(labels, descs, diff_ids):
-        key = str(desc.digest)
-        if have is not None and Digest.parse(diff_id) in have:
-            got, usize = measured[key] if key in measured else (copied[key].diff_id, copied[key].uncompressed_size)
-            if str(got) != diff_id:
-                raise SourceError(f"{label}: expected diff_id {diff_id} (the config's), found {got}",
-                                  hint="the source holds an inconsistent image; re-pull it")
-            layers.append(_external(Digest.parse(diff_id), usize, have))
-            continue
-        record = copied[key]
-        if str(record.diff_id) != diff_id:
-            raise SourceError(f"{label}: expected diff_id {diff_id} (the config's), found {record.diff_id}",
-                              hint="the source holds an inconsistent image; re-pull it")
-        layers.append(record)
-    kept = keep_manifest(manifest.raw, raw_config, layers)
-    if kept is not None:
-        return SourceImage(refs=refs, raw_config=raw_config, layers=kept[0], platform=platform_of(config),
-                           raw_manifest=manifest.raw, manifest_media_type=kept[1], config_media_type=kept[2])
-    return SourceImage(refs=refs, raw_config=raw_config, layers=tuple(layers), platform=platform_of(config))
+        layers.append(LayerBlob(label, desc, Digest.parse(diff_id)))
+    return PlatformImage(what, manifest, bytes(raw_config), platform_of(config), tuple(layers), listed)
 
 
-def copy_target(provider: BlobProvider, target: Descriptor, refs: Tuple[str, ...], store: BlobStore, *,
-                platform: Platform, choice: Optional[PlatformChoice], what: str, compression: str,
-                level: Optional[int], on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None,
-                copied: Optional[Dict[str, LayerRecord]] = None) -> SourceImage:
-    """The image ``target`` names (a manifest, or an index). Without ``choice``: the manifest for
-    ``platform`` (:func:`pick_manifest`). With one (``--all-platforms`` or several
-    ``--platform``) and an index: every platform chosen, the primary (``platform``, this host's,
-    when chosen; else the first) carrying the refs and the others beside it; with every platform,
-    the index itself byte for byte. A single-manifest image is carried as it is."""
-    copied = {} if copied is None else copied
-
-    def copy(manifest: ImageManifest, names: Tuple[str, ...], label: str) -> SourceImage:
-        return copy_image(provider, manifest, names, store, compression=compression, level=level, what=label,
-                          on_bytes=on_bytes, have=have, copied=copied)
-
-    doc = read_image(provider, target, what)
-    if choice is None or isinstance(doc, ImageManifest):
-        image = copy(_resolve(provider, doc, platform, what), refs, what)
-        if isinstance(doc, ImageIndex):
-            _check_index_platform(image, platform, what)
-        return image
-    entries = choice.entries(doc, what)
-    primary = next((e for e in entries if _entry_platform(e).matches(platform)), entries[0])
-    images = []
-    for entry in [primary, *[e for e in entries if e is not primary]]:
-        sub_what = f"{what} ({_entry_platform(entry)})"
-        images.append(copy(pick_manifest(provider, entry, platform, sub_what), refs if entry is primary else (),
-                           sub_what))
-        _check_index_platform(images[-1], _entry_platform(entry), sub_what)
-    return dataclasses.replace(images[0], others=tuple(images[1:]),
-                               raw_index=doc.raw if choice.every else None,
-                               index_media_type=target.media_type or doc.media_type)
-
-
-def _check_index_platform(image: SourceImage, listed: Platform, what: str) -> None:
-    """The config of the manifest an index lists for ``listed`` is for that platform: a reader
-    picking its platform from the index must get its own image (issue 24 class 4)."""
-    got = of_dict(image.platform)
-    if got is not None and not got.matches(listed):
-        raise SourceError(f"{what}: expected the manifest the index lists for {listed} to be an image for "
-                          f"{listed}, found a config for {got}",
-                          hint="the source's index contradicts its images; rebuild or re-push the image index")
+def _diff_ids(config: object) -> List[str]:
+    """The config's ``rootfs.diff_ids`` as strings (another type: no layer matches)."""
+    rootfs = as_object((as_object(config) or {}).get("rootfs"))
+    listed = rootfs.get("diff_ids") if rootfs is not None else None
+    return [str(d) for d in listed] if isinstance(listed, list) else []
 
 
 def manifests_for(provider: BlobProvider, target: Descriptor, platform: Platform, choice: Optional[PlatformChoice],
                   what: str, *, strict: bool = False, notes: Optional[List[str]] = None) -> List[ImageManifest]:
-    """The image manifests :func:`copy_target` will carry for ``target`` (every platform chosen,
+    """The image manifests :func:`resolve_target` resolves ``target`` to (every platform chosen,
     not one), checked before any layer is read."""
     if choice is None:
         return [pick_manifest(provider, target, platform, what, strict=strict, notes=notes)]
@@ -491,93 +280,3 @@ class PlatformChoice:
             if entry not in chosen:
                 chosen.append(entry)
         return chosen
-
-
-#: layers read at once (each streamed: a read buffer and a decompressor's window apiece)
-MAX_LAYER_WORKERS = 4
-
-
-class _Stopped(Exception):
-    """A layer read given up because another failed or a stop signal arrived (never reported)."""
-
-
-class _Stoppable:
-    """``src`` that gives up at the next read once ``stop`` is set."""
-
-    def __init__(self, src: Readable, stop: threading.Event) -> None:
-        self.src, self.stop = src, stop
-
-    def read(self, n: int = -1) -> bytes:
-        if self.stop.is_set() or stop_requested():
-            raise _Stopped()
-        return self.src.read(n)
-
-    def readable(self) -> bool:
-        return True
-
-
-_J = TypeVar("_J")
-_R = TypeVar("_R")
-
-
-def read_layers(jobs: List[_J], fn: Callable[[_J, Callable[[Readable], Readable]], _R]) -> List[_R]:
-    """``fn(job, guard)`` for every job on a small pool (``guard`` wraps the blob ``fn`` reads so it
-    stops early once another job failed or a stop signal arrived), results in the jobs' order.
-    The first real failure is raised, never a job that merely stopped because of it."""
-    workers = min(len(jobs), MAX_LAYER_WORKERS, os.cpu_count() or 1)
-    if workers <= 1:
-        return [fn(job, lambda f: f) for job in jobs]
-    stop = threading.Event()
-    failures: List[BaseException] = []
-
-    def one(job: _J) -> _R:
-        try:
-            return fn(job, lambda f: _Stoppable(f, stop))
-        except _Stopped:
-            raise
-        except BaseException as e:
-            failures.append(e)
-            stop.set()
-            raise
-
-    try:
-        return each(workers, one, jobs, on_abort=stop.set)
-    except Exception:  # each() raises the first failure in the jobs' order; the one that stopped the rest counts
-        if failures:
-            raise failures[0] from None
-        raise
-
-
-def _read_one(provider: BlobProvider, store: BlobStore, job: _Job, guard: Callable[[Readable], Readable], *,
-              compression: str, level: Optional[int], on_bytes: Optional[ProgressFn]) -> Union[LayerRecord, _Measured]:
-    """One layer blob, streamed: left out (``external``: (diff_id, size) measured, nothing written)
-    or copied into ``store`` (its LayerRecord)."""
-    key, (label, desc, external) = job
-    plain = LAYER_COMPRESSION[desc.media_type][0] == "none"
-    with provider.open_blob(key, label) as raw:
-        f = guard(raw)
-        if external:
-            if plain:
-                counted = HashingReader(f)
-                counted.drain()
-                return _Measured(counted.digest(), counted.count)
-            scan = CudaScan()  # measured anyway: what it shows of CUDA is seen in that pass
-            got, usize, _ = _read_layer(f, _NullWriter(), desc, label, on_bytes, scan)
-            store.noted(got, scan)
-            return _Measured(got, usize)
-        if plain:
-            record = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
-            if str(record.diff_id) != key:
-                raise SourceError(f"{label}: expected the uncompressed layer to hash to {key}, "
-                                  f"found {record.diff_id}", hint="re-pull the image")
-            return record
-        return copy_layer(store, f, desc, label, on_bytes=on_bytes)
-
-
-def _external(diff_id: Digest, usize: int, have: HaveLayers) -> LayerRecord:
-    """A layer the offline host holds: named by the blob it keeps, else uncompressed by diff_id
-    (the same two forms a ``docker save`` export writes)."""
-    blob = have[diff_id]
-    if blob is not None:
-        return LayerRecord(blob.media_type, blob.digest, blob.size, diff_id, usize, external=True)
-    return LayerRecord(OCI_LAYER_TAR, diff_id, usize, diff_id, usize, external=True)

@@ -10,17 +10,14 @@ from __future__ import annotations
 import contextlib
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
-from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources import ResolvedImage, SourceInfo
+from bundle.sources.blobcopy import BlobProvider, add_layer_sizes, manifests_for, resolve_target
+from bundle.sources.protocol import CheckedRefs, Resolved, Selection, SourceBase
 from bundle.sources.records import Descriptor
 from importer.engines.ctrclient import CtrClient
 from importer.errors import CommandFailed, ImageNotFound, SourceError
 from importer.format.digest import Digest
-from importer.format.manifest import LayerRecord
 from importer.format.refs import familiar, normalize
-from importer.inventory.have import HaveLayers
 from importer.streams.commands import command_stdout
 
 
@@ -73,21 +70,20 @@ class ContainerdSource(SourceBase):
                               hint="the image may be only partly pulled; `ctr images check` shows what is missing"
                               ) from e
 
-    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
-               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None) -> List[SourceImage]:
-        copied: Dict[str, LayerRecord] = {}
+    def blobs(self, image: ResolvedImage) -> BlobProvider:
+        return self
+
+    def resolve(self, refs: Sequence[str], selection: Selection) -> List[Resolved]:
         by_target: Dict[str, Tuple[str, ...]] = {}
         for ref in refs:  # one image per target digest, all its requested names
             name, target = self._target(ref)
             by_target[str(target.digest)] = (*by_target.get(str(target.digest), ()), familiar(name))
-        images = []
+        images: List[Resolved] = []
         for ref in refs:
             target = self._target(ref)[1]
             if str(target.digest) not in by_target:
                 continue
-            what = f"exporting {ref} from {self.where}"
-            images.append(copy_target(self, target, by_target.pop(str(target.digest)), store,
-                                      platform=selection.platform, choice=selection.choice, compression=compression,
-                                      level=level, what=what, on_bytes=on_bytes, have=have, copied=copied))
+            images.append(resolve_target(self, target, ref, by_target.pop(str(target.digest)),
+                                         platform=selection.platform, choice=selection.choice,
+                                         what=f"exporting {ref} from {self.where}"))
         return images

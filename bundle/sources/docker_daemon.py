@@ -34,21 +34,22 @@ import os
 import posixpath
 import re
 import tarfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, Generator, Iterator, List, Optional, Sequence, Tuple, Union
 
-from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo, order_refs, platform_of
-from bundle.sources.blobcopy import (
-    ProgressFn,
-    copy_image,
-    copy_stored_layer,
-    keep_manifest,
-    pick_manifest,
-    sniff_compression,
-)
+from bundle.sources import ResolvedImage, SourceImage, SourceInfo, order_refs, platform_of
+from bundle.sources.blobcopy import BlobProvider, keep_manifest, pick_manifest, resolve_platform, sniff_compression
 from bundle.sources.docker_store import READ_CHOICES, ClassicStoreReader, StoreEngine, say
 from bundle.sources.oci_layout import OciLayoutSource
-from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources.protocol import (
+    CheckedRefs,
+    LayerFeed,
+    Resolved,
+    Selection,
+    SourceBase,
+    Stored,
+    StreamedImages,
+    StreamedLayer,
+)
 from bundle.sources.readahead import ReadAhead
 from bundle.sources.records import Descriptor, as_object, json_object, list_of, load_json
 from bundle.sources.tarstream import TarStream
@@ -58,10 +59,8 @@ from importer.errors import BundleError, CommandFailed, ImageNotFound, SourceErr
 from importer.format.digest import CHUNK, Digest, Readable
 from importer.format.limits import MAX_CONFIG, MAX_DOCKER_SAVE_JSON, read_limited
 from importer.format.manifest import LayerRecord
-from importer.format.mediatypes import OCI_LAYER_TAR
 from importer.format.platform import host
 from importer.format.refs import familiar, normalize
-from importer.inventory.have import HaveLayers
 from importer.streams.commands import command_stdout, run
 from importer.streams.readers import PrefixedReader
 
@@ -101,6 +100,8 @@ class DockerDaemonSource(SourceBase):
         self.read = read
         self.driver = ""
         self.version = ""
+        #: Docker's containerd content store, where resolve() read the images from it
+        self.content: Optional[_ContentStore] = None
 
     def info(self) -> SourceInfo:
         engine = self.docker.probe()
@@ -147,15 +148,16 @@ class DockerDaemonSource(SourceBase):
                              "`docker save` archive", hint="drop --docker-read store, or use --schema 3")
         return self.docker.argv("save", *refs)
 
-    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
-               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None) -> List[SourceImage]:
+    def resolve(self, refs: Sequence[str], selection: Selection) -> List[Resolved]:
+        """The engine's containerd content store where this host can read it (each image resolved
+        like an OCI layout's), else the classic store (rebuilt layer by layer, :meth:`stream`), else
+        one ``docker save`` stream (:meth:`stream`); ``--docker-read`` forces a way."""
+        self.content = None
         if self.docker.image_store == "containerd":
             content = self._content_store(refs) if self.read != "save" else None
             if content is not None:
-                images = _export_content_store(content, refs, store, compression=compression, level=level,
-                                               on_bytes=on_bytes, have=have)
-                return [dataclasses.replace(image, read="content-store") for image in images]
+                self.content = content
+                return list(_resolve_content_store(content, refs))
             if self.read == "store":
                 raise SourceError(f"exporting {', '.join(refs)} with --docker-read store: expected Docker's "
                                   "containerd content store readable on this host, found it is not",
@@ -165,15 +167,25 @@ class DockerDaemonSource(SourceBase):
                 + ("--docker-read save" if self.read == "save" else "Docker's containerd content store cannot be "
                    "read here") + ")")
         elif self.read != "save":
-            reader = ClassicStoreReader(self.docker, StoreEngine(self.data_root, self.driver, self.version),
-                                        self.read == "store", self.save)
-            return reader.export(refs, store, compression=compression, level=level, on_bytes=on_bytes, have=have)
+            return [StreamedImages(tuple(refs), read="store")]
         else:
             say(f"reading {', '.join(refs)} through `docker save` (--docker-read save)")
-        return self.save(refs, store, compression=compression, level=level, on_bytes=on_bytes, have=have)
+        return [StreamedImages(tuple(refs), read="save")]
 
-    def save(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-             on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
+    def blobs(self, image: ResolvedImage) -> BlobProvider:
+        """The content store :meth:`resolve` read the image from."""
+        if self.content is None:
+            raise SourceError(f"{image.what}: expected Docker's containerd content store, found none")
+        return self.content
+
+    def stream(self, images: StreamedImages) -> LayerFeed:
+        if images.read == "store":
+            reader = ClassicStoreReader(self.docker, StoreEngine(self.data_root, self.driver, self.version),
+                                        self.read == "store", self.save)
+            return reader.feed(images.refs)
+        return self.save(images.refs)
+
+    def save(self, refs: Sequence[str]) -> LayerFeed:
         """The images ``refs`` name, read from one ``docker save`` stream."""
         what = f"streaming `docker save` of {', '.join(refs)}"
         path = socket_path(self.docker.host)  # the API over the socket: no docker CLI copying every byte
@@ -182,8 +194,7 @@ class DockerDaemonSource(SourceBase):
         try:
             # read ahead by a thread: the engine's save goes on while the layers are hashed and written
             with opener as stream, ReadAhead(stream) as ahead:
-                images = read_docker_save(ahead, store, compression=compression, level=level, on_bytes=on_bytes,
-                                          have=have)
+                images = yield from read_docker_save(ahead)
                 while ahead.read(CHUNK):  # drain trailing padding so docker exits 0
                     pass
         except CommandFailed as e:
@@ -248,72 +259,26 @@ class _ContentStore(OciLayoutSource):
         return self.targets[ref]
 
 
-def _export_content_store(content: _ContentStore, refs: Sequence[str], store: BlobStore, *, compression: str,
-                          level: Optional[int], on_bytes: Optional[ProgressFn],
-                          have: Optional[HaveLayers]) -> List[SourceImage]:
+def _resolve_content_store(content: _ContentStore, refs: Sequence[str]) -> Iterator[ResolvedImage]:
     """Every image read from the content store: blobs as stored, the manifest kept."""
     by_id: Dict[str, Tuple[str, ...]] = {}
+    first: Dict[str, str] = {}
     for ref in refs:  # one image per ID, all its requested names (looked up by _content_store)
         image_id, names = content.targets[ref]
         by_id[image_id] = order_refs([*by_id.get(image_id, ()), *names])
-    copied: Dict[str, LayerRecord] = {}
-    images = []
+        first.setdefault(image_id, ref)
     for image_id, names in by_id.items():
         what = f"exporting {', '.join(names) or image_id[:19]} from {content.where}"
-        manifest = pick_manifest(content, Descriptor("", Digest.parse(image_id)), host(), what)
-        images.append(copy_image(content, manifest, names, store, compression=compression, level=level,
-                                 what=what, on_bytes=on_bytes, have=have, copied=copied))
-    return images
+        target = Descriptor("", Digest.parse(image_id))
+        manifest = pick_manifest(content, target, host(), what)
+        yield ResolvedImage(first[image_id], names, target, what, (resolve_platform(content, manifest, what),),
+                            read="content-store")
 
 
-def read_docker_save(
-    stream: Readable,
-    store: BlobStore,
-    *,
-    compression: str = "zstd",
-    level: Optional[int] = None,
-    on_bytes: Optional[ProgressFn] = None,
-    have: Optional[HaveLayers] = None,
-) -> List[SourceImage]:
-    """Parse a ``docker save`` tar stream (classic or Docker 25+ layout) in one pass.
-
-    Layers whose diff_id is in ``have`` are left out of the store and recorded as external
-    (a delta bundle): the offline host already holds them. An external layer names the
-    compressed blob the host keeps where ``have`` knows it, else its uncompressed tar."""
-    images = _read_docker_save(stream, store, compression=compression, level=level, on_bytes=on_bytes)
-    if not have:
-        return images
-    return [_externalize(image, store, have) for image in images]
-
-
-def _externalize(image: SourceImage, store: BlobStore, have: HaveLayers) -> SourceImage:
-    layers = []
-    for layer in image.layers:
-        if layer.diff_id in have:
-            store.discard(layer.digest)
-            blob = have[layer.diff_id]
-            if blob is not None:
-                layer = LayerRecord(blob.media_type, blob.digest, blob.size, layer.diff_id,
-                                    layer.uncompressed_size, external=True)
-            else:
-                layer = LayerRecord(OCI_LAYER_TAR, layer.diff_id, layer.uncompressed_size, layer.diff_id,
-                                    layer.uncompressed_size, external=True)
-        layers.append(layer)
-    kept = keep_manifest(image.raw_manifest, image.raw_config, layers) if image.raw_manifest is not None else None
-    if kept is not None:  # the host keeps the left-out layers as the engine does: the manifest stays
-        return SourceImage(refs=image.refs, raw_config=image.raw_config, layers=kept[0], platform=image.platform,
-                           raw_manifest=image.raw_manifest, manifest_media_type=kept[1], config_media_type=kept[2])
-    return SourceImage(image.refs, image.raw_config, tuple(layers), image.platform)
-
-
-def _read_docker_save(
-    stream: Readable,
-    store: BlobStore,
-    *,
-    compression: str = "zstd",
-    level: Optional[int] = None,
-    on_bytes: Optional[ProgressFn] = None,
-) -> List[SourceImage]:
+def read_docker_save(stream: Readable) -> LayerFeed:
+    """Parse a ``docker save`` tar stream (classic or Docker 25+ layout) in one pass: each layer
+    sent to the export loop as it passes (bundle/exportloop.py), the images made of the records it
+    sends back once manifest.json is read (the loop then leaves out the layers the offline host holds)."""
     layers: Dict[str, LayerRecord] = {}  # member name -> stored layer
     docs: Dict[str, bytes] = {}  # member name -> small JSON bytes
     links: Dict[str, str] = {}  # member name -> target member name
@@ -330,17 +295,16 @@ def _read_docker_save(
             if not member.isfile():
                 continue
             top_json = "/" not in name and name.endswith(".json")
+            label = f"reading the `docker save` stream: {name}"
             if name.endswith("/layer.tar"):
-                layers[name] = store.write_layer(f, compression=compression, level=level, on_bytes=on_bytes)
+                layers[name] = _record((yield _member(label, f)))
             elif name.startswith("blobs/sha256/"):
                 head = f.read(512)
                 packed = sniff_compression(head)
                 if packed is not None:  # Docker's containerd store: the layer as the engine keeps it
-                    layers[name] = copy_stored_layer(store, PrefixedReader(head, f), packed,
-                                                     f"reading the `docker save` stream: {name}", on_bytes=on_bytes)
+                    layers[name] = _record((yield _member(label, PrefixedReader(head, f), packed)))
                 elif _looks_like_tar(head) or not head.lstrip().startswith(b"{"):
-                    layers[name] = store.write_layer(PrefixedReader(head, f), compression=compression,
-                                                     level=level, on_bytes=on_bytes)
+                    layers[name] = _record((yield _member(label, PrefixedReader(head, f))))
                 else:
                     docs[name] = head + read_limited(f, MAX_DOCKER_SAVE_JSON - len(head), name)
             elif top_json:
@@ -355,7 +319,26 @@ def _read_docker_save(
     entries = load_json(docs["manifest.json"], "manifest.json of docker save")
     if not isinstance(entries, list):
         raise SourceError("reading manifest.json of docker save: expected a list, found something else")
-    return [_image_from_entry(e, layers, docs, links, store, compression, level) for e in entries]
+    images = []
+    for entry in entries:
+        images.append((yield from _image_from_entry(entry, layers, docs, links)))
+    return images
+
+
+def _member(label: str, f: Readable, form: str = "tar") -> StreamedLayer:
+    """A layer member of the stream, read by the loop where it stands (never opened again)."""
+    return StreamedLayer(label, _opened(f), form)
+
+
+def _opened(f: Readable) -> Callable[[], ContextManager[Readable]]:
+    return lambda: contextlib.nullcontext(f)
+
+
+def _record(sent: Union[Stored, List[Stored]]) -> LayerRecord:
+    """What the loop sent back for a ``docker save`` layer: always its record (nothing is expected of it)."""
+    if not isinstance(sent, LayerRecord):
+        raise SourceError(f"reading the `docker save` stream: expected a stored layer, found {type(sent).__name__}")
+    return sent
 
 
 def _resolve(name: str, links: Dict[str, str]) -> str:
@@ -367,8 +350,7 @@ def _resolve(name: str, links: Dict[str, str]) -> str:
 
 
 def _image_from_entry(value: object, layers: Dict[str, LayerRecord], docs: Dict[str, bytes],
-                      links: Dict[str, str], store: BlobStore, compression: str,
-                      level: Optional[int]) -> SourceImage:
+                      links: Dict[str, str]) -> Generator[StreamedLayer, Union[Stored, List[Stored]], SourceImage]:
     entry = as_object(value)
     config_member = entry.get("Config") if entry is not None else None
     if entry is None or not isinstance(config_member, str):
@@ -387,7 +369,8 @@ def _image_from_entry(value: object, layers: Dict[str, LayerRecord], docs: Dict[
         key = _resolve(_norm(str(layer_name)), links)
         record = layers.get(key)
         if record is None and key in docs:  # a tiny layer sniffed as JSON: store it now
-            record = store.write_layer(io.BytesIO(docs[key]), compression=compression, level=level)
+            tiny = StreamedLayer(f"reading docker save: {key}", _opened(io.BytesIO(docs[key])), counted=False)
+            record = _record((yield tiny))
             layers[key] = record
         if record is None:
             raise SourceError(f"reading docker save: expected layer {layer_name}, found none in the stream")

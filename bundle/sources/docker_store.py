@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import binascii
 import gzip
-import hashlib
 import json
 import os
 import posixpath
@@ -38,23 +37,19 @@ import stat
 import sys
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
+from typing import Callable, Dict, Generator, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
 
-from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, order_refs, platform_of
-from bundle.sources.blobcopy import ProgressFn, read_layers
+from bundle.sources.protocol import LayerFeed, LayerMismatch, LayerRefused, Stored, StreamedLayer
 from bundle.sources.records import as_object, load_json
 from importer.engines import EngineImage
 from importer.engines.dockerapi import api_call, api_failed, socket_path
 from importer.engines.dockerclient import DockerClient
 from importer.errors import BundleError, SourceError
-from importer.format.digest import CHUNK, Digest, Readable, is_digest
+from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import LayerRecord
-from importer.format.mediatypes import OCI_LAYER_TAR
 from importer.format.refs import familiar, normalize, split_ref
-from importer.input.cudascan import CudaScan
-from importer.inventory.have import HaveLayers
 from importer.streams.commands import run
 
 #: ``bundle export --docker-read``: auto (the store where this host can read it, else ``docker save``),
@@ -78,7 +73,7 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
-class StoreMismatch(Exception):
+class StoreMismatch(LayerRefused):
     """What the store holds does not reproduce the image (or cannot be read): one line saying why."""
 
 
@@ -351,15 +346,7 @@ class StoreEngine:
 class SaveFn(Protocol):
     """``DockerDaemonSource.save``: the images ``refs`` name, read from ``docker save``."""
 
-    def __call__(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-                 on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]: ...
-
-
-class _Measured(NamedTuple):
-    """A layer the offline host holds (``--have``): hashed to check it, not written."""
-
-    diff_id: Digest
-    size: int
+    def __call__(self, refs: Sequence[str]) -> LayerFeed: ...
 
 
 @dataclass
@@ -379,7 +366,7 @@ class _Group:
 
 
 _ID_RE = re.compile(r"sha256:[0-9a-f]{1,64}|[0-9a-f]{64}")
-_Result = Union[LayerRecord, _Measured, StoreMismatch]
+_Result = Union[LayerRecord, StoreMismatch]
 
 
 class _SaveAll(Exception):
@@ -415,11 +402,9 @@ class ClassicStoreReader:
                     "does not keep")
         return ClassicStore(self.engine.data_root, self.engine.driver).readable()
 
-    def export(self, refs: Sequence[str], store: BlobStore, *, compression: str, level: Optional[int],
-               on_bytes: Optional[ProgressFn] = None, have: Optional[HaveLayers] = None) -> List[SourceImage]:
-        def through_save(names: Sequence[str]) -> List[SourceImage]:
-            return self.save(names, store, compression=compression, level=level, on_bytes=on_bytes, have=have)
-
+    def feed(self, refs: Sequence[str]) -> LayerFeed:
+        """The images ``refs`` name, their layers sent to the export loop a few at a time (each
+        checked there against its diff_id; the layers the offline host holds hashed, not written)."""
         try:
             why = self.unusable()
             if why is not None:
@@ -431,7 +416,7 @@ class ClassicStoreReader:
         except _SaveAll as e:
             self._refuse(", ".join(refs), str(e))
             say(f"reading {', '.join(refs)} through `docker save`: {e}")
-            return through_save(refs)
+            return (yield from self.save(refs))
         assert self.engine.data_root is not None
         classic = ClassicStore(self.engine.data_root, self.engine.driver)
         plans: Dict[str, StoreImage] = {}
@@ -445,7 +430,7 @@ class ClassicStoreReader:
                 continue
             say(f"reading {group.label()} from Docker's image store ({classic.driver} in {classic.data_root}, "
                 f"{len(plans[image_id].layers)} layer(s)), not through `docker save`")
-        done = self._read(plans, store, compression=compression, level=level, on_bytes=on_bytes, have=have)
+        done = yield from self._read(plans)
         images: List[SourceImage] = []
         for image_id, plan in plans.items():
             group = groups[image_id]
@@ -459,13 +444,13 @@ class ClassicStoreReader:
             for layer in plan.layers:
                 got = done[str(layer.diff_id)]
                 assert not isinstance(got, StoreMismatch)
-                layers.append(_external(layer.diff_id, got.size, have) if isinstance(got, _Measured) else got)
+                layers.append(got)
             images.append(SourceImage(refs=order_refs(group.names), raw_config=plan.raw_config, layers=tuple(layers),
                                       platform=platform_of(plan.config), read="store"))
         for image_id, reason in failed.items():
             group = groups[image_id]
             say(f"reading {group.label()} through `docker save`: {reason}")
-            images += through_save(group.save_refs())
+            images += yield from self.save(group.save_refs())
         return images
 
     def _refuse(self, what: str, reason: str) -> None:
@@ -557,60 +542,35 @@ class ClassicStoreReader:
                 out.append((normalize(f"{repo}@{digest}"), image_id))
         return out
 
-    def _read(self, plans: Dict[str, StoreImage], store: BlobStore, *, compression: str, level: Optional[int],
-              on_bytes: Optional[ProgressFn], have: Optional[HaveLayers]) -> Dict[str, _Result]:
-        """Every distinct layer of ``plans`` read once, a few at a time (the largest first): its
-        LayerRecord, or (``have`` holds it) its measure, or the StoreMismatch it met."""
-        jobs: Dict[str, Tuple[StoreLayer, bool]] = {}
+    def _read(self, plans: Dict[str, StoreImage]) -> Generator[Union[StreamedLayer, List[StreamedLayer]],
+                                                                 Union[Stored, List[Stored]], Dict[str, _Result]]:
+        """Every distinct layer of ``plans`` read once by the export loop, a few at a time (the
+        largest first): its LayerRecord (carried, or left out where the offline host holds it), or
+        the StoreMismatch it met."""
+        jobs: Dict[str, StoreLayer] = {}
         for plan in plans.values():
             for layer in plan.layers:
-                jobs.setdefault(str(layer.diff_id), (layer, have is not None and layer.diff_id in have))
-        ordered = sorted(jobs.items(), key=lambda job: -job[1][0].size)
-        before = set(store.written)
-
-        def one(job: Tuple[str, Tuple[StoreLayer, bool]], guard: Callable[[Readable], Readable]) -> _Result:
-            _, (layer, external) = job
-            try:
-                with LayerTar(layer) as tar:
-                    if external:
-                        return _measure(guard(tar), layer, store)
-                    record = store.write_layer(guard(tar), compression=compression, level=level, on_bytes=on_bytes)
-            except StoreMismatch as e:
-                return e
-            if record.diff_id != layer.diff_id:  # never carried: the blob goes, unless another wrote it first
-                if record.digest.blob_path not in before:
-                    store.discard(record.digest)
-                return StoreMismatch(f"layer {layer.chain_id[:12]} reads as {record.diff_id}, not its diff_id "
-                                     f"{layer.diff_id} (a file in {layer.diff_dir} changed)")
-            return record
-
-        results = read_layers(ordered, one)
-        return {key: result for (key, _), result in zip(ordered, results)}
+                jobs.setdefault(str(layer.diff_id), layer)
+        ordered = sorted(jobs.items(), key=lambda job: -job[1].size)
+        sent = yield [StreamedLayer(f"layer {layer.chain_id[:12]}", _opener(layer), expected=layer.diff_id)
+                      for _, layer in ordered]
+        if not isinstance(sent, list) or len(sent) != len(ordered):
+            raise SourceError(f"reading Docker's image store: expected {len(ordered)} layers back from the export, "
+                              "found otherwise")
+        return {key: _result(layer, got) for (key, layer), got in zip(ordered, sent)}
 
 
-def _measure(src: Readable, layer: StoreLayer, store: BlobStore) -> Union[_Measured, StoreMismatch]:
-    """A layer left out (``--have``): hashed and scanned as the ``docker save`` path does, not written."""
-    hasher = hashlib.sha256()
-    scan = CudaScan()
-    size = 0
-    while True:
-        chunk = src.read(CHUNK)
-        if not chunk:
-            break
-        hasher.update(chunk)
-        scan.feed(chunk)
-        size += len(chunk)
-    got = Digest("sha256", hasher.hexdigest())
-    if got != layer.diff_id:
-        return StoreMismatch(f"layer {layer.chain_id[:12]} reads as {got}, not its diff_id {layer.diff_id}")
-    store.noted(got, scan)
-    return _Measured(got, size)
+def _opener(layer: StoreLayer) -> Callable[[], LayerTar]:
+    return lambda: LayerTar(layer)
 
 
-def _external(diff_id: Digest, usize: int, have: Optional[HaveLayers]) -> LayerRecord:
-    """A layer the offline host holds, recorded as the ``docker save`` path records it: by the blob
-    that host keeps, else uncompressed by its diff_id."""
-    blob = have[diff_id] if have is not None else None
-    if blob is not None:
-        return LayerRecord(blob.media_type, blob.digest, blob.size, diff_id, usize, external=True)
-    return LayerRecord(OCI_LAYER_TAR, diff_id, usize, diff_id, usize, external=True)
+def _result(layer: StoreLayer, got: Stored) -> _Result:
+    """A layer the loop stored, or why the store did not give it."""
+    if not isinstance(got, LayerMismatch):
+        return got
+    if got.found is None:
+        return StoreMismatch(got.reason)
+    if got.measured:
+        return StoreMismatch(f"layer {layer.chain_id[:12]} reads as {got.found}, not its diff_id {layer.diff_id}")
+    return StoreMismatch(f"layer {layer.chain_id[:12]} reads as {got.found}, not its diff_id {layer.diff_id} "
+                         f"(a file in {layer.diff_dir} changed)")

@@ -11,22 +11,17 @@ names it (it imports by ID otherwise)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.attached import collect_artifacts
-from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
+from bundle.sources import ResolvedImage, SourceInfo
+from bundle.sources.blobcopy import BlobProvider, add_layer_sizes, manifests_for, resolve_target
 from bundle.sources.oci_attached import LayoutArtifacts
-from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources.protocol import Attached, CheckedRefs, Resolved, Selection, SourceBase
 from bundle.sources.records import INDEX_TYPES, MANIFEST_TYPES, Descriptor, json_object, list_of, load_json
 from importer.errors import ImageNotFound, SourceError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_INDEX, read_file_limited
-from importer.format.manifest import LayerRecord
-from importer.inventory.have import HaveLayers
 
 CONTAINERD_NAME = "io.containerd.image.name"
 
@@ -118,25 +113,22 @@ class OciLayoutSource(SourceBase):
             return (name,)
         return ()
 
-    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
-               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None) -> List[SourceImage]:
-        copied: Dict[str, LayerRecord] = {}
-        images = []
+    def blobs(self, image: ResolvedImage) -> BlobProvider:
+        return self
+
+    def resolve(self, refs: Sequence[str], selection: Selection) -> List[Resolved]:
+        images: List[Resolved] = []
         for ref in refs:
             entry = self._target(ref)
             what = f"exporting {ref or 'the image'} from {self.where}"
-            image = copy_target(self, entry, self.image_refs(entry), store, platform=selection.platform,
-                                choice=selection.choice, compression=compression, level=level, what=what,
-                                on_bytes=on_bytes, have=have, copied=copied)
-            images.append(self._with_artifacts(entry, image, store, what) if selection.attached else image)
+            images.append(resolve_target(self, entry, ref, self.image_refs(entry), platform=selection.platform,
+                                         choice=selection.choice, what=what))
         return images
 
-    def _with_artifacts(self, entry: Descriptor, image: SourceImage, store: BlobStore, what: str) -> SourceImage:
-        subjects = [entry.digest]
-        subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
+    def attached(self, image: ResolvedImage) -> Optional[Attached]:
+        """The layout's cosign-tagged entries and the manifests whose subject is the image; the index
+        the platform was picked from, when the target is one (oci_attached.py)."""
         layout = LayoutArtifacts(self.dir, self._entries(), self.where)
+        entry = image.target
         raw_target = layout.manifest(str(entry.digest)) if entry.media_type in INDEX_TYPES else None
-        picked = (raw_target, entry.media_type) if raw_target and image.raw_index is None else None
-        artifacts = collect_artifacts(layout, subjects, store, what, picked_from=picked)
-        return dataclasses.replace(image, artifacts=artifacts) if artifacts else image
+        return Attached(layout, (raw_target, entry.media_type) if raw_target else None)

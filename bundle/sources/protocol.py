@@ -6,19 +6,40 @@ by its class: the exporter asks ``knows_sizes_ahead``, ``writes_legacy_schemas``
 ``picks_platform_in_engine``, ``carries_attached`` and :meth:`ExportSource.image_env`, and no
 ``isinstance``/``hasattr`` on a source is left (tests/test_sources_protocol.py). What an export
 asks of each image (platform, platforms, attached artifacts) is a :class:`Selection` passed to
-every call: a source keeps no state between the images it reads (no cursor)."""
+every call: a source keeps no state between the images it reads (no cursor).
+
+A source does not copy: :meth:`ExportSource.resolve` says what an export carries of each image (a
+:class:`ResolvedImage`: its target, each platform's manifest, config and layers, the index kept),
+:meth:`ExportSource.blobs` opens the bytes by digest, and the one export loop
+(bundle/exportloop.py) reads, hashes, compresses and checks them into the blob store. A
+``docker save`` archive names its layers only as it is read: :meth:`ExportSource.stream` yields
+each layer's bytes (a :class:`StreamedLayer`) to the loop and gets its stored record back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import (
+    Callable,
+    ContextManager,
+    Generator,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    Union,
+    runtime_checkable,
+)
 
-from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.blobcopy import PlatformChoice, ProgressFn
+from bundle.sources import LayerBlob, PlatformImage, ResolvedImage, SourceImage, SourceInfo
+from bundle.sources.attached import ArtifactSource
+from bundle.sources.blobcopy import BlobProvider, PlatformChoice
 from importer.errors import UsageError
+from importer.format.digest import Digest, Readable
+from importer.format.manifest import LayerRecord
 from importer.format.platform import Platform, host
-from importer.inventory.have import HaveLayers
+
+__all__ = ["LayerBlob", "PlatformImage", "ResolvedImage"]  # re-exported: what resolve() returns
 
 
 @dataclass(frozen=True)
@@ -42,6 +63,63 @@ class CheckedRefs:
 
     size: int
     notes: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Attached:
+    """Where the artifacts attached to a resolved image are read, and the index one platform was
+    picked from (bytes, media type) when the target is one."""
+
+    reader: ArtifactSource
+    picked_from: Optional[Tuple[bytes, str]] = None
+
+
+@dataclass(frozen=True)
+class StreamedImages:
+    """Images whose layers are known only as an archive is read (``docker save``): :meth:`ExportSource.stream`."""
+
+    refs: Tuple[str, ...]
+    #: how a Docker source read them ("save", "store"; ``SourceImage.read``)
+    read: str = ""
+
+
+@dataclass(frozen=True)
+class StreamedLayer:
+    """One layer's bytes as a source reaches it: ``form`` is "tar" (compressed by the loop) or
+    "gzip"/"zstd" (stored as it is, its digest computed on the way). ``expected`` (a tar): the
+    diff_id it must hash to; the loop then leaves it out where the offline host holds it (``--have``:
+    hashed, not written) and gives back a :class:`LayerMismatch` where it hashes to another."""
+
+    label: str
+    #: opens the bytes (a ``docker save`` member: the stream itself; a classic store layer: its tar rebuilt)
+    open: Callable[[], ContextManager[Readable]]
+    form: str = "tar"
+    expected: Optional[Digest] = None
+    #: its bytes count in the export's progress
+    counted: bool = True
+
+
+class LayerRefused(Exception):
+    """Raised by a source's reader mid-layer when what it reads cannot give the layer (one line
+    saying why): the loop gives the layer back as a :class:`LayerMismatch`, the other layers go on."""
+
+
+@dataclass(frozen=True)
+class LayerMismatch:
+    """A streamed layer not carried: it hashed to ``found`` (None: its reader refused, ``reason``),
+    not its expected diff_id; ``measured``: it was only hashed (the offline host holds it)."""
+
+    found: Optional[Digest]
+    reason: str = ""
+    measured: bool = False
+
+
+#: what a source resolves each image to
+Resolved = Union[ResolvedImage, StreamedImages]
+#: what the loop gives back for a streamed layer (a layer left out: its LayerRecord says ``external``)
+Stored = Union[LayerRecord, LayerMismatch]
+#: a source's stream: layers (one at a time, or a batch read a few at a time) out, what was stored back in
+LayerFeed = Generator[Union[StreamedLayer, List[StreamedLayer]], Union[Stored, List[Stored]], List[SourceImage]]
 
 
 @runtime_checkable
@@ -68,10 +146,22 @@ class ExportSource(Protocol):
         """Every reference found (else ImageNotFound naming it) before anything is written."""
         ...
 
-    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
-               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None) -> List[SourceImage]:
-        """Every image's layers into ``store`` (``have``: layers the offline host holds, left out)."""
+    def resolve(self, refs: Sequence[str], selection: Selection) -> List[Resolved]:
+        """What the export carries of each image (one record per image, all its names), read
+        before any layer: the export loop (bundle/exportloop.py) then reads the layers."""
+        ...
+
+    def blobs(self, image: ResolvedImage) -> BlobProvider:
+        """Opens ``image``'s blobs by digest (layers streamed, never held in memory)."""
+        ...
+
+    def attached(self, image: ResolvedImage) -> Optional[Attached]:
+        """Where the artifacts attached to ``image`` are read (``carries_attached``), else None."""
+        ...
+
+    def stream(self, images: StreamedImages) -> LayerFeed:
+        """``images``' layers as the source reaches them, each (or a batch, read a few at a time)
+        sent to the loop; returns the images, their layers the records the loop sent back."""
         ...
 
     def image_env(self, ref: str) -> Optional[List[str]]:
@@ -101,6 +191,18 @@ class SourceBase:
 
     def image_env(self, ref: str) -> Optional[List[str]]:
         return None
+
+    def resolve(self, refs: Sequence[str], selection: Selection) -> List[Resolved]:
+        return []
+
+    def blobs(self, image: ResolvedImage) -> BlobProvider:
+        raise UsageError(f"exporting from {self.kind}: expected a source that reads blobs by digest, found another")
+
+    def attached(self, image: ResolvedImage) -> Optional[Attached]:
+        return None
+
+    def stream(self, images: StreamedImages) -> LayerFeed:
+        raise UsageError(f"exporting from {self.kind}: expected a source that streams an archive, found another")
 
     def legacy_save_argv(self, refs: Sequence[str]) -> List[str]:
         raise UsageError(f"exporting from {self.kind} into a schema 1 or 2 bundle: expected a Docker source "

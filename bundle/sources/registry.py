@@ -18,22 +18,19 @@ names it); a reference by digest is carried untagged (``--tag`` names it)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import http.client
 import io
 from dataclasses import dataclass
 from typing import ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
-from bundle.sources.attached import RegistryArtifacts, collect_artifacts
-from bundle.sources.blobcopy import ProgressFn, add_layer_sizes, copy_target, manifests_for
-from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
+from bundle.sources import ResolvedImage, SourceInfo
+from bundle.sources.attached import RegistryArtifacts
+from bundle.sources.blobcopy import BlobProvider, add_layer_sizes, manifests_for, resolve_target
+from bundle.sources.protocol import Attached, CheckedRefs, Resolved, Selection, SourceBase
 from bundle.sources.records import ClosingReader, Descriptor, JsonObject, as_object, kind_of, list_of, load_json
 from importer.errors import ImageNotFound, InvalidReference, LimitExceeded, RegistryError, SourceError
 from importer.format.digest import CHUNK, Digest, is_digest
 from importer.format.limits import MAX_INDEX, MAX_INDEX_DEPTH, MAX_MANIFEST
-from importer.format.manifest import LayerRecord
 from importer.format.reference import (
     DOCKER_HUB_API,
     OFFICIAL_PREFIX,
@@ -44,7 +41,6 @@ from importer.format.reference import (
     valid_path,
     valid_tag,
 )
-from importer.inventory.have import HaveLayers
 from importer.registry.access import RegistryAccess
 from importer.registry.client import RegistryClient, RegistryTarget
 from importer.streams.readers import Readable
@@ -268,14 +264,14 @@ class RegistrySource(SourceBase):
         notes: List[str] = []
         for text in refs:
             ref, target = self._target(text)
-            add_layer_sizes(manifests_for(self.blobs(ref), target, selection.platform, selection.choice,
+            add_layer_sizes(manifests_for(self.repository_blobs(ref), target, selection.platform, selection.choice,
                                           f"exporting docker://{text}", strict=selection.platform_given,
                                           notes=notes), sizes)
         return CheckedRefs(sum(sizes.values()), tuple(notes))
 
     # === blobs of one reference's repository (no cursor: the reference is passed along)
-    def blobs(self, ref: RegistryRef) -> RepositoryBlobs:
-        """The BlobProvider of ``ref``'s repository (blobcopy reads the image through it)."""
+    def repository_blobs(self, ref: RegistryRef) -> RepositoryBlobs:
+        """The BlobProvider of ``ref``'s repository (an image is read through it)."""
         return RepositoryBlobs(self, ref)
 
     @contextlib.contextmanager
@@ -306,37 +302,32 @@ class RegistrySource(SourceBase):
         finally:
             blob.close()
 
-    # === export
-    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
-               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None) -> List[SourceImage]:
-        copied: Dict[str, LayerRecord] = {}
+    # === what an export carries
+    def resolve(self, refs: Sequence[str], selection: Selection) -> List[Resolved]:
         by_target: Dict[str, Tuple[str, ...]] = {}
         for text in refs:  # one image per manifest digest, all its requested names
             ref, target = self._target(text)
             names = (ref.name,) if ref.tag else ()
             by_target[str(target.digest)] = (*by_target.get(str(target.digest), ()), *names)
-        images = []
+        images: List[Resolved] = []
         for text in refs:
             ref, target = self._target(text)
             if str(target.digest) not in by_target:
                 continue
-            what = f"exporting docker://{text}"
-            image = copy_target(self.blobs(ref), target, by_target.pop(str(target.digest)), store,
-                                platform=selection.platform, choice=selection.choice, compression=compression,
-                                level=level, what=what, on_bytes=on_bytes, have=have, copied=copied)
-            images.append(self._with_artifacts(ref, target, image, store, what) if selection.attached else image)
+            images.append(resolve_target(self.repository_blobs(ref), target, text, by_target.pop(str(target.digest)),
+                                         platform=selection.platform, choice=selection.choice,
+                                         what=f"exporting docker://{text}"))
         return images
 
-    def _with_artifacts(self, ref: RegistryRef, target: Descriptor, image: SourceImage, store: BlobStore,
-                        what: str) -> SourceImage:
-        """The image with what the registry attached to its manifests (and index) (bundle/sources/attached.py)."""
-        subjects = [target.digest]
-        subjects += [Digest.of_bytes(v.raw_manifest) for v in (image, *image.others) if v.raw_manifest is not None]
-        raw_target = self._manifests.get(str(target.digest)) or b""
-        picked = (raw_target, target.media_type) if image.raw_index is None and raw_target and \
-            b'"manifests"' in raw_target and Digest.of_bytes(raw_target) == subjects[0] else None
-        artifacts = collect_artifacts(RegistryArtifacts(self.client(ref.host), ref.host, ref.repo), subjects, store,
-                                      what, picked_from=picked)
-        return dataclasses.replace(image, artifacts=artifacts) if artifacts else image
+    def blobs(self, image: ResolvedImage) -> BlobProvider:
+        """The blobs of the image's repository (the reference is looked up again: no cursor)."""
+        return self.repository_blobs(self._target(image.ref)[0])
 
+    def attached(self, image: ResolvedImage) -> Optional[Attached]:
+        """What the registry attached to the image's manifests (and index) (bundle/sources/attached.py);
+        the index the platform was picked from, when the reference names one."""
+        ref, target = self._target(image.ref)
+        raw_target = self._manifests.get(str(target.digest)) or b""
+        picked = (raw_target, target.media_type) if raw_target and b'"manifests"' in raw_target and \
+            Digest.of_bytes(raw_target) == target.digest else None
+        return Attached(RegistryArtifacts(self.client(ref.host), ref.host, ref.repo), picked)

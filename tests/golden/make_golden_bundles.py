@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bundle.blobstore import BlobStore  # noqa: E402
+from bundle.exportloop import read_docker_save  # noqa: E402
 from bundle.legacy_writer import write_legacy_bundle  # noqa: E402
-from bundle.sources.docker_daemon import read_docker_save  # noqa: E402
 from bundle.writer import write_bundle  # noqa: E402
 from tests.kit.fakesave import docker_save, sample_images  # noqa: E402
 

@@ -12,7 +12,7 @@ from typing import Any
 import zstandard
 
 from bundle.blobstore import BlobStore
-from bundle.sources.docker_daemon import read_docker_save
+from bundle.exportloop import read_docker_save
 from bundle.writer import write_bundle
 from tests.kit.fakesave import FakeImage, docker_save, layer_tar, sample_images
 from tests.kit.trustkit import regenerate_sums

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle.blobstore import BlobStore
-from bundle.sources.docker_daemon import read_docker_save
+from bundle.exportloop import read_docker_save
 from bundle.writer import write_bundle
 from tests.kit import engines
 from tests.kit.fakesave import FakeImage, docker_save, layer_tar
