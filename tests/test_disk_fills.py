@@ -171,6 +171,7 @@ def test_copy_onto_a_disk_that_fills_resumes_once_space_is_freed(
             proc = run_cli("bundle", "copy", str(src), str(dst), "--json")
         doc = failed("copy", proc, "unwritable-destination", 2)
         message = doc["error"]["message"]
+        assert proc.stderr.count("error[") == 1, proc.stderr
         assert f"copying to {dst}: expected to write {dst}/" in message, message
         assert "No space left on device (ENOSPC)" in message, message
         assert "it resumes" in doc["error"]["hint"], doc
@@ -214,7 +215,7 @@ def test_oci_import_onto_a_disk_that_fills_completes_once_space_is_freed(carry: 
         proc = run_pyz(carry, "--engine", "oci", "--oci-dir", str(out), "--no-receipt", "--json")
         doc = failed("import", proc, "file-access", 2)
         assert "No space left on device (ENOSPC)" in doc["error"]["message"], doc
-        assert f"into the OCI layout {out}" in doc["error"]["message"], doc
+        assert f"into the OCI layout {out}" in doc["error"]["message"] and proc.stderr.count("error[") == 1, doc
         assert not (out / "index.json").exists()
         _no_temp(disk)
         filler.unlink()
