@@ -242,6 +242,18 @@ def test_every_spelling_of_an_official_image_asks_docker_hub_for_its_library_pat
     assert (team.host, team.repo, team.name) == (DOCKER_HUB_API, "team/app", "team/app:1")
 
 
+@pytest.mark.parametrize("name, canonical", [
+    ("alpine", "docker.io/library/alpine"), ("library/alpine", "docker.io/library/alpine"),
+    ("docker.io/alpine", "docker.io/library/alpine"), ("index.docker.io/library/alpine", "docker.io/library/alpine"),
+    ("registry-1.docker.io/alpine", "docker.io/library/alpine"), ("team/app", "docker.io/team/app"),
+    ("docker.io/team/app", "docker.io/team/app"), ("127.0.0.1:5000/alpine", "127.0.0.1:5000/alpine"),
+    ("reg.example/library/x", "reg.example/library/x"), ("localhost/x", "localhost/x"),
+])
+def test_one_canonical_spelling_of_a_repository(name: str, canonical: str) -> None:
+    from importer.format.reference import canonical_repository
+    assert canonical_repository(name) == canonical
+
+
 def test_a_bad_registry_reference_names_the_part_that_is_wrong() -> None:
     from bundle.sources.registry import parse_registry_ref
     for text, part in [("reg.example/x@sha256:12", "expected a digest"), ("reg.example/X:1", "expected a repository"),

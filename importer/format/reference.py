@@ -79,6 +79,18 @@ class Reference(NamedTuple):
     digest: str
 
 
+def canonical_repository(name: str) -> str:
+    """One spelling of a repository (no tag or digest) for comparing names: every Docker Hub
+    spelling (none, ``docker.io``, ``index.docker.io``, ``registry-1.docker.io``; ``app`` or
+    ``library/app``) is ``docker.io/library/app`` as Docker normalises it (cosign writes
+    ``index.docker.io/library/app`` into a signature's identity); another registry's name stays
+    as written."""
+    host, path = split_host_path(name)
+    if not host or is_docker_hub(host):
+        return f"{DOCKER_HUB}/{official_path(path)}"
+    return name
+
+
 def split_transport(text: str) -> Tuple[str, str]:
     """(transport, the rest) of skopeo's ``TRANSPORT:REFERENCE`` (``docker://reg/app:1`` ->
     ("docker", "//reg/app:1"), ``oci:DIR:REF``, ``containerd:app:1``); ("", text) for a bare
