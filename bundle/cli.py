@@ -111,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "the archive and its parts at --archive; anything else there is refused")
     e.add_argument("--have", action="append", default=[], metavar="FILE",
                    help="write a delta bundle without the layers the offline host holds: FILE is its "
-                   "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable)")
+                   "`bundle-import --inventory` output or an earlier bundle's bundle.json (repeatable); with "
+                   "--files/--file also without the files the far side holds (its `bundle-import --inventory "
+                   "--files-to DIR`: a file delta, schema 3.8)")
     e.add_argument("--allow-unfit", action="store_true",
                    help="with --have INVENTORY: carry an image even when it will not run on that host's driver "
                    "and GPUs (docs/gpu-fit.md); it is refused otherwise")
@@ -218,7 +220,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return print_why(args)
     add_manifest_images(args)  # what --images-from-manifests pulls (and the --have nodes' driver images) joins IMAGE
     images, platforms = _listed_images(args)
-    files = scan_files(args.files, args.file, args.artifact_ref, model=args.model, schema=args.schema)
+    files = scan_files(args.files, args.file, args.artifact_ref, model=args.model, schema=args.schema, have=args.have)
     charts = read_charts(args.chart, args.chart_repository, schema=args.schema)
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive

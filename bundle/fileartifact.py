@@ -10,17 +10,18 @@ per file, and writes the config and the manifest."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
 from bundle.sources import SourceImage, SourceInfo
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from importer.errors import UsageError
-from importer.format.digest import BlobRef
+from importer.format.digest import CHUNK, BlobRef, Digest
 from importer.format.fileartifacts import (
     EMPTY_JSON,
     FILES_ARTIFACT_TYPE,
@@ -41,7 +42,7 @@ from importer.format.fileartifacts import (
 from importer.format.manifest import valid_ref
 from importer.format.mediatypes import OCI_MANIFEST
 from importer.format.reference import split_reference
-from importer.inventory.have import HaveLayers
+from importer.inventory.have import HaveLayers, HeldFiles, merge_held_files
 from importer.streams.fsutil import describe_mode
 
 ProgressFn = Callable[[int], None]
@@ -67,6 +68,8 @@ class FileSet:
     ref: str
     files: Tuple[SourceFile, ...]
     model: bool = False
+    #: ``--have``: what the far side holds; such a file is left out (a file delta, schema 3.8)
+    held: Optional[HeldFiles] = None
 
     @property
     def size(self) -> int:
@@ -117,7 +120,7 @@ def _file_arg(value: str) -> Tuple[str, str]:
 
 
 def scan_files(dirs: Sequence[str], files: Sequence[str], ref: Optional[str], *,
-               model: bool = False, schema: int = 3) -> Optional[FileSet]:
+               model: bool = False, schema: int = 3, have: Sequence[str] = ()) -> Optional[FileSet]:
     """The files ``--files DIR`` (repeatable) and ``--file PATH[=NAME]`` (repeatable) name, or None
     when neither is given. Refuses (UsageError, nothing written) a missing ``--artifact-ref``, a
     link, device, FIFO or socket, an unsafe title, two files with one title, an empty selection."""
@@ -158,7 +161,8 @@ def scan_files(dirs: Sequence[str], files: Sequence[str], ref: Optional[str], *,
     if not found:
         raise UsageError(f"exporting --files {', '.join(dirs)}: expected at least one regular file, found none",
                          hint="nothing was written")
-    return FileSet(ref, tuple(sorted(found.values(), key=lambda f: f.title)), model)
+    held = merge_held_files(have) if have else None  # --have: a file delta (3.8) leaves out what is held
+    return FileSet(ref, tuple(sorted(found.values(), key=lambda f: f.title)), model, held)
 
 
 def _check_ref(ref: Optional[str]) -> str:
@@ -192,6 +196,14 @@ def _model_config(fs: FileSet, layers: Sequence[BlobRef]) -> bytes:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
+def _hash(src: BinaryIO) -> Tuple[Digest, int]:
+    hasher, size = hashlib.sha256(), 0
+    for chunk in iter(lambda: src.read(CHUNK), b""):
+        hasher.update(chunk)
+        size += len(chunk)
+    return Digest("sha256", hasher.hexdigest()), size
+
+
 def carry_files(store: BlobStore, fs: Optional[FileSet], on_bytes: Optional[ProgressFn] = None
                 ) -> Tuple[FileArtifact, ...]:
     """The artifact of ``fs`` written into ``store`` (none without files)."""
@@ -201,13 +213,22 @@ def carry_files(store: BlobStore, fs: Optional[FileSet], on_bytes: Optional[Prog
 def write_artifact(store: BlobStore, fs: FileSet, *, on_bytes: Optional[ProgressFn] = None) -> FileArtifact:
     """Every file of ``fs`` into ``store`` as a raw layer, then the config and the manifest."""
     carried: List[CarriedFile] = []
+    sizes = fs.held.sizes() if fs.held is not None else set()
     for f in fs.files:
+        media_type = model_media_type(f.title) if fs.model else OCTET_STREAM
         fd = os.open(f.path, os.O_RDONLY | _NOFOLLOW)
         with os.fdopen(fd, "rb") as src:
             if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):  # changed into something else since the scan
                 raise _refuse("--files", f.path, "something that is no longer a regular file", "nothing was written")
+            if fs.held is not None and f.size in sizes:  # only a file of a held size can be held: hash it first
+                digest, size = _hash(src)
+                if fs.held.holds(f.title, digest, size):  # the far side has it: named, not stored (3.8)
+                    if on_bytes is not None:
+                        on_bytes(size)
+                    carried.append(CarriedFile(f.title, BlobRef(media_type, digest, size), f.mode, external=True))
+                    continue
+                src.seek(0)
             written = store.write_raw(src, on_bytes=on_bytes)
-        media_type = model_media_type(f.title) if fs.model else OCTET_STREAM
         carried.append(CarriedFile(f.title, BlobRef(media_type, written.digest, written.size), f.mode))
     blobs = [c.blob for c in carried]
     raw_config = _model_config(fs, blobs) if fs.model else EMPTY_JSON
@@ -219,6 +240,9 @@ def write_artifact(store: BlobStore, fs: FileSet, *, on_bytes: Optional[Progress
                     "layers": [_layer(f, c.blob, fs.model) for f, c in zip(fs.files, carried)]}
     raw_manifest = json.dumps(manifest_doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     written_manifest = store.write_bytes(raw_manifest)
+    # a held file whose bytes the bundle stores anyway (under another title, an image's blob): not left out
+    carried = [CarriedFile(c.title, c.blob, c.mode) if c.external and c.blob.digest.blob_path in store.written
+               else c for c in carried]
     return FileArtifact(fs.ref, artifact_type, BlobRef(OCI_MANIFEST, written_manifest.digest, written_manifest.size),
                         config, tuple(carried))
 

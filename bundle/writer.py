@@ -92,7 +92,7 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
         record(path, Digest.of_bytes(data), len(data))
 
     manifest_model = BundleManifest(
-        schema_version=f"{SCHEMA_MAJOR}.{6 if file_artifacts else _minor(records)}",
+        schema_version=f"{SCHEMA_MAJOR}.{_files_minor(file_artifacts) or _minor(records)}",
         created=created or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         tool_version=__version__,
         source=source,
@@ -107,6 +107,13 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
     fsync_dir(store.dir)
     fsync_dir(root)
     return manifest_model
+
+
+def _files_minor(file_artifacts: Sequence[FileArtifact]) -> int:
+    """The minor files make a bundle: 8 when one is left out (a file delta), 6 when carried, else 0."""
+    if any(a.held_files() for a in file_artifacts):
+        return 8
+    return 6 if file_artifacts else 0
 
 
 def _layout_entries(refs: Sequence[str], variants: Sequence[ImageRecord],

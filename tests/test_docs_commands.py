@@ -459,6 +459,13 @@ SPECS: Dict[str, Spec] = {
     "python3 train.bundle/bundle-import.pyz train.bundle --files-to /srv/weights": skip(FILES),
     "python3 train.bundle/bundle-import.pyz train.bundle --files-to /srv/weights --files-only": skip(FILES),
     "python3 bundle-import.pyz llama.tar.parts.json --files-to /srv/models/llama": skip(FILES),
+    # docs/files.md, Deltas: tests/test_files_delta.py runs the round trip (inventory, --have, --files-to --force)
+    "python3 bundle-import.pyz --inventory --files-to /srv/models/llama > have.json": skip(FILES),
+    "python3 llama-3.1.bundle/bundle-import.pyz llama-3.1.bundle --inventory --files-to /srv/models/llama "
+    "> have.json": skip(FILES),
+    "bundle export --files ./llama-3.2 --artifact-ref models/llama:3.2 --model --have have.json -o llama-3.2.delta":
+        skip(FILES),
+    "python3 llama-3.2.delta/bundle-import.pyz llama-3.2.delta --files-to /srv/models/llama --force": skip(FILES),
     # docs/kubernetes.md
     "python3 bundle-import.pyz --inventory --engine containerd > node-a.json": skip(CONTAINERD),
     "helm template gpu-operator nvidia/gpu-operator --version v25.3.4 -n gpu-operator > rendered.yaml": skip(HELM),

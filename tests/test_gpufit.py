@@ -163,7 +163,7 @@ def test_inventory_records_the_gpu_side(images: str, host: str, tmp_path: Path) 
     doc = json.loads(path.read_text())
     validate("inventory", doc)
     gpu = doc["gpu"]
-    assert doc["inventoryVersion"] == "1.4" and gpu["source"] == "nvidia-smi"
+    assert doc["inventoryVersion"] == "1.5" and gpu["source"] == "nvidia-smi"
     smi = (REPO / "tests/golden/nvidia-smi" / f"{host}.q.txt").read_text()
     assert f"Driver Version                            : {gpu['driverVersion']}\n" in smi
     assert f"CUDA Version                              : {gpu['cudaDriverVersion']}\n" in smi

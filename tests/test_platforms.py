@@ -201,7 +201,7 @@ def test_the_inventory_names_the_engines_platform(tmp_path: Path) -> None:
     doc = load_inventory(Path(_inventory(tmp_path, "i.json", {"os": "linux", "architecture": "arm64",
                                                               "variant": "v8"})).read_bytes())
     jsonschema.Draft202012Validator(schema).validate(doc)
-    assert doc["inventoryVersion"] == "1.4" and inventory_platform(doc) == Platform("linux", "arm64", "v8")
+    assert doc["inventoryVersion"] == "1.5" and inventory_platform(doc) == Platform("linux", "arm64", "v8")
     old = load_inventory(Path(_inventory(tmp_path, "old.json", None)).read_bytes())  # 1.1 stays readable
     jsonschema.Draft202012Validator(schema).validate(old)
     assert inventory_platform(old) is None
@@ -239,7 +239,7 @@ def test_the_docker_inventory_records_this_hosts_platform(docker_host: str) -> N
     proc = run_cli("importer", "--inventory", "--docker-host", docker_host)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["inventoryVersion"] == "1.4" and Platform(**doc["platform"]) == host()
+    assert doc["inventoryVersion"] == "1.5" and Platform(**doc["platform"]) == host()
 
 
 # --- import: an engine runs one platform

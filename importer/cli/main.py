@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from importer import SCHEMA_MAJOR, __version__
 from importer.cli.output import ArgumentParser, emit, guarded, success, with_examples
@@ -106,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(proves the stored bytes, not just the metadata)")
     p.add_argument("--inventory", action="store_true",
                    help="print what the engine holds (JSON with a checksum; input of `bundle export --have`) "
-                   "and stop; needs no bundle")
+                   "and stop; needs no bundle. With --files-to DIR: the files DIR holds, by digest (every regular "
+                   "file below it, no link followed; with BUNDLE only the paths its files take), for a file delta "
+                   "(docs/files.md)")
     p.add_argument("--receipt", metavar="PATH",
                    help="where to write the import receipt (default: $XDG_STATE_HOME/sneakernet/receipts/"
                    "<bundle>-<time>.import-receipt.json, ~/.local/state/... without XDG_STATE_HOME; its folder "
@@ -196,6 +198,11 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     """Print what the engine holds (always JSON; --json is accepted)."""
     from importer.inventory.engine import take_inventory, with_ok
 
+    if args.files_to:  # the files a folder holds (1.5): a file delta's base (docs/files.md)
+        from importer.inventory.folder import take_folder_inventory
+
+        emit(with_ok(take_folder_inventory(args.files_to, _bundle_titles(args.bundle) if args.bundle else None)))
+        return EXIT_OK
     sink = make_sink(args)
     try:
         doc = take_inventory(sink, selected_by=args.selected_by)
@@ -203,6 +210,17 @@ def cmd_inventory(args: argparse.Namespace) -> int:
         sink.close()
     emit(with_ok(doc))  # --json or not: the inventory is JSON
     return EXIT_OK
+
+
+def _bundle_titles(path: str) -> List[str]:
+    """``BUNDLE --inventory --files-to DIR``: the titles of the files BUNDLE carries (only those are read)."""
+    from importer.input.opened import open_bundle
+
+    bundle = open_bundle(path)
+    if bundle.schema_major() != SCHEMA_MAJOR:
+        raise UsageError(f"taking the inventory of --files-to with {path}: expected a schema 3.6 bundle of files, "
+                         f"found schema {bundle.schema_major()}", hint="drop BUNDLE to list every file of the folder")
+    return sorted({f.title for a in bundle.manifest().file_artifacts for f in a.files})
 
 
 def _refuse_smoke_engine(args: argparse.Namespace, kind: str) -> None:
@@ -329,12 +347,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(after --check-only: bundle-import smoke IMAGE)")
         if args.check_only and (args.verify_only or args.inventory or args.force):
             parser.error("--check-only changes nothing: not with --verify-only, --inventory or --force")
-        if args.files_to and (args.verify_only or args.inventory or args.check_only):
-            parser.error("--files-to writes files: not with --verify-only, --inventory or --check-only")
+        if args.files_to and (args.verify_only or args.check_only):
+            parser.error("--files-to writes files: not with --verify-only or --check-only")
         if args.name_prefix and not args.check_only:
             parser.error("--name-prefix goes with --check-only")
         handler: Callable[[argparse.Namespace], int] = cmd_inventory if args.inventory else cmd_import
-        if args.bundle and not args.inventory:
+        if args.bundle and (not args.inventory or args.files_to):
             locate(args.bundle)  # a BUNDLE that names nothing (a typo): a usage error before anything else
         with stop_on_signals():
             return handler(args)

@@ -16,7 +16,12 @@ importer joins to DIR, so it is checked here, when bundle.json is parsed, before
 written (:func:`title_issue`): relative, normalized, no ``..``/``.``/empty segment, no NUL,
 control character or backslash, at most :data:`MAX_TITLE` characters (:data:`MAX_SEGMENT` a
 name), not the importer's staging folder, each title once in the bundle and none the folder
-of another. No field here is evidence of anything: the bytes are pinned by their digests."""
+of another. No field here is evidence of anything: the bytes are pinned by their digests.
+
+Schema 3.8 (file deltas, ``bundle export --have``): a file whose digest the far side holds is
+``external``: in the artifact's manifest like every file (the artifact's digest does not change),
+but not stored in the bundle nor listed in ``files``; ``--files-to DIR`` finds it at its title
+with its digest (read to check) or refuses before writing (exit 9)."""
 
 from __future__ import annotations
 
@@ -116,9 +121,14 @@ class CarriedFile:
     title: str
     blob: BlobRef
     mode: int = 0o644
+    #: 3.8: not stored in this (delta) bundle: the far side holds it (``bundle export --have``)
+    external: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"title": self.title, **self.blob.to_dict(), "mode": mode_text(self.mode)}
+        doc = {"title": self.title, **self.blob.to_dict(), "mode": mode_text(self.mode)}
+        if self.external:
+            doc["external"] = True
+        return doc
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,14 @@ class FileArtifact:
 
     def every_blob(self) -> Tuple[BlobRef, ...]:
         return (self.manifest, self.config, *(f.blob for f in self.files))
+
+    def stored_blobs(self) -> Tuple[BlobRef, ...]:
+        """The blobs this bundle holds: every blob but held (``external``, 3.8) files'."""
+        return (self.manifest, self.config, *(f.blob for f in self.files if not f.external))
+
+    def held_files(self) -> Tuple[CarriedFile, ...]:
+        """The files a delta (3.8) leaves out: the far side holds them."""
+        return tuple(f for f in self.files if f.external)
 
     @property
     def size(self) -> int:
@@ -165,9 +183,13 @@ def _file(fail: Fail, raw: Any, where: str) -> Optional[CarriedFile]:
     if not isinstance(mode, str) or _MODE_RE.fullmatch(mode) is None:
         fail(f"{where}.mode", f"expected permission bits such as '0644' (at most 0777), found {mode!r}"[:200])
         return None
+    external = raw.get("external", False)
+    if not isinstance(external, bool):
+        fail(f"{where}.external", f"expected true or false, found {external!r}"[:200])
+        return None
     if blob is None or issue is not None:
         return None
-    return CarriedFile(raw["title"], blob, int(mode, 8))
+    return CarriedFile(raw["title"], blob, int(mode, 8), external)
 
 
 def check_file_artifacts(fail: Fail, raw: Any, where: str = "artifacts") -> Tuple[FileArtifact, ...]:

@@ -185,6 +185,11 @@ class BundleManifest:
     def is_delta(self) -> bool:
         return any(x.external for x in self.unique_layers())
 
+    @property
+    def holds_file_deltas(self) -> bool:
+        """3.8: an artifact of files leaves out a file the far side holds."""
+        return any(a.held_files() for a in self.file_artifacts)
+
     def compressed_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
@@ -324,6 +329,7 @@ def check_structure(doc: Any) -> Tuple[Optional[BundleManifest], List[str]]:
     files = _check_files(c, c.lst(top.get("files"), "files"))
     _check_listed(c, images, files, importer_rec, file_artifacts)
     _check_artifact_tags(c, images, file_artifacts)
+    _check_held_files(c, version, files, file_artifacts)
     if c.issues:
         return None, c.issues
     model = BundleManifest(
@@ -414,6 +420,25 @@ def _check_subjects(c: _Checker, artifacts: Tuple[ArtifactRecord, ...], manifest
             c.fail(f"{where}[{k}].subject", f"expected a manifest or index of this image, found {art.subject}")
 
 
+def _check_held_files(c: _Checker, version: str, files: List[FileRecord],
+                      artifacts: Tuple[FileArtifact, ...]) -> None:
+    """3.8: a file marked ``external`` (a file delta) is in a 3.8 or later bundle and is not listed in
+    ``files`` (it is not stored: its bytes are on the far side, checked there when it is written)."""
+    listed = {f.path for f in files}
+    found = _VERSION_RE.fullmatch(version or "")
+    old = found is not None and (int(found.group(1)), int(found.group(2))) < (3, 8)
+    for i, art in enumerate(artifacts):
+        for k, f in enumerate(art.files):
+            if not f.external:
+                continue
+            if old:
+                c.fail(f"artifacts[{i}].files[{k}].external", f"expected schemaVersion 3.8 or later for a file left "
+                       f"out (a file delta), found {version}")
+            if f.blob.digest.blob_path in listed:
+                c.fail(f"artifacts[{i}].files[{k}].external", f"expected a held file not listed in files, found "
+                       f"{f.blob.digest.blob_path} listed")
+
+
 def _check_artifact_tags(c: _Checker, images: List[ImageRecord], files: Tuple[FileArtifact, ...] = ()) -> None:
     """No image (nor, 3.6, artifact of files) is tagged with a name an attached artifact is handed on
     under (``sha256-<hex>.sig``...): handing the attached artifact on would move that tag."""
@@ -494,7 +519,7 @@ def _check_listed(c: _Checker, images: List[ImageRecord], files: List[FileRecord
     are listed in ``files``, with the same size."""
     by_path = {f.path: f for f in files}
     for i, art in enumerate(file_artifacts):
-        for ref in art.every_blob():
+        for ref in art.stored_blobs():  # 3.8: a held (external) file has no entry
             listed = by_path.get(ref.digest.blob_path)
             if listed is None:
                 c.fail(f"artifacts[{i}]", f"blob {ref.digest} is not listed in files")

@@ -22,7 +22,11 @@ there (docs/gpu-fit.md). Older inventories still read: no ``gpu``, the fit is "u
 
 Since 1.4 it names the ``node`` as the GPU Operator sees it (os-release ``ID``/``VERSION_ID``, kernel
 release and flavour, architecture; importer/inventory/nodefacts.py), so ``bundle export
---images-from-manifests --have`` computes each node's driver image tag (docs/kubernetes.md)."""
+--images-from-manifests --have`` computes each node's driver image tag (docs/kubernetes.md).
+
+Since 1.5 it may list ``files`` (``title``, ``size``, ``digest``): the files a ``--files-to DIR``
+folder holds (importer/inventory/folder.py, ``engine.kind`` ``folder``), so ``bundle export --files
+... --have`` leaves out the files the far side holds (a file delta, docs/files.md)."""
 
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ from importer.receipts.receipt import host_facts, now_utc
 from importer.sinks import Sink
 from importer.streams.compression import host_decoders
 
-INVENTORY_VERSION = "1.4"  # 1.1: decoders; 1.2: platform; 1.3: gpu; 1.4: node
+INVENTORY_VERSION = "1.5"  # 1.1: decoders; 1.2: platform; 1.3: gpu; 1.4: node; 1.5: files
 ENGINE_KINDS = ("docker", "containerd", "podman")
 KIND = "inventory"
 

@@ -9,11 +9,13 @@ need to complete it (docs/deltas.md)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from importer.errors import ManifestError, UsageError
 from importer.format.cudafit import major_minor
 from importer.format.digest import Digest, is_digest
+from importer.format.fileartifacts import title_issue
 from importer.format.limits import MAX_ENGINE_JSON, parse_json, read_file_limited
 from importer.format.manifest import BlobRef
 from importer.format.mediatypes import LAYER_TYPES, OCI_LAYER_TAR
@@ -91,6 +93,8 @@ def load_have_layers(path: str) -> HaveLayers:
         _collect(doc, ids)
         for held in ids:
             _add(found, held, None)
+    if not found and _held_files_of(raw, doc, path).any:  # 1.5 / 3.6: a folder of files, no image
+        return found
     if not found:
         raise ManifestError(
             f"reading {path}: expected an inventory (bundle-import --inventory) or a bundle.json listing layers, "
@@ -98,6 +102,78 @@ def load_have_layers(path: str) -> HaveLayers:
             hint="pass the file printed by `bundle-import --inventory` on the offline host",
         )
     return found
+
+
+@dataclass
+class HeldFiles:
+    """The files the far side holds (a file delta, schema 3.8): by digest wherever it lies (a registry),
+    or by digest at a title (a ``--files-to`` folder, whose inventory lists what lies at each path,
+    or an earlier bundle.json whose files were written there: only a file at its own path completes
+    a delta there)."""
+
+    anywhere: Dict[Digest, int] = field(default_factory=dict)  # digest -> size
+    at_title: Dict[Tuple[str, Digest], int] = field(default_factory=dict)  # (title, digest) -> size
+
+    @property
+    def any(self) -> bool:
+        return bool(self.anywhere or self.at_title)
+
+    def sizes(self) -> Set[int]:
+        """Every size held: a file of another size is not held (no need to hash it to know)."""
+        return {*self.anywhere.values(), *self.at_title.values()}
+
+    def holds(self, title: str, digest: Digest, size: int) -> bool:
+        return self.anywhere.get(digest) == size or self.at_title.get((title, digest)) == size
+
+    def update(self, other: HeldFiles) -> None:
+        self.anywhere.update(other.anywhere)
+        self.at_title.update(other.at_title)
+
+
+def _held_file(entry: Any) -> Optional[Tuple[str, Digest, int]]:
+    if not isinstance(entry, dict) or not is_digest(entry.get("digest")):
+        return None
+    title, size = entry.get("title"), entry.get("size")
+    if title_issue(title) is not None or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return None
+    return str(title), Digest.parse(str(entry["digest"])), size
+
+
+def _held_files_of(raw: bytes, doc: Any, path: str) -> HeldFiles:
+    """The files ``doc`` says the far side holds: an inventory's ``files`` (1.5; a folder's: at their
+    titles), an earlier bundle.json's artifacts (written at their titles, held ones included)."""
+    held = HeldFiles()
+    if not isinstance(doc, dict):
+        return held
+    if doc.get("kind") == "inventory":
+        inventory = load_inventory(raw, what=path)  # its checksum: a file changed on the way is refused
+        engine = inventory.get("engine")
+        by_title = isinstance(engine, dict) and engine.get("kind") == "folder"
+        for entry in inventory.get("files") or [] if isinstance(inventory.get("files"), list) else []:
+            found = _held_file(entry)
+            if found is not None:
+                title, digest, size = found
+                if by_title:
+                    held.at_title[(title, digest)] = size
+                else:
+                    held.anywhere[digest] = size
+    elif str(doc.get("mediaType", "")).startswith("application/vnd.sneakernet.bundle.") \
+            and isinstance(doc.get("artifacts"), list):
+        for art in doc["artifacts"]:
+            for entry in art.get("files") or [] if isinstance(art, dict) and isinstance(art.get("files"), list) else []:
+                found = _held_file(entry)
+                if found is not None:
+                    held.at_title[(found[0], found[1])] = found[2]
+    return held
+
+
+def merge_held_files(paths: Sequence[str]) -> HeldFiles:
+    """The files every ``--have`` file says the far side holds (none: an empty :class:`HeldFiles`)."""
+    held = HeldFiles()
+    for path in paths:
+        raw = read_file_limited(path, MAX_ENGINE_JSON, path)
+        held.update(_held_files_of(raw, parse_json(raw, path), path))
+    return held
 
 
 def merge_have(paths: Any) -> HaveLayers:

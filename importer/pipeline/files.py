@@ -12,9 +12,9 @@ from typing import Callable, Dict, List, Optional
 from importer.errors import UsageError
 from importer.input.opened import OpenedBundle
 from importer.pipeline.importing import ImportResult
-from importer.pipeline.plan import ImportPlan
+from importer.pipeline.plan import IMPORT, REGISTRY, WRITE_FILES, ImportPlan
 from importer.streams.progress import close_progress
-from importer.transfer.filesout import write_files
+from importer.transfer.filesout import check_held, write_files
 from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -48,3 +48,22 @@ def write_carried_files(bundle: OpenedBundle, plan: ImportPlan, result: ImportRe
     files: List[Dict[str, object]] = [o.to_dict() for o in outcomes]
     section["files"] = files
     result.timings["files"] = time.monotonic() - started
+
+
+def check_held_files(bundle: OpenedBundle, plan: ImportPlan) -> None:
+    """Before anything is loaded, for a bundle carrying a file delta (3.8): every file it leaves out
+    is below ``--files-to DIR`` with its bytes, else exit 9; the OCI layout target (which takes the
+    artifacts themselves) does not complete one: refused (exit 2)."""
+    if plan.legacy_major is not None or plan.mode not in (IMPORT, REGISTRY):
+        return
+    artifacts = bundle.manifest().file_artifacts
+    held = [a for a in artifacts if a.held_files()]
+    if held and plan.files_to_engine:
+        art = held[0]
+        raise UsageError(f"importing the artifact {art.ref} into the OCI layout: expected every file in the bundle, "
+                         f"found a file delta leaving out {len(art.held_files())} file(s) "
+                         f"({art.held_files()[0].title}, ...)",
+                         hint="nothing was written; import it with --files-to DIR (the folder holding the base "
+                         "version), or re-export without --have")
+    if held and plan.files_to and plan.runs(WRITE_FILES):
+        check_held(plan.files_to, artifacts)

@@ -14,7 +14,7 @@ from typing import Callable, Dict, Optional
 from importer.errors import UsageError
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only
-from importer.pipeline.files import files_only, write_carried_files
+from importer.pipeline.files import check_held_files, files_only, write_carried_files
 from importer.pipeline.importing import ImportResult, import_bundle
 from importer.pipeline.legacy import import_legacy_bundle
 from importer.pipeline.plan import (
@@ -86,6 +86,7 @@ def run_import(plan: ImportPlan, sink: Optional[Sink], result: ImportResult, *,
         front = FRONT.get(step)
         if front is not None:
             front(walk)
+    check_held_files(walk.opened(), walk.plan)  # a file delta's base (3.8): before any image is loaded
     ROUTES[walk.plan.mode](walk)
     if walk.plan.mode != FILES and walk.plan.runs(WRITE_FILES):  # after the images (the files route: its own)
         write_carried_files(walk.opened(), walk.plan, result, progress=walk.progress)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from importer.errors import DigestMismatch
+from importer.errors import DeltaBaseMissing, DigestMismatch
 from importer.format.digest import Digest
 from importer.format.fileartifacts import FileArtifact
 from importer.format.limits import MAX_MANIFEST
@@ -73,7 +73,7 @@ def push_all(root: BundleRoot, manifest: BundleManifest, client: RegistryClient,
     else:
         report = PushReport(target=str(client.target))
     started = time.monotonic()
-    total = sum(f.blob.size for p in planned for f in p.artifact.files)
+    total = sum(f.blob.size for p in planned for f in p.artifact.files if not f.external)
     on_bytes = progress("files", total) if progress is not None and planned else None
     push_files(root, planned, client, on_bytes)
     close_progress(on_bytes)
@@ -98,6 +98,7 @@ def plan_file_pushes(manifest: BundleManifest, client: RegistryClient, *, move_t
         push = FilePush(art, dest, dest.ref(client.target))
         push.tag_was = client.manifest_digest(dest.repository, dest.tag) if dest.tag else None
         planned.append(push)
+    _check_held(planned, client)
     conflicts = [p for p in planned if p.tag_was and p.tag_was != str(p.artifact.manifest.digest)]
     if conflicts and not move_tags:
         first = conflicts[0]
@@ -107,6 +108,24 @@ def plan_file_pushes(manifest: BundleManifest, client: RegistryClient, *, move_t
             context="\n".join(f"{p.pullable}: {p.tag_was}" for p in conflicts),
             hint="nothing was pushed; re-run with --force to move the tag")
     return planned
+
+
+def _check_held(planned: List[FilePush], client: RegistryClient) -> None:
+    """A file delta (3.8): every file it leaves out must be in the destination repository with its
+    size (HEAD), else nothing is pushed (exit 9, as for an image delta)."""
+    missing = []
+    for push in planned:
+        for f in push.artifact.held_files():
+            size = client.blob_size(push.destination.repository, f.blob.digest)
+            if size is None or (size >= 0 and size != f.blob.size):
+                missing.append(f"registry lacks file {f.title} ({f.blob.digest}) required by {push.pullable}")
+    if missing:
+        raise DeltaBaseMissing(
+            f"checking the base of a file delta: expected the registry {client.target} to hold {len(missing)} "
+            f"file(s) the bundle leaves out, found {len(missing)} missing",
+            context="\n".join(missing[:20]),
+            hint="nothing was pushed; push the base version's bundle to this repository first, or re-export "
+            "without --have (or with --have from this registry's inventory)")
 
 
 def push_files(root: BundleRoot, planned: List[FilePush], client: RegistryClient,
@@ -123,7 +142,7 @@ def push_files(root: BundleRoot, planned: List[FilePush], client: RegistryClient
 def _push_one(root: BundleRoot, push: FilePush, client: RegistryClient, on_bytes: Optional[ProgressFn]) -> None:
     art, repo = push.artifact, push.destination.repository
     sent = set()
-    for blob in (art.config, *(f.blob for f in art.files)):
+    for blob in (art.config, *(f.blob for f in art.files if not f.external)):  # held ones: checked there
         if blob.digest in sent:
             continue
         sent.add(blob.digest)

@@ -167,6 +167,11 @@ class Catalog:
         if not valid_path(name):
             on_notice(f"serve: not serving the artifact {art.ref}: {name!r} is no registry repository name")
             return
+        if art.held_files():  # 3.8: its manifest names files this bundle does not hold; no pull could complete
+            on_notice(f"serve: not serving the artifact {art.ref}: it is a file delta, {len(art.held_files())} of its "
+                      "files are left out of this bundle (held on the far side); serve the full bundle, or write the "
+                      "delta with bundle-import BUNDLE --files-to DIR")
+            return
         repo = self.repositories.setdefault(name, Repository(name))
         if tag in repo.tags:  # the exporter refuses this; a hand-made bundle gets the image served
             on_notice(f"serve: {name}:{tag} names an image and the artifact {art.ref}; serving the artifact "

@@ -27,6 +27,7 @@ from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from importer.errors import (
     WRITE_ERRNOS,
+    DeltaBaseMissing,
     DigestMismatch,
     PolicyRejected,
     SizeMismatch,
@@ -60,7 +61,7 @@ class FileOutcome:
     digest: Digest
     size: int
     mode: int
-    action: str = "written"
+    action: str = "written"  # written, resumed, unchanged, replaced; held: a delta's file found there (3.8)
 
     def to_dict(self) -> Dict[str, object]:
         return {"artifact": self.artifact, "title": self.title, "path": self.path, "digest": str(self.digest),
@@ -192,25 +193,53 @@ def _place(staged: str, target_fd: int, f: CarriedFile, keep: bool, force: bool)
         os.close(folder)
 
 
+def check_held(target: str, artifacts: Sequence[FileArtifact]) -> None:
+    """A file delta (3.8): every file it leaves out is below ``target`` with its bytes (read), else
+    :class:`DeltaBaseMissing` (exit 9) naming them; a run that loads images first calls this before."""
+    target = os.path.abspath(target)
+    held = [FileArtifact(a.ref, a.artifact_type, a.manifest, a.config, a.held_files()) for a in artifacts
+            if a.held_files()]
+    if held and os.path.isdir(target):
+        _plan(target, held, force=False)
+    elif held:
+        _plan_missing([f"{f.title} (missing, expected {f.blob.digest})" for a in held for f in a.files], target)
+
+
+def _plan_missing(missing: List[str], target: str) -> None:
+    if missing:
+        raise DeltaBaseMissing(
+            f"writing the files of a file delta to {target}: expected {len(missing)} file(s) the bundle leaves out "
+            f"there with their bytes, found {len(missing)} not: {'; '.join(missing[:5])}"
+            + ("; ..." if len(missing) > 5 else ""),
+            hint="nothing was written; write the base version there first (the bundle the --have inventory was "
+            "taken after), or re-export with --have from this folder's inventory (bundle-import --inventory "
+            f"--files-to {target}), or without --have")
+
+
 def _plan(target: str, artifacts: Sequence[FileArtifact], force: bool) -> List[Tuple[FileArtifact, CarriedFile, str]]:
-    """Every file with what is at its path; every conflict refused at once, before anything is written."""
-    planned, conflicts = [], []
+    """Every file with what is at its path; every conflict refused at once, before anything is written.
+    A file a delta leaves out (3.8, ``external``) must be there with its bytes (read to check)."""
+    planned, conflicts, missing = [], [], []
     for art in artifacts:
         for f in art.files:
             real = os.path.normpath(os.path.join(target, f.title))
             if os.path.commonpath([target, real]) != target or real == target:  # titles are checked; again here
                 raise _unsafe(target, f.title, "a path outside it")
             found = _existing(target, f, force)
-            if found == "other" and not force:
+            if f.external and found != "same":
+                missing.append(f"{f.title} ({'missing' if not found else 'other bytes'}, expected {f.blob.digest})")
+            elif found == "other" and not force:
                 conflicts.append(f.title)
             planned.append((art, f, found))
+    _plan_missing(missing, target)
     if conflicts:
         raise FileConflict(
             f"writing the files to {target}: expected each path free or holding the same bytes, found "
             f"{len(conflicts)} file(s) with other content: {', '.join(conflicts[:5])}"
             + (", ..." if len(conflicts) > 5 else ""),
             hint="nothing was written; move them away, or pass --force to replace them (files only, never a folder "
-            "or link)")
+            "or link)" + ("; a file delta of a new version replaces the files that changed: --force" if any(
+                f.external for _, f, _ in planned) else ""))
     return planned
 
 
@@ -236,7 +265,7 @@ def write_files(opener: Opener, artifacts: Sequence[FileArtifact], target: str, 
         for art, f, found in planned:
             outcome = FileOutcome(art.ref, f.title, os.path.join(target, f.title), f.blob.digest, f.blob.size, f.mode)
             if found == "same":
-                outcome.action = "unchanged"
+                outcome.action = "held" if f.external else "unchanged"
                 if on_bytes is not None:
                     on_bytes(f.blob.size)
             else:

@@ -331,6 +331,30 @@ def _files_unlisted(_: Doc) -> Doc:
     return doc
 
 
+def files_delta() -> Doc:
+    """Schema 3.8: a file delta: a new version of a model whose far side holds two of its files
+    (external: in the manifest, not stored, not listed in files)."""
+    art = files_artifact("llama2", "models/llama:3.2", ["model-00001.safetensors", "model-00002.safetensors",
+                                                        "config.json"], model=True)
+    for held in (art["files"][0], art["files"][2]):
+        held["external"] = True
+    doc = bundle([], version="3.8", artifacts=[art])
+    gone = {"blobs/sha256/" + f["digest"][7:] for f in art["files"] if f.get("external")}
+    doc["files"] = [f for f in doc["files"] if f["path"] not in gone]
+    return doc
+
+
+def _files_external(version: str, listed: bool) -> Callable[[Doc], Doc]:
+    """A file marked external in a bundle older than 3.8, or still listed in files."""
+    def apply(_: Doc) -> Doc:
+        doc = files_delta() if not listed else files_beside_images()
+        doc["schemaVersion"] = version
+        if listed:
+            doc["artifacts"][0]["files"][0]["external"] = True
+        return doc
+    return apply
+
+
 def minimal() -> Doc:
     """Only what readers require: no importer, no platform, an image without layers."""
     doc = bundle([image("minimal", ["minimal:1"], [])], with_importer=False)
@@ -351,6 +375,7 @@ VALID: Dict[str, Callable[[], Doc]] = {
     "attached-artifacts": attached_artifacts,
     "files-beside-images": files_beside_images,
     "files-only": files_only,
+    "files-delta": files_delta,
 }
 
 
@@ -582,6 +607,9 @@ INVALID: Dict[str, Callable[[Doc], Any]] = {
     "xref-files-title-file-and-folder": _files_with(_title("tokenizer", 0)),
     "xref-files-blob-not-listed": _files_unlisted,
     "xref-files-ref-of-an-image": _files_with(lambda a: a.update(ref="registry.example/team/app:1.0")),
+    "files-external-not-a-boolean": _files_with(lambda a: a["files"][0].update(external="yes")),
+    "xref-files-external-before-3-8": _files_external("3.6", listed=False),
+    "xref-files-external-listed": _files_external("3.8", listed=True),
     # JSON Schema counts 1469.0 as an integer; the stdlib reader wants a JSON integer literal
     "stdlib-size-float": _size_everywhere(1469.0),
 }

@@ -4,6 +4,7 @@ bundle.json (re-pinned in SHA256SUMS, so only the check under test can see them)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -91,3 +92,25 @@ def run_oras(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 def same_bytes(src: Path, pulled: Path) -> None:
     """``pulled`` holds exactly the files of ``src``, byte for byte (oras keeps no mode)."""
     assert {k: v[0] for k, v in tree(pulled).items()} == {k: v[0] for k, v in tree(src).items()}
+
+
+def sharded_model(root: Path, *, shards: int = 3, kib: int = 256, changed: tuple[int, ...] = (),
+                  seed: int = 1) -> Path:
+    """A model of ``shards`` weight files of ``kib`` KiB each (``model-0000N-of-0000M.safetensors``),
+    its config and index; ``changed``: the shards (1-based) whose bytes differ (a new version)."""
+    root.mkdir(parents=True, exist_ok=True)
+    names = [f"model-{n:05d}-of-{shards:05d}.safetensors" for n in range(1, shards + 1)]
+    for n, name in enumerate(names, 1):  # deterministic bytes: the same shard is the same file in every version
+        block = hashlib.sha256(f"{seed} {n} {n in changed}".encode()).digest()
+        (root / name).write_bytes(block * (kib * 1024 // len(block)))
+    (root / "config.json").write_text(json.dumps({"shards": shards}) + "\n")
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": names}) + "\n")
+    return root
+
+
+def sha256sum_c(src: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """``sha256sum -c`` in ``target`` of every file of ``src`` (coreutils, as a user checks it)."""
+    sums = subprocess.run(["sha256sum", *sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())],
+                          cwd=src, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(["sha256sum", "-c", "--strict", "-"], cwd=target, input=sums, capture_output=True,
+                          text=True)
