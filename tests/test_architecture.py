@@ -369,11 +369,6 @@ def test_architecture_doc_lists_every_module_once() -> None:
     assert sorted(r for r in rows if rows.count(r) > 1) == [], "docs/architecture.md lists these twice"
 
 
-SINK_CAPABILITIES = {"loads_docker_archive": "archive_command", "completes_deltas": "prepare_delta",
-                     "lists_tags": "list_tags", "lists_images": "inventory", "reexports": "reexport",
-                     "takes_file_artifacts": "load_files"}
-
-
 def _sink_classes() -> list[type]:
     from importer.registry.sink import RegistrySink
     from importer.sinks.containerd import ContainerdSink
@@ -384,17 +379,72 @@ def _sink_classes() -> list[type]:
     return [DockerSink, PodmanSink, ContainerdSink, OciLayoutSink, RegistrySink]
 
 
+def _protocol_methods(protocol: type) -> List[str]:
+    """The methods an optional sink protocol adds to the core (its own, not Sink's)."""
+    return sorted(name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_"))
+
+
+def capability_mismatches(cls: type) -> List[str]:
+    """Where ``cls.capabilities`` and the methods ``cls`` defines disagree (issue 41 point 2): a
+    flag is True exactly where the class implements every method of the flag's protocol."""
+    from importer.sinks import CAPABILITY_PROTOCOLS
+
+    found = []
+    for flag, protocol in CAPABILITY_PROTOCOLS.items():
+        methods = _protocol_methods(protocol)
+        held = [m for m in methods if hasattr(cls, m)]
+        declared = getattr(cls.capabilities, flag)
+        if declared is not (held == methods) or held not in ([], methods):
+            found.append(f"{cls.__name__}: {flag}={declared} with {held or 'none'} of {methods}")
+    return found
+
+
 @pytest.mark.parametrize("cls", _sink_classes(), ids=lambda c: c.__name__)
 def test_each_sink_declares_exactly_the_capabilities_it_implements(cls: type) -> None:
-    """The Sink contract (importer/sinks/__init__.py): a capability flag is True exactly where the
-    sink implements its method; the pipeline asks the flag, so a flag that lies would either hide
-    a capability or call SinkBase's refusal."""
-    from importer.sinks import SinkBase
+    """The Sink contract (importer/sinks/__init__.py): one frozen SinkCapabilities value per class,
+    each flag True exactly where the sink implements the flag's protocol; the pipeline asks the
+    value, so a flag that lies would either hide a capability or hand the pipeline a sink that
+    lacks the method (mypy checks the signatures: importer/sinks/choose.py)."""
+    import dataclasses
+
+    from importer.sinks import CAPABILITY_PROTOCOLS, SinkBase, SinkCapabilities
 
     assert issubclass(cls, SinkBase) and cls.kind != SinkBase.kind
-    for flag, method in SINK_CAPABILITIES.items():
-        implemented = getattr(cls, method) is not getattr(SinkBase, method)
-        assert getattr(cls, flag) is implemented, f"{cls.__name__}.{flag} vs {method}"
+    assert type(cls.capabilities) is SinkCapabilities
+    flags = [f.name for f in dataclasses.fields(SinkCapabilities)]
+    assert sorted(flags) == sorted([*CAPABILITY_PROTOCOLS, "reads_archives"])
+    assert capability_mismatches(cls) == []
+
+
+def test_the_capability_check_sees_a_lying_flag() -> None:
+    from importer.sinks import SinkCapabilities
+    from importer.sinks.podman import PodmanSink
+
+    class Boasting(PodmanSink):  # says it keeps file artifacts, implements none of it
+        capabilities = SinkCapabilities(loads_docker_archive=True, completes_deltas=True, lists_tags=True,
+                                        lists_images=True, reexports=True, takes_file_artifacts=True)
+
+    class Hiding(PodmanSink):  # implements a delta completion it does not declare
+        capabilities = SinkCapabilities(loads_docker_archive=True, lists_tags=True, lists_images=True,
+                                        reexports=True)
+
+    class Half(PodmanSink):  # one of the two file-artifact methods
+        def ref_digest(self, ref: str) -> None:
+            return None
+
+    assert capability_mismatches(Boasting) == [
+        "Boasting: takes_file_artifacts=True with none of ['load_files', 'ref_digest']"]
+    assert capability_mismatches(Hiding) == [
+        "Hiding: completes_deltas=False with ['prepare_delta'] of ['prepare_delta']"]
+    assert capability_mismatches(Half) == [
+        "Half: takes_file_artifacts=False with ['ref_digest'] of ['load_files', 'ref_digest']"]
+
+
+def test_no_any_in_the_sink_contract() -> None:
+    """Issue 41 point 2: the Sink core and its optional protocols name real types (DeltaBase,
+    FedCommand, FileArtifact, ArchiveScan), never ``Any``."""
+    contract = REPO / "importer" / "sinks" / "__init__.py"
+    assert any_uses(contract) == [], "importer/sinks/__init__.py uses Any: name the real type or a small Protocol"
 
 
 def test_the_pipeline_asks_the_sink_contract_not_getattr() -> None:
@@ -502,17 +552,21 @@ def test_the_engine_guards_see_a_client_under_sinks(tmp_path: Path) -> None:
 def test_only_docker_reads_a_tar_or_parts_in_place() -> None:
     from importer.sinks import SinkBase
 
-    readers = [c.__name__ for c in _sink_classes() if c.reads_archives]
-    assert readers == ["DockerSink"] and SinkBase.reads_archives is False
+    readers = [c.__name__ for c in _sink_classes() if c.capabilities.reads_archives]
+    assert readers == ["DockerSink"] and SinkBase.capabilities.reads_archives is False
 
 
 def test_a_sink_without_a_capability_refuses_it_by_name() -> None:
     from importer.errors import UsageError
     from importer.registry.sink import RegistrySink
+    from importer.sinks import delta_completing, inventorying, reexporting
 
     sink = RegistrySink("127.0.0.1:5000/team")
-    with pytest.raises(UsageError, match=r"exporting an image again \(--deep\) with the registry engine"):
-        sink.reexport(None, None, None)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"--deep with the registry engine: expected an engine that can export"):
+        reexporting(sink)
+    with pytest.raises(UsageError, match=r"completing a delta bundle with the registry engine"):
+        delta_completing(sink)
+    assert inventorying(sink) is sink
 
 
 def test_one_test_kit() -> None:

@@ -43,7 +43,7 @@ from importer.format.platform import Platform, host, of_dict, to_dict
 from importer.inventory import gpuhost
 from importer.inventory.nodefacts import env_os_release, node_facts
 from importer.receipts.receipt import host_facts, now_utc
-from importer.sinks import Sink
+from importer.sinks import Sink, inventorying
 from importer.streams.compression import host_decoders
 
 INVENTORY_VERSION = "1.5"  # 1.1: decoders; 1.2: platform; 1.3: gpu; 1.4: node; 1.5: files
@@ -105,11 +105,11 @@ def build_inventory(engine: EngineInfo, images: List[EngineImage], *, selected_b
 
 def take_inventory(sink: Sink, *, selected_by: str = "") -> Dict[str, Any]:
     """Probe the engine and list everything it holds."""
-    if not sink.lists_images:
+    if not sink.capabilities.lists_images:
         raise UsageError(f"--inventory with the {sink.kind} engine: expected an engine "
                          "that can list its images, found one that cannot")
     engine = sink.probe()
-    return build_inventory(engine, sink.inventory(), selected_by=selected_by)
+    return build_inventory(engine, inventorying(sink).inventory(), selected_by=selected_by)
 
 
 def held_diff_ids(doc: Dict[str, Any]) -> List[str]:

@@ -44,7 +44,7 @@ from importer.pipeline.plan import CHECK_ONLY_RECEIPT, DEEP, ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import select_platform
 from importer.registry.client import map_ref, parse_target
-from importer.sinks import Sink
+from importer.sinks import Sink, reexporting
 from importer.verify.deep import run_deep
 from importer.verify.opened import verify_or_raise
 
@@ -171,7 +171,7 @@ def check_only(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Impor
 
     if deep:
         t_deep = time.monotonic()
-        failures = run_deep(sink, res.checks, root, progress)
+        failures = run_deep(reexporting(sink).reexport, res.checks, root, progress)
         res.timings["deepSeconds"] = time.monotonic() - t_deep
         if failures:
             raise DeepMismatch(

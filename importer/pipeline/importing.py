@@ -39,7 +39,7 @@ from importer.pipeline.preflight import (
 from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import TagConflict, refuse_tag_conflicts
-from importer.sinks import Sink
+from importer.sinks import DeltaBase, Sink, delta_completing, file_artifact_keeping, layer_streaming, load_counting
 from importer.streams import testhooks
 from importer.streams.progress import close_progress
 from importer.verify.bundle import VerifyReport
@@ -76,12 +76,12 @@ class ImportResult:
         return self.report.ok and bool(self.checks) and all(c.ok for c in self.checks)
 
 
-def _load_total(sink: Any, manifest: Any, images: Any, external: Any) -> int:
+def _load_total(sink: Sink, manifest: BundleManifest, images: List[ImageRecord],
+                external: Optional[DeltaBase]) -> int:
     """The bytes the sink's load reports: its own count where it copies stored blobs (the OCI
     layout), else the uncompressed layers it streams into the engine."""
-    own = sink.load_total(images, external or None)
-    if own is not None:
-        return int(own)
+    if sink.capabilities.counts_load_bytes:
+        return load_counting(sink).load_total(images, external or None)
     return sum(x.uncompressed_size for x in manifest.unique_layers())
 
 
@@ -134,7 +134,7 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
     # layer blob it sends (digest, size, diff_id; the blob's last chunk held back until they
     # matched, and the member that names an image sent last) gets those blobs' bytes left to the
     # stream: each layer is read once and decompressed once; the rest is checked here.
-    streams = sink.checks_layers_while_loading
+    streams = sink.capabilities.checks_layers_while_loading
     deferred = streams and bundle.archive is None
     res.report = verify_or_raise(bundle, progress=progress, deep=not streams, defer_layers=deferred)
     res.timings["verifySeconds"] = time.monotonic() - started
@@ -159,7 +159,7 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
         # the layers the load stream will not send (held images, other platforms): read and
         # checked now, before anything is loaded
         with _listing_every_problem(bundle, progress):
-            verify_unstreamed_layers(bundle, res.report, sink.streamed_layers(to_load))
+            verify_unstreamed_layers(bundle, res.report, layer_streaming(sink).streamed_layers(to_load))
 
     external = _delta_base(sink, manifest, to_load)
 
@@ -192,10 +192,11 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
 def _layout_files(sink: Sink, manifest: BundleManifest, force: bool) -> List[FileArtifact]:
     """The file artifacts (3.6) an engine that keeps OCI artifacts takes (``takes_file_artifacts``:
     the OCI layout), each ref free or naming the same manifest unless ``force``."""
-    if not sink.takes_file_artifacts or not manifest.file_artifacts:
+    if not sink.capabilities.takes_file_artifacts or not manifest.file_artifacts:
         return []
+    keeper = file_artifact_keeping(sink)
     for art in manifest.file_artifacts:
-        found = sink.ref_digest(art.ref)
+        found = keeper.ref_digest(art.ref)
         if found is not None and found != str(art.manifest.digest) and not force:
             raise TagConflict(f"naming the artifact {art.ref}: expected the name free or on "
                               f"{art.manifest.digest.short}, found it on {found[:19]}",
@@ -208,7 +209,7 @@ def _load_layout_files(sink: Sink, root: BundleRoot, artifacts: List[FileArtifac
     """Copy the file artifacts into the engine (after the images' tags), then read them back."""
     t_files = time.monotonic()
     on_bytes = progress("files", sum(b.size for a in artifacts for b in a.every_blob())) if progress else None
-    problems = sink.load_files(root, artifacts, on_bytes)
+    problems = file_artifact_keeping(sink).load_files(root, artifacts, on_bytes)
     close_progress(on_bytes)
     if problems:
         raise PostLoadMismatch("reading back the file artifacts: expected each named with its blobs, found "
@@ -239,7 +240,7 @@ def load_root(bundle: OpenedBundle, sink: Sink) -> BundleRoot:
     sink is refused before anything changes."""
     if bundle.archive is None:
         return bundle.path
-    if not sink.reads_archives:
+    if not sink.capabilities.reads_archives:
         name = os.path.basename(bundle.path)
         raise UsageError(
             f"importing {name} into {sink.kind}: expected a bundle folder for this engine, found a tar/parts",
@@ -250,21 +251,21 @@ def load_root(bundle: OpenedBundle, sink: Sink) -> BundleRoot:
     return bundle.archive
 
 
-def _delta_base(sink: Sink, manifest: BundleManifest, to_load: List[ImageRecord]) -> Any:
+def _delta_base(sink: Sink, manifest: BundleManifest, to_load: List[ImageRecord]) -> Optional[DeltaBase]:
     """A delta bundle: the engine must hold every layer it leaves out (nothing loaded otherwise);
     what the sink's load needs to complete it (None: not a delta, or nothing to load)."""
     if not (manifest.is_delta and to_load):
         return None
-    if not sink.completes_deltas:
+    if not sink.capabilities.completes_deltas:
         raise UsageError(f"importing a delta bundle into {sink.kind}: "
                          "expected an engine that can complete it (docker, podman, containerd, an OCI "
                          f"layout, a registry), found {sink.kind}",
                          hint="nothing was loaded; re-export without --have for this host")
-    return sink.prepare_delta(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
+    return delta_completing(sink).prepare_delta(manifest)  # raises DeltaBaseMissing (exit 9) before anything is loaded
 
 
-def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load: List[ImageRecord], external: Any,
-                 engine: EngineInfo, res: ImportResult,
+def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load: List[ImageRecord],
+                 external: Optional[DeltaBase], engine: EngineInfo, res: ImportResult,
                  progress: Optional[ProgressFactory]) -> Tuple[Dict[int, str], List[ImageCheck]]:
     """Load ``to_load`` under this run's staging tags (untagged images untagged, found by the ID
     the identity rule predicts) and read each back: (staging tags, their checks)."""

@@ -41,9 +41,9 @@ from importer.pipeline.preflight import run_preflight
 from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
 from importer.pipeline.tagrule import refuse_tag_conflicts
-from importer.sinks import Sink
+from importer.sinks import Sink, docker_archive_loading
 from importer.streams import testhooks
-from importer.streams.commands import feed
+from importer.streams.commands import FedCommand, feed
 from importer.verify.legacyarchive import archive_pass, open_archive
 from importer.verify.opened import verify_legacy_or_raise
 
@@ -62,7 +62,7 @@ def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, res
     force, deep = plan.force, plan.runs(DEEP)
     manifest = bundle.legacy_manifest(major)
     kind = sink.kind
-    if not sink.loads_docker_archive:
+    if not sink.capabilities.loads_docker_archive:
         raise UsageError(
             f"importing the schema {major} bundle {root} into {kind}: expected an engine that loads a "
             f"docker-archive (docker, podman, containerd), found {kind}",
@@ -115,7 +115,7 @@ def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, 
         spell = normalize if kind == "podman" else (lambda ref: ref)
         names = [[spell(staged[n])] if n in staged else None for n in range(len(manifest.images))]
         try:
-            _load(sink.archive_command, root, manifest, kind, names)
+            _load(docker_archive_loading(sink).archive_command, root, manifest, kind, names)
         except BaseException:
             result.leftovers = cleanup(sink, list(staged.values()), [])
             raise
@@ -176,7 +176,7 @@ def _lookup_name(image: ImageRecord, engine: EngineInfo) -> str:
     return str(image.config.digest) if engine.image_store == CLASSIC or not image.refs else image.refs[0]
 
 
-def _load(new_command: Callable[[str], Any], root: str, manifest: LegacyManifest, kind: str,
+def _load(new_command: Callable[[str], FedCommand], root: str, manifest: LegacyManifest, kind: str,
           names: List[Optional[List[str]]]) -> None:
     """Stream the archive (decompressed, hashed as it passes) into the engine's loader through
     the rewriting pass (importer/verify/legacy.py ``archive_pass``): every member's bytes unchanged,

@@ -13,7 +13,7 @@ import uuid
 from typing import Iterable, List, Sequence, Tuple
 
 from importer.errors import BundleError
-from importer.sinks import Sink
+from importer.sinks import Sink, tag_listing
 
 STAGING_REPO = "sneakernet-staging"
 _STAGING_RE = re.compile(r"sneakernet-staging/[0-9a-f]{12}:[0-9]{1,6}")
@@ -33,10 +33,10 @@ def is_staging_ref(ref: str) -> bool:
 
 def find_stale(sink: Sink, exclude: Iterable[str] = ()) -> List[str]:
     """Staging tags in the engine not made by this run (empty when the sink cannot list tags)."""
-    if not sink.lists_tags:
+    if not sink.capabilities.lists_tags:
         return []
     mine = set(exclude)
-    return sorted(ref for ref in sink.list_tags() if is_staging_ref(ref) and ref not in mine)
+    return sorted(ref for ref in tag_listing(sink).list_tags() if is_staging_ref(ref) and ref not in mine)
 
 
 def remove_refs(sink: Sink, refs: Sequence[str]) -> Tuple[List[str], List[str]]:

@@ -22,7 +22,7 @@ from importer.format.manifest import ImageRecord
 from importer.pipeline.lock import engine_lock
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.staging import find_stale, remove_refs
-from importer.sinks import Sink
+from importer.sinks import Sink, reexporting
 from importer.streams import testhooks
 from importer.verify.deep import run_deep
 
@@ -104,7 +104,7 @@ def deep_or_raise(sink: Sink, checks: Sequence[ImageCheck], root: str, staged: S
                   hint: str) -> None:
     """``--deep``: export every image back out of the engine and hash its layers again; on a
     mismatch remove what this run loaded and raise DeepMismatch."""
-    failures = run_deep(sink, checks, root, progress)
+    failures = run_deep(reexporting(sink).reexport, checks, root, progress)
     if not failures:
         return
     result.leftovers = cleanup(sink, staged, loaded_ids(checks))

@@ -16,13 +16,13 @@ from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.inventory import registry_inventory
 from importer.registry.push import PushReport
 from importer.registry.transcode import CHOICES, ZSTD_READERS
-from importer.sinks import SinkBase
+from importer.sinks import SinkBase, SinkCapabilities
 from importer.streams.sizes import parse_size
 
 
 class RegistrySink(SinkBase):
     kind = "registry"
-    lists_images = True
+    capabilities = SinkCapabilities(lists_images=True)
 
     def __init__(self, target: str, *, access: Optional[RegistryAccess] = None,
                  concurrency: int = 4, chunk_size: int = DEFAULT_CHUNK,

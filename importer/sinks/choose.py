@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple, Type
 
 from importer.errors import EngineNotChosen, EngineUnavailable, SinkError, UsageError
 from importer.sinks import Sink
@@ -208,3 +208,40 @@ def _namespaces(sink: Any) -> List[str]:
     except SinkError:
         return []
     return [line.strip() for line in str(out).splitlines() if line.strip()]
+
+
+if TYPE_CHECKING:  # mypy holds each sink to the protocols its capabilities name (the flags: tests/test_architecture.py)
+    from importer.registry.sink import RegistrySink
+    from importer.sinks import (
+        DeltaCompleting,
+        DockerArchiveLoading,
+        FileArtifactKeeping,
+        Inventorying,
+        LayerStreaming,
+        LoadCounting,
+        Reexporting,
+        TagListing,
+    )
+    from importer.sinks.containerd import ContainerdSink
+    from importer.sinks.docker import DockerSink
+    from importer.sinks.oci_layout import OciLayoutSink
+    from importer.sinks.podman import PodmanSink
+
+    def _docker(s: DockerSink) -> Tuple[LayerStreaming, DockerArchiveLoading, DeltaCompleting, TagListing,
+                                        Inventorying, Reexporting]:
+        return s, s, s, s, s, s
+
+    def _podman(s: PodmanSink) -> Tuple[DockerArchiveLoading, DeltaCompleting, TagListing, Inventorying,
+                                        Reexporting]:
+        return s, s, s, s, s
+
+    def _containerd(s: ContainerdSink) -> Tuple[DockerArchiveLoading, DeltaCompleting, TagListing, Inventorying,
+                                                Reexporting]:
+        return s, s, s, s, s
+
+    def _oci(s: OciLayoutSink) -> Tuple[LoadCounting, DeltaCompleting, TagListing, Inventorying, Reexporting,
+                                        FileArtifactKeeping]:
+        return s, s, s, s, s, s
+
+    def _registry(s: RegistrySink) -> Tuple[Sink, Inventorying]:
+        return s, s

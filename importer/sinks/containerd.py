@@ -28,7 +28,7 @@ from importer.format.platform import pick_platform_manifest
 from importer.format.refs import familiar, normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, hash_member, layer_bound, scan_tar
-from importer.sinks import ProgressFn, SinkBase, folder_of
+from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities, folder_of
 from importer.sinks.containerd_delta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
 from importer.sinks.ociarchive import write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed
@@ -42,11 +42,8 @@ _STATUS_RE = re.compile(r"\b(complete|incomplete|missing|unavailable)\b(?: \(([0
 
 class ContainerdSink(SinkBase):
     kind = "containerd"
-    loads_docker_archive = True
-    completes_deltas = True
-    lists_tags = True
-    lists_images = True
-    reexports = True
+    capabilities = SinkCapabilities(loads_docker_archive=True, completes_deltas=True, lists_tags=True,
+                                    lists_images=True, reexports=True)
 
     def __init__(self, address: Optional[str] = None, namespace: Optional[str] = None,
                  snapshotter: Optional[str] = None) -> None:
@@ -155,7 +152,7 @@ class ContainerdSink(SinkBase):
         return plan_delta(manifest, parse_content_rows(out), f"containerd ({self.namespace})")
 
     def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
-             external: Optional[ContainerdPlan] = None) -> None:
+             external: Optional[DeltaBase] = None) -> None:
         """``external`` (delta bundles): from :meth:`prepare_delta`."""
         root = folder_of(bundle_root, self.kind)
         writers: Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]] = {}

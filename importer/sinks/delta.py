@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
-from typing import Any, BinaryIO, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from importer.errors import BundleError, DecompressFailed, DeltaBaseMissing, DiffIDMismatch
 from importer.format.digest import CHUNK, Digest, is_digest
@@ -47,6 +47,12 @@ def require_base(manifest: BundleManifest, held: Dict[Digest, str]) -> Dict[Dige
     if missing:
         raise base_missing(manifest, missing)
     return {x.diff_id: held[x.diff_id] for x in manifest.external_layers()}
+
+
+def image_holders(base: Optional[Mapping[Digest, Optional[str]]]) -> Dict[Digest, str]:
+    """The images a delta's left-out layers are re-exported from, as :func:`require_base` found
+    them (docker, podman: every layer names its holder)."""
+    return {digest: image for digest, image in (base or {}).items() if image is not None}
 
 
 def pick_holders(images: Iterable[Tuple[str, Sequence[str]]]) -> Dict[Digest, str]:

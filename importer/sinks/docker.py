@@ -34,11 +34,11 @@ from importer.format.refs import normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
 from importer.input.unpackcheck import UnpackCheck
-from importer.sinks import ProgressFn, SinkBase
-from importer.sinks.delta import copy_engine_blobs, pick_holders, require_base, splice_engine_layers
+from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities
+from importer.sinks.delta import copy_engine_blobs, image_holders, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import archive_layers, write_docker_archive
 from importer.sinks.ociarchive import archive_blobs, write_oci_archive
-from importer.streams.commands import StdinCommand, command_stdout, feed, run
+from importer.streams.commands import FedCommand, StdinCommand, command_stdout, feed, run
 
 _HINT = DOCKER_HINT
 _MAX_LIST = 256 * 1024 * 1024  # GET /images/json of a host with very many images
@@ -47,16 +47,22 @@ _NAMING_WAIT = 60.0  # seconds a failed layer check waits for the engine to name
 
 class DockerSink(SinkBase):
     kind = "docker"
-    reads_archives = True  # load() builds its stream from the opened tar or parts in place
-    loads_docker_archive = True
-    completes_deltas = True
-    lists_tags = True
-    lists_images = True
-    reexports = True
+    capabilities = SinkCapabilities(
+        reads_archives=True,  # load() builds its stream from the opened tar or parts in place
+        checks_layers_while_loading=True, loads_docker_archive=True, completes_deltas=True, lists_tags=True,
+        lists_images=True, reexports=True)
 
-    @property
-    def checks_layers_while_loading(self) -> bool:
-        """Both stores check each layer blob while it streams into ``docker load``, from the read
+    def _loads_oci_archive(self, images: Sequence[ImageRecord]) -> bool:
+        """Which archive :meth:`load` sends (and so which layer blobs it checks:
+        :meth:`streamed_layers` must answer from the same choice): an OCI archive of the bundle's
+        blobs into the containerd store, a docker-archive otherwise."""
+        return self.image_store == "containerd" and not any(loads_as_docker_archive(x) for x in images)
+
+    def streamed_layers(self, images: Sequence[ImageRecord]) -> Set[Digest]:
+        """The layer blobs :meth:`load` sends (and checks) for ``images``: every stored blob of an
+        OCI archive (containerd store), the first blob of each diff_id of a docker-archive.
+
+        Both stores check each layer blob while it streams into ``docker load``, from the read
         that sends it: its digest and size (a layer stored uncompressed is its own diff_id, hashed
         once), and a blob's last chunk is sent only after its digest matched; a mismatch aborts the
         load before the member that names an image (manifest.json, index.json), so Docker names no
@@ -68,17 +74,6 @@ class DockerSink(SinkBase):
         untagged, by a thread beside the stream from the same read (importer/input/layercheck.py).
         So the verification before the load leaves those blobs' bytes to the load, and each layer
         is decompressed once by the importer (docs/security.md)."""
-        return True
-
-    def _loads_oci_archive(self, images: Sequence[ImageRecord]) -> bool:
-        """Which archive :meth:`load` sends (and so which layer blobs it checks:
-        :meth:`streamed_layers` must answer from the same choice): an OCI archive of the bundle's
-        blobs into the containerd store, a docker-archive otherwise."""
-        return self.image_store == "containerd" and not any(loads_as_docker_archive(x) for x in images)
-
-    def streamed_layers(self, images: Sequence[ImageRecord]) -> Set[Digest]:
-        """The layer blobs :meth:`load` sends (and checks) for ``images``: every stored blob of an
-        OCI archive (containerd store), the first blob of each diff_id of a docker-archive."""
         if self._loads_oci_archive(images):
             return {x.digest for image in images for x in image.layers if not x.external}
         return {x.digest for _, _, x in archive_layers(images)}
@@ -103,8 +98,9 @@ class DockerSink(SinkBase):
 
     # === load
     def load(self, root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
-             external: Optional[Dict[Digest, str]] = None) -> None:
+             external: Optional[DeltaBase] = None) -> None:
         """``external`` (delta bundles): diff_id -> engine image holding it, re-exported and spliced in."""
+        holders = image_holders(external)
         cmd = self.archive_command("loading the bundle into Docker")
         if self._loads_oci_archive(images):
             named = [(image, normalize(ref)) for image in images for ref in image.refs]
@@ -115,7 +111,7 @@ class DockerSink(SinkBase):
                 first = sorted(layers)[0]
                 argv = self.argv()
                 blobs = {d: None for d in layers}
-                blobs[first] = lambda tar: copy_engine_blobs(tar, argv, external, layers, on_bytes)  # type: ignore
+                blobs[first] = lambda tar: copy_engine_blobs(tar, argv, holders, layers, on_bytes)  # type: ignore
             after = self._unpack_check(root, images) if blobs is None else None
             if after is not None:
                 self._load_checking_beside_unpack(cmd, root, named, after, on_bytes)
@@ -126,11 +122,11 @@ class DockerSink(SinkBase):
         splice = None
         if external:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
-                return splice_engine_layers(tar, self.argv(), external, on_bytes)
+                return splice_engine_layers(tar, self.argv(), holders, on_bytes)
         feed(cmd, lambda out: write_docker_archive(out, root, images, with_tags=True, on_bytes=on_bytes,
                                                    splice=splice))
 
-    def _load_checking_beside_unpack(self, cmd: Any, root: BundleRoot, named: Sequence[Tuple[ImageRecord, str]],
+    def _load_checking_beside_unpack(self, cmd: FedCommand, root: BundleRoot, named: Sequence[Tuple[ImageRecord, str]],
                                      after: UnpackCheck, on_bytes: Optional[ProgressFn]) -> None:
         """The OCI archive with every blob's digest checked in the stream, then ``after`` checking
         the diff_ids while the engine unpacks; its verdict comes before the engine's answer."""
@@ -176,7 +172,7 @@ class DockerSink(SinkBase):
                                   if layer is not None and not layer.external
                                   and compression_of(layer.media_type) != "none"])
 
-    def archive_command(self, what: str) -> Any:
+    def archive_command(self, what: str) -> FedCommand:
         """Something whose ``stdin`` takes a docker-archive for ``docker load`` (``finish``,
         ``abort``): the Engine API over the socket (no docker CLI copying every byte), else the CLI."""
         path = socket_path(self.host)

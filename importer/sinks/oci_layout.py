@@ -35,7 +35,7 @@ from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.format.platform import of_dict, pick_platform_manifest
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
-from importer.sinks import ProgressFn, SinkBase, folder_of
+from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities, folder_of
 from importer.sinks.delta import base_missing, users_of
 from importer.streams.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 
@@ -46,11 +46,8 @@ _HINT = "pass --oci-dir with an empty or missing folder, or one that already hol
 
 class OciLayoutSink(SinkBase):
     kind = "oci"
-    completes_deltas = True
-    lists_tags = True
-    lists_images = True
-    reexports = True
-    takes_file_artifacts = True
+    capabilities = SinkCapabilities(counts_load_bytes=True, completes_deltas=True, lists_tags=True,
+                                    lists_images=True, reexports=True, takes_file_artifacts=True)
 
     def __init__(self, directory: str) -> None:
         self.dir = os.path.abspath(directory)
@@ -195,7 +192,7 @@ class OciLayoutSink(SinkBase):
                            blobs=blobs, problems=problems)
 
     # === load
-    def prepare_delta(self, manifest: BundleManifest) -> Set[Digest]:
+    def prepare_delta(self, manifest: BundleManifest) -> Dict[Digest, None]:
         """The blobs a delta leaves out, each already in the layout (checked by hashing it);
         DeltaBaseMissing (nothing written) if one is absent or damaged."""
         missing = []
@@ -207,9 +204,9 @@ class OciLayoutSink(SinkBase):
                                f"{', '.join(users_of(manifest, layer))} (the layout holds no blob {layer.digest})")
         if missing:
             raise base_missing(manifest, missing, engine=f"the OCI layout {self.dir}")
-        return {x.digest for x in manifest.external_layers()}
+        return {x.digest: None for x in manifest.external_layers()}
 
-    def load_total(self, images: Sequence[ImageRecord], external: Optional[Set[Digest]] = None) -> int:
+    def load_total(self, images: Sequence[ImageRecord], external: Optional[DeltaBase] = None) -> int:
         """The bytes :meth:`load` reports to its progress callback: every blob it copies, once."""
         sizes: Dict[Digest, int] = {}
         for image in images:
@@ -223,7 +220,7 @@ class OciLayoutSink(SinkBase):
         return sum(sizes.values())
 
     def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
-             external: Optional[Set[Digest]] = None) -> None:
+             external: Optional[DeltaBase] = None) -> None:
         """``external`` (delta bundles): blobs the layout already holds, from :meth:`prepare_delta`."""
         root = folder_of(bundle_root, self.kind)
         os.makedirs(os.path.join(self.dir, "blobs", "sha256"), exist_ok=True)

@@ -22,8 +22,8 @@ from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import familiar, normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
-from importer.sinks import ProgressFn, SinkBase, folder_of
-from importer.sinks.delta import pick_holders, require_base, splice_engine_layers
+from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities, folder_of
+from importer.sinks.delta import image_holders, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed
 
@@ -32,11 +32,8 @@ _HINT = PODMAN_HINT
 
 class PodmanSink(SinkBase):
     kind = "podman"
-    loads_docker_archive = True
-    completes_deltas = True
-    lists_tags = True
-    lists_images = True
-    reexports = True
+    capabilities = SinkCapabilities(loads_docker_archive=True, completes_deltas=True, lists_tags=True,
+                                    lists_images=True, reexports=True)
 
     def __init__(self, root: Optional[str] = None, runroot: Optional[str] = None,
                  storage_driver: Optional[str] = None) -> None:
@@ -54,16 +51,17 @@ class PodmanSink(SinkBase):
 
     # === load
     def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
-             external: Optional[Dict[Digest, str]] = None) -> None:
+             external: Optional[DeltaBase] = None) -> None:
         """``external`` (delta bundles): diff_id -> image holding it, re-exported (``podman save``)
         and spliced into the archive, each layer hashed against its diff_id on the way."""
         root = folder_of(bundle_root, self.kind)
         full = [ImageRecord(tuple(normalize(r) for r in image.refs), image.manifest, image.config, image.layers,
                             image.platform) for image in images]
         splice = None
-        if external:
+        holders = image_holders(external)
+        if holders:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
-                return splice_engine_layers(tar, self.argv(), external, on_bytes)
+                return splice_engine_layers(tar, self.argv(), holders, on_bytes)
         cmd = self.archive_command("loading the bundle into podman")
         feed(cmd, lambda out: write_docker_archive(out, root, full, with_tags=True, on_bytes=on_bytes,
                                                    splice=splice))

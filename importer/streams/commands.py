@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, ContextManager, Iterator, Optional, Sequence, cast
+from typing import Any, BinaryIO, Callable, ContextManager, Iterator, Optional, Protocol, Sequence, cast
 
 from importer.errors import CommandFailed, EngineUnavailable
 from importer.format.digest import CHUNK
@@ -157,7 +157,18 @@ class StdinCommand:
         return Result(rc, out, tail)
 
 
-def feed(cmd: Any, write: Callable[[BinaryIO], Any]) -> None:
+class FedCommand(Protocol):
+    """What :func:`feed` writes into: a :class:`StdinCommand`, or the Docker Engine API's load
+    (importer/engines/dockerapi.py ``ApiLoad``)."""
+
+    stdin: BinaryIO
+
+    def abort(self) -> None: ...
+
+    def finish(self) -> Result: ...
+
+
+def feed(cmd: FedCommand, write: Callable[[BinaryIO], Any]) -> None:
     """Run ``write(cmd.stdin)``, then finish ``cmd`` (a StdinCommand or dockerapi.ApiLoad). When
     the consumer hangs up early, ``finish`` raises CommandFailed with its own words; any other
     failure aborts the consumer before it sees the end of its input, so it commits nothing."""

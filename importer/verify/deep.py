@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from importer.errors import BundleError, CommandFailed, UsageError
+from importer.engines import EngineImage
+from importer.errors import BundleError, CommandFailed
 from importer.format.limits import MAX_CONFIG, read_file_limited
 from importer.format.manifest import ImageRecord
 from importer.input.layers import open_layer
@@ -147,13 +148,14 @@ def _blob_name(path: str) -> Optional[str]:
     return None
 
 
-def run_deep(sink: Any, checks: Sequence[Any], root: str,
+#: an engine's image exported again (a sink's ``reexport``: importer/sinks/__init__.py ``Reexporting``)
+Reexport = Callable[[EngineImage, ImageRecord, Optional[Callable[[int], None]]], ArchiveScan]
+
+
+def run_deep(reexport: Reexport, checks: Sequence[Any], root: str,
              progress: Optional[Callable[[str, int], Callable[[int], None]]] = None) -> List[str]:
-    """Re-export every checked image from the engine and compare it with bundle.json; sets
-    ``check.deep`` on each ImageCheck and returns one line per failure (empty: all match)."""
-    if not sink.reexports:
-        raise UsageError(f"--deep with the {sink.kind} engine: expected an engine that can "
-                         "export images again, found one that cannot", hint="run without --deep")
+    """Re-export every checked image from the engine (``reexport``) and compare it with bundle.json;
+    sets ``check.deep`` on each ImageCheck and returns one line per failure (empty: all match)."""
     failures: List[str] = []
     for check in checks:
         if check.found is None:
@@ -161,7 +163,7 @@ def run_deep(sink: Any, checks: Sequence[Any], root: str,
         total = sum(layer.uncompressed_size for layer in check.image.layers)
         on_bytes = progress(f"deep {check.image.name}", total) if progress is not None else None
         try:
-            scan = sink.reexport(check.found, check.image, on_bytes)
+            scan = reexport(check.found, check.image, on_bytes)
         except CommandFailed as e:
             refused = _INTEGRITY_RE.search(e.stderr_tail or "")
             if refused is None:
