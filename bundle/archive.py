@@ -34,7 +34,7 @@ from importer.errors import (
     write_error,
 )
 from importer.format.digest import CHUNK, Digest
-from importer.format.limits import MAX_BUNDLE_JSON, read_limited
+from importer.format.limits import read_limited
 from importer.format.manifest import (
     BUNDLE_JSON,
     IMPORTER_PYZ,
@@ -42,7 +42,6 @@ from importer.format.manifest import (
     SUMS_FILE,
     BundleManifest,
     FileRecord,
-    load_bundle_manifest,
 )
 from importer.input.archive import (
     PARTS_SUFFIX,
@@ -51,6 +50,7 @@ from importer.input.archive import (
     index_name,
     part_name,
 )
+from importer.input.opened import open_bundle
 from importer.pipeline.preflight import InsufficientSpace, SpaceNeed, check_space, free_bytes
 from importer.streams.fatfs import split_for
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir, open_regular
@@ -258,9 +258,11 @@ def pack_bundle(src: str, archive: str, *, split: Optional[int] = None, force: b
     if not os.path.lexists(os.path.join(src, BUNDLE_JSON)):
         raise ManifestError(f"packing {src}: expected a bundle folder holding {BUNDLE_JSON}, found none",
                             hint="pass the folder `bundle export -o DIR` wrote")
-    with _open_member(src, BUNDLE_JSON) as f:  # a link, FIFO or device is refused, never opened or followed
-        raw_bj = read_limited(f, MAX_BUNDLE_JSON, BUNDLE_JSON)
-    manifest = load_bundle_manifest(raw_bj, where=os.path.join(src, BUNDLE_JSON))
+    # the shared opener (a link, FIFO or device is refused, never opened or followed): bundle.json read and
+    # parsed once; its signature is packed as one more file
+    opened = open_bundle(src, carrying="packing")
+    raw_bj = opened.raw_bundle_json
+    manifest = opened.manifest()
     pins: Dict[str, FileRecord] = {f.path: f for f in manifest.files}
     order = member_order(manifest, src)
     total = sum(_regular_size(src, p) for p in order)

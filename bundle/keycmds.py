@@ -13,7 +13,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.keys import generate_keypair, key_is_encrypted, load_signing_key, sign_bundle
 from importer.cli.fleet import add_sign_receipt_arguments, sign_receipts
 from importer.cli.output import emit, success
-from importer.errors import UsageError
 from importer.input.opened import open_bundle
 from importer.verify.keyfiles import InvalidKey
 from importer.verify.opened import verify_or_raise
@@ -94,11 +93,12 @@ def cmd_sign(args: argparse.Namespace) -> int:
     key = signing_key_from_args(args)
     assert key is not None
     bundle = open_bundle(args.bundle)
-    if bundle.is_archive:
-        raise UsageError(f"signing {args.bundle}: expected a bundle folder, found a tar or parts",
-                         hint="sign the folder before packing it (bundle sign DIR, then bundle pack DIR FILE.tar)")
+    folder = bundle.require_folder(
+        f"signing {args.bundle}: expected a bundle folder, found a tar or parts",
+        hint="sign the folder before packing it (bundle sign DIR, then bundle pack DIR FILE.tar)")
     report = verify_or_raise(bundle)  # never sign what does not verify
-    fingerprint = sign_bundle(bundle.path, key, raw_bundle_json=bundle.raw_bundle_json)
+    # the bytes opened and verified, and the one object they were parsed into: not read or parsed again
+    fingerprint = sign_bundle(folder, key, raw_bundle_json=bundle.raw_bundle_json, manifest=bundle.manifest())
     if args.json:
         emit(success({"bundle": args.bundle, "keyFingerprint": fingerprint, "filesChecked": report.files_checked}))
     else:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from bundle.writer import write_sums
 from importer.format.digest import Digest
 from importer.format.limits import MAX_BUNDLE_JSON, read_file_limited
-from importer.format.manifest import BUNDLE_JSON, SIGNATURE_FILE, load_bundle_manifest
+from importer.format.manifest import BUNDLE_JSON, SIGNATURE_FILE, BundleManifest, load_bundle_manifest
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir
 from importer.verify.keyfiles import InvalidKey
 from importer.verify.signature import encode_signature, fingerprint, public_key_pem
@@ -115,14 +115,18 @@ def load_signing_key(path: str, passphrase: bytes | None = None) -> Ed25519Priva
     return key
 
 
-def sign_bundle(root: str, key: Ed25519PrivateKey, *, raw_bundle_json: Optional[bytes] = None) -> str:
+def sign_bundle(root: str, key: Ed25519PrivateKey, *, raw_bundle_json: Optional[bytes] = None,
+                manifest: Optional[BundleManifest] = None) -> str:
     """Sign ``root``/bundle.json: write bundle.json.sig, then SHA256SUMS again listing it.
-    ``raw_bundle_json``: the bytes the caller opened and verified (else read here).
+    ``raw_bundle_json``: the bytes the caller opened and verified (else read here); ``manifest``:
+    what they were parsed into (else parsed here; ``bundle sign`` passes both, so it reads and
+    parses bundle.json once).
 
     Returns the key fingerprint. The signature is over the exact bytes on disk."""
     raw = raw_bundle_json if raw_bundle_json is not None else \
         read_file_limited(os.path.join(root, BUNDLE_JSON), MAX_BUNDLE_JSON, BUNDLE_JSON)
-    manifest = load_bundle_manifest(raw)
+    if manifest is None:
+        manifest = load_bundle_manifest(raw)
     raw_public = _raw_public(key)
     sig = encode_signature(raw, key.sign(raw), raw_public)
     atomic_write_bytes(os.path.join(root, SIGNATURE_FILE), sig)

@@ -98,7 +98,7 @@ def push(
     target = parse_target(registry)
     access = access or RegistryAccess()
     opened = open_bundle(bundle)
-    root = opened.root
+    root = opened
     signed: List[Dict[str, Any]] = []
     if require_signed:
         major = opened.schema_major()

@@ -229,6 +229,31 @@ def test_bundle_json_is_parsed_once_into_one_typed_object_per_run(bundle: Path, 
                      legacy / "bundle.json") == (1, 1)
 
 
+def test_sign_pack_and_copy_read_bundle_json_through_the_shared_opener(bundle: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41 point 3: `bundle sign` parses bundle.json once (it parsed it twice: once for the
+    verification, again in sign_bundle); `bundle pack` once; `bundle copy` once for the source and
+    once for the copy it verifies."""
+    import argparse
+
+    from bundle.archive import pack_bundle
+    from bundle.keycmds import cmd_sign
+    from importer.transfer.copy import copy_bundle
+
+    key, _ = keypair(tmp_path, "k")
+    parses = Parses(monkeypatch)
+    parses.text = (bundle / "bundle.json").read_text(encoding="utf-8")
+    args = argparse.Namespace(bundle=str(bundle), sign_key=str(key), passphrase_stdin=False, json=True)
+    assert cmd_sign(args) == 0 and (bundle / "bundle.json.sig").is_file()
+    assert (parses.json, parses.typed) == (1, 1)
+    parses.json = parses.typed = 0
+    pack_bundle(str(bundle), str(tmp_path / "b.tar"))
+    assert (parses.json, parses.typed) == (1, 1)
+    parses.json = parses.typed = 0
+    assert copy_bundle(str(tmp_path / "b.tar"), str(tmp_path / "usb")).verification is not None
+    assert (parses.json, parses.typed) == (2, 2)
+
+
 def test_the_parse_counter_sees_a_second_parse(bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The counter above is not blind: a step that parsed bundle.json again would be counted."""
     from importer.format.manifest import load_bundle_manifest

@@ -104,7 +104,7 @@ def _recompressed(bundle: OpenedBundle, args: argparse.Namespace, workdir: str) 
         if not args.quiet:
             _say(f"serve: recompressing layer {layer.digest.short} ({layer.size} bytes) to {args.compression}")
 
-    done = transcode(bundle.root, manifest, args.compression, workdir, note)
+    done = transcode(bundle, manifest, args.compression, workdir, note)
     args.renamed = done.renamed
     if not args.quiet:
         _say(f"serve: {done.layers} layer(s) recompressed to {args.compression}; "

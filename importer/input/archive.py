@@ -473,8 +473,10 @@ class ArchiveReader:
         self.path = os.path.abspath(loc.path)
         self.directory = os.path.dirname(self.path)
         self.index: Optional[PartsIndex] = None
+        self.raw_index: Optional[bytes] = None  # the parts index exactly as read
         if loc.kind == "parts":
             raw = read_file_limited(self.path, MAX_PARTS_INDEX, os.path.basename(self.path))
+            self.raw_index = raw
             self.index = parse_parts_index(raw, os.path.basename(self.path))
             self.files = [(os.path.join(self.directory, p.name), p.size) for p in self.index.parts]
         else:

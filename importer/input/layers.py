@@ -197,7 +197,7 @@ def open_layer(root: BundleRoot, layer: LayerRecord, what: str, *, read_ahead: b
                 raw.stop()
 
 
-def check_layer(root: str, layer: LayerRecord, what: str) -> None:
+def check_layer(root: BundleRoot, layer: LayerRecord, what: str) -> None:
     """Read a whole layer blob once; raise the first problem found."""
     with open_layer(root, layer, what) as reader:
         reader.finish()

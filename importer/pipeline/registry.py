@@ -70,7 +70,7 @@ def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPla
     compare; ``result`` is filled in as work proceeds."""
     started = time.monotonic()
     res = result
-    root = bundle.root
+    root = bundle
     force = plan.force
     _refuse_lost_signatures(bundle, plan)
     res.engine = sink.probe()

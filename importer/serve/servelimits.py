@@ -271,8 +271,7 @@ def blob_identity(bundle: OpenedBundle, rel: str, local: Optional[str] = None) -
     """What changes when the bytes behind ``rel`` are rewritten, replaced or removed: the stat of
     the blob file (folder; ``local``: a file serve made itself, e.g. a recompressed layer) or of the
     tar / every part. Raises OSError when one is gone."""
-    paths: List[str] = ([local] if local is not None else [os.path.join(bundle.path, rel)] if bundle.archive is None
-                        else [p for p, _ in bundle.archive.files])
+    paths: List[str] = [local] if local is not None else bundle.backing_files(rel)
     out: List[Tuple[int, ...]] = []
     for p in paths:
         st = os.stat(p)

@@ -34,8 +34,6 @@ from importer.errors import (
     BundleError,
     DestinationInUse,
     DigestMismatch,
-    ManifestError,
-    MissingBlob,
     UnwritableDestination,
     UsageError,
     VerificationFailed,
@@ -43,10 +41,9 @@ from importer.errors import (
     write_error,
 )
 from importer.format.digest import CHUNK, Digest
-from importer.format.limits import MAX_BUNDLE_JSON, read_limited
-from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ, SIGNATURE_FILE, SUMS_FILE, load_bundle_manifest
-from importer.input.archive import PARTS_SUFFIX, ArchiveReader, locate
-from importer.input.opened import OpenedBundle, open_bundle
+from importer.format.manifest import BUNDLE_JSON, IMPORTER_PYZ
+from importer.input.archive import PARTS_SUFFIX, ArchiveReader
+from importer.input.opened import Bundle, open_bundle
 from importer.streams.fatfs import check_fits
 from importer.streams.fsutil import describe_mode, fsync_dir, open_regular, read_exactly
 from importer.streams.progress import close_progress
@@ -125,11 +122,6 @@ def _probe(path: str, root: str, what: str, size: Optional[int] = None) -> int:
         return os.fstat(f.fileno()).st_size
 
 
-def _read_small(path: str, root: str, limit: int, what: str) -> bytes:
-    with open_regular(path, f"copying {what}", root=root) as f:
-        return read_limited(f, limit, what)
-
-
 def _optional(root: str, name: str, size: Optional[int] = None) -> Optional[CopyItem]:
     """A CopyItem for root/name if anything is there (a link or special file is refused), else None."""
     full = os.path.join(root, name)
@@ -138,10 +130,13 @@ def _optional(root: str, name: str, size: Optional[int] = None) -> Optional[Copy
     return CopyItem(full, name, _probe(full, root, f"copying {name}", size), None, root)
 
 
-def _checked_importer(opened: OpenedBundle, directory: str) -> Optional[CopyItem]:
+def _checked_importer(opened: Bundle) -> Optional[CopyItem]:
     """The ``bundle-import.pyz`` beside a tar or parts, to be copied pinned to the digest the
     archive's (signed) bundle.json gives it; any importer copy there that is not that file is
-    refused before anything is written (importer/verify/importercopies.py)."""
+    refused before anything is written (importer/verify/importercopies.py). None for a folder."""
+    beside_paths = opened.importers_beside()
+    if not beside_paths:
+        return None
     manifest = opened.manifest()
     pinned = pinned_importer(manifest.files)
     bad = importer_copy_problems(opened, pinned)
@@ -150,7 +145,7 @@ def _checked_importer(opened: OpenedBundle, directory: str) -> Optional[CopyItem
             f"copying {opened.path}: expected the importer beside it to be the one its bundle.json pins, found "
             f"{len(bad)} that differ(s)", bad, context="\n".join(str(p) for p in bad),
             hint=f"nothing was copied; delete the {IMPORTER_PYZ} beside the archive (do not run it), then copy again")
-    beside = _optional(directory, IMPORTER_PYZ)
+    beside = _optional(os.path.dirname(beside_paths[0]), IMPORTER_PYZ)
     if beside is not None and pinned is not None:
         beside.digest = pinned.digest  # copy_file refuses bytes that change on the way
     return beside
@@ -159,58 +154,19 @@ def _checked_importer(opened: OpenedBundle, directory: str) -> Optional[CopyItem
 def plan_copy(src: str) -> Tuple[str, List[CopyItem], str]:
     """(kind, files in copy order, what to import at DST relative to it).
 
-    SRC itself may be reached through a link (the user named it); nothing below it is: every
-    file to copy is checked here, before anything is written, to be a regular file of the
-    recorded size reached without following a link (importer.streams.fsutil.open_regular)."""
-    loc = locate(os.path.realpath(src))
-    items: List[CopyItem] = []
-    if loc.kind == "folder":
-        root = loc.path
-        try:
-            raw_bj = _read_small(os.path.join(root, BUNDLE_JSON), root, MAX_BUNDLE_JSON, BUNDLE_JSON)
-        except MissingBlob:
-            raise ManifestError(f"copying the bundle {src}: expected its manifest {BUNDLE_JSON} in it, found none",
-                                hint="pass the folder holding bundle.json, FILE.tar, or FILE.tar.parts.json") from None
-        manifest = load_bundle_manifest(raw_bj, where=os.path.join(root, BUNDLE_JSON))
-        files = sorted(manifest.files, key=lambda f: (not f.path.startswith("blobs/"), -f.size, f.path))
-        for f in files:
-            full = os.path.join(root, *f.path.split("/"))
-            _probe(full, root, f"copying {f.path}", f.size)
-            items.append(CopyItem(full, f.path, f.size, f.digest, root))
-        for extra in (SIGNATURE_FILE, SUMS_FILE):
-            item = _optional(root, extra)
-            if item is not None:
-                items.append(item)
-        items.append(CopyItem(os.path.join(root, BUNDLE_JSON), BUNDLE_JSON, len(raw_bj), Digest.of_bytes(raw_bj), root))
-        return "folder", items, ""
-    directory = os.path.dirname(os.path.abspath(loc.path))
-    name = os.path.basename(loc.path)
-    _probe(os.path.join(directory, name), directory, f"copying {name}")
-    reader = ArchiveReader(loc.path)
-    if reader.index is None:
-        beside = _checked_importer(open_bundle(loc.path), directory)
-        if beside is not None:
-            items.append(beside)
-        items.append(CopyItem(reader.path, name, _probe(reader.path, directory, f"copying {name}"), None, directory))
-        return "tar", items, name
-    for rec in reader.index.parts:  # a link or special file is refused before part_issues() looks at it
-        if os.path.lexists(os.path.join(directory, rec.name)):
-            _probe(os.path.join(directory, rec.name), directory, f"copying {rec.name}")
-    bad = reader.part_issues()
-    if bad:
-        raise VerificationFailed(
-            f"copying {reader.path}: expected every part the index lists, found {len(bad)} problem(s)",
-            bad, context="\n".join(f"[{i.id}] {i.path}: {i.message}" for i in bad),
-            hint="copy the missing or short parts from the source medium first",
-        )
-    for rec in reader.index.parts:
-        items.append(CopyItem(os.path.join(directory, rec.name), rec.name, rec.size, rec.digest, directory))
-    beside = _checked_importer(open_bundle(loc.path), directory)
+    SRC itself may be reached through a link (the user named it); nothing below it is: the bundle
+    is opened with the shared opener (importer/input/opened.py, ``carrying``: a tar's or parts'
+    files checked before a byte is read), and every file to copy is checked here, before anything
+    is written, to be a regular file of the recorded size reached without following a link
+    (importer.streams.fsutil.open_regular)."""
+    opened = open_bundle(os.path.realpath(src), carrying="copying")
+    files = opened.medium_files()  # the one that names the bundle last
+    items = [CopyItem(m.path, m.rel, _probe(m.path, m.root, f"copying {m.rel}", m.size), m.digest, m.root)
+             for m in files]
+    beside = _checked_importer(opened)
     if beside is not None:
-        items.append(beside)
-    raw_index = _read_small(reader.path, directory, 16 * 1024 * 1024, name)
-    items.append(CopyItem(reader.path, name, len(raw_index), Digest.of_bytes(raw_index), directory))
-    return "parts", items, name
+        items.insert(len(items) - 1, beside)
+    return opened.kind, items, opened.medium_name()
 
 
 def copy_bundle(src: str, dst: str, *, progress: Optional[Callable[[str, int], ProgressFn]] = None,

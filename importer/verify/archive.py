@@ -60,7 +60,7 @@ def verify_archive(archive: Union[str, ArchiveReader], *, on_bytes: Optional[Pro
 
     Raises only when no usable bundle.json can be read (ManifestError and subclasses)."""
     started = time.monotonic()
-    reader = archive if isinstance(archive, ArchiveReader) else ArchiveReader(archive)
+    reader = ArchiveReader(archive) if isinstance(archive, str) else archive  # a path, or the opened reader
     report = VerifyReport(root=reader.path)
     add = report.problems.append
 
@@ -314,6 +314,18 @@ def _drain(raw: HashingReader) -> None:
             pass
 
 
+def _read_up_to(raw: HashingReader, n: int) -> bytes:
+    """At most ``n`` bytes, fewer only at the member's end (a read of parts stops at a part's end)."""
+    chunks: List[bytes] = []
+    while n > 0:
+        data = raw.read(n)
+        if not data:
+            break
+        chunks.append(data)
+        n -= len(data)
+    return b"".join(chunks)
+
+
 def _check_member(name: str, raw: HashingReader, want: Digest, layer: Optional[LayerRecord], what: str,
                   keep_limit: Optional[int], kept: Dict[str, bytes]) -> Optional[Problem]:
     """Check one member as it streams past; return its problem, if any."""
@@ -332,7 +344,7 @@ def _check_member(name: str, raw: HashingReader, want: Digest, layer: Optional[L
             raise
         return None
     if keep_limit is not None:
-        data = raw.read(keep_limit + 1)
+        data = _read_up_to(raw, keep_limit + 1)  # a part boundary inside it ends one read early
         _drain(raw)
         if raw.digest() == want and len(data) <= keep_limit:
             kept[name] = data

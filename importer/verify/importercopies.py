@@ -20,23 +20,10 @@ from importer.errors import BundleError, MissingBlob
 from importer.format.digest import CHUNK, Digest
 from importer.format.manifest import IMPORTER_PYZ, FileRecord
 from importer.format.problems import Problem
-from importer.input.opened import OpenedBundle
+from importer.input.opened import Bundle
 from importer.streams.fsutil import open_regular, read_exactly
 
 PROBLEM_ID = "importer-mismatch"
-
-
-def importer_copy_paths(bundle: OpenedBundle) -> List[str]:
-    """The importer files beside a tar or parts that a user may run (absolute paths; none for a
-    folder, whose ``bundle-import.pyz`` is a bundle file checked like every other)."""
-    if bundle.archive is None:
-        return []
-    directory = os.path.dirname(os.path.abspath(bundle.path))
-    names = [IMPORTER_PYZ]
-    index = bundle.archive.index
-    if index is not None and index.importer is not None and index.importer.path not in names:
-        names.append(index.importer.path)  # a plain file name: the parts index parser refuses others
-    return [os.path.join(directory, n) for n in names]
 
 
 def pinned_importer(files: Sequence[FileRecord]) -> Optional[FileRecord]:
@@ -44,13 +31,13 @@ def pinned_importer(files: Sequence[FileRecord]) -> Optional[FileRecord]:
     return next((f for f in files if f.path == IMPORTER_PYZ), None)
 
 
-def importer_copy_problems(bundle: OpenedBundle, pinned: Optional[FileRecord]) -> List[Problem]:
+def importer_copy_problems(bundle: Bundle, pinned: Optional[FileRecord]) -> List[Problem]:
     """One ``importer-mismatch`` problem per importer copy beside the bundle that is not byte for
     byte the pinned ``bundle-import.pyz`` (another size or digest, a link or special file, an
     unreadable file, or no pinned importer to compare it with). Copies that are absent are fine."""
     problems: List[Problem] = []
     label = os.path.basename(bundle.path)
-    for path in importer_copy_paths(bundle):
+    for path in bundle.importers_beside():
         if not os.path.lexists(path):
             continue
         shown = f"{os.path.basename(path)} beside {label}"
@@ -86,10 +73,5 @@ def _differs(path: str, pinned: Optional[FileRecord]) -> Optional[str]:
     return None if got == pinned.digest else str(got)
 
 
-def _extract_hint(bundle: OpenedBundle) -> str:
-    name = os.path.basename(bundle.path)
-    if bundle.kind == "parts" and bundle.archive is not None and bundle.archive.index is not None:
-        first = bundle.archive.index.archive_name
-        return (f"cat {first}.part[0-9]* | tar --occurrence=1 -xf - {IMPORTER_PYZ}, "
-                "after checking it as docs/security.md says")
-    return f"tar --occurrence=1 -xf {name} {IMPORTER_PYZ}, after checking it as docs/security.md says"
+def _extract_hint(bundle: Bundle) -> str:
+    return f"{bundle.extract_command(IMPORTER_PYZ)}, after checking it as docs/security.md says"

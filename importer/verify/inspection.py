@@ -3,27 +3,12 @@
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any, Dict, List
 
-from importer.errors import NotRegularFile
 from importer.format.digest import Digest
 from importer.format.legacy import LegacyManifest
 from importer.format.manifest import SUMS_FILE
 from importer.input.opened import open_bundle
-
-
-def _refuse_odd_files(root: str, paths: List[str]) -> None:
-    """Inspection reads bundle.json alone, but a bundle whose files include a link, FIFO or device
-    is refused here as everywhere (lstat only: nothing is opened or followed)."""
-    for rel in paths:
-        try:
-            st = os.lstat(os.path.join(root, rel))
-        except OSError:
-            continue  # absent or unreadable: verification's business, inspection shows bundle.json
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(f"inspecting {root}: expected {rel} to be a regular file, found a link or "
-                                 "special file", hint="a bundle never holds links: re-copy it from the source medium")
 
 
 def inspect_bundle(root: str) -> Dict[str, Any]:
@@ -35,8 +20,8 @@ def inspect_bundle(root: str) -> Dict[str, Any]:
     if major in (1, 2):
         return _inspect_legacy(root, bundle.legacy_manifest(major), raw)
     manifest = bundle.manifest()
-    if not bundle.is_archive:
-        _refuse_odd_files(bundle.path, [f.path for f in manifest.files] + [SUMS_FILE])
+    # inspection reads bundle.json alone, but a link, FIFO or device among its files is refused here as everywhere
+    bundle.refuse_odd_files([*(f.path for f in manifest.files), SUMS_FILE], f"inspecting {bundle.path}")
     users: Dict[Digest, List[str]] = {}
     for image in manifest.images:
         for layer in image.layers:

@@ -12,7 +12,7 @@ from importer.errors import BundleError, ManifestError, VerificationFailed
 from importer.format.digest import Digest
 from importer.format.manifest import BundleManifest
 from importer.input.layers import check_layer
-from importer.input.opened import OpenedBundle
+from importer.input.opened import Bundle
 from importer.streams.progress import close_progress
 from importer.verify.archive import verify_archive
 from importer.verify.bundle import VerifyReport, verify_bundle
@@ -23,27 +23,26 @@ ProgressFn = Callable[[int], None]
 ProgressFactory = Callable[[str, int], ProgressFn]
 
 
-def verify_opened(bundle: OpenedBundle, *, deep: bool = True, defer_layers: bool = False,
+def verify_opened(bundle: Bundle, *, deep: bool = True, defer_layers: bool = False,
                   on_bytes: Optional[ProgressFn] = None) -> VerifyReport:
     """Verify an opened bundle: a folder (in parallel; ``deep``: decompress every layer;
     ``defer_layers``: layer blobs only checked for presence, kind and size, see
     :func:`verify_unstreamed_layers`), a tar or parts (one sequential read, always deep), against
     the bundle.json read when it was opened and the one typed object it was parsed into
-    (``OpenedBundle.manifest``): not parsed again here."""
+    (``Bundle.manifest``): not parsed again here."""
     parsed = _parsed(bundle)
-    if bundle.archive is None:
-        report = verify_bundle(bundle.path, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
-                               manifest=parsed, defer_layers=defer_layers)
-        return report
-    report = verify_archive(bundle.archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
-                            manifest=parsed)
-    # the importer a user runs sits beside the archive, outside it: it must be the pinned member
+    report = bundle.either(
+        lambda folder: verify_bundle(folder, deep=deep, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
+                                     manifest=parsed, defer_layers=defer_layers),
+        lambda archive: verify_archive(archive, on_bytes=on_bytes, raw_bundle_json=bundle.raw_bundle_json,
+                                       manifest=parsed))
+    # the importer a user runs beside a tar or parts sits outside it: it must be the pinned member
     if report.manifest is not None:
         report.problems.extend(importer_copy_problems(bundle, pinned_importer(report.manifest.files)))
     return report
 
 
-def _parsed(bundle: OpenedBundle) -> Optional[BundleManifest]:
+def _parsed(bundle: Bundle) -> Optional[BundleManifest]:
     """The opened bundle's typed bundle.json; None when it cannot be used (the verifier then reports
     that its own way, listing what else it found: a failed run, so the second parse costs nothing)."""
     try:
@@ -52,13 +51,13 @@ def _parsed(bundle: OpenedBundle) -> Optional[BundleManifest]:
         return None
 
 
-def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory] = None,
+def verify_or_raise(bundle: Bundle, *, progress: Optional[ProgressFactory] = None,
                     deep: bool = True, defer_layers: bool = False) -> VerifyReport:
     """Verify the opened bundle against the bundle.json it was opened with (the signature step
     judged those bytes); raise VerificationFailed listing every problem. ``defer_layers`` (a
     folder; ignored for a tar or parts, always read whole): the layer blobs' bytes are left to the
     load stream and :func:`verify_unstreamed_layers`."""
-    defer_layers = defer_layers and bundle.archive is None
+    defer_layers = defer_layers and not bundle.checked_whole
     on_bytes = progress("verify", _verify_total(bundle, deep, defer_layers)) if progress is not None else None
     report = verify_opened(bundle, deep=deep, defer_layers=defer_layers, on_bytes=on_bytes)
     close_progress(on_bytes)
@@ -73,11 +72,11 @@ def verify_or_raise(bundle: OpenedBundle, *, progress: Optional[ProgressFactory]
     return report
 
 
-def _verify_total(bundle: OpenedBundle, deep: bool, defer_layers: bool = False) -> int:
+def _verify_total(bundle: Bundle, deep: bool, defer_layers: bool = False) -> int:
     """Bytes verification reads: the whole tar or parts, or every file bundle.json lists (but the
     layer blobs, with ``defer_layers``)."""
-    if bundle.archive is not None:
-        return bundle.archive.size
+    if bundle.checked_whole:
+        return bundle.stored_size
     try:
         manifest = bundle.manifest()
     except BundleError:
@@ -86,16 +85,16 @@ def _verify_total(bundle: OpenedBundle, deep: bool, defer_layers: bool = False) 
     return sum(f.size for f in manifest.files if f.path not in deferred)
 
 
-def verify_legacy_or_raise(bundle: OpenedBundle, major: int) -> VerifyReport:
+def verify_legacy_or_raise(bundle: Bundle, major: int) -> VerifyReport:
     """A schema 1/2 bundle (a folder, ``major``): its docker-archive and files against the
-    bundle.json it was opened with (``OpenedBundle.legacy_manifest``); raise VerificationFailed
+    bundle.json it was opened with (``Bundle.legacy_manifest``); raise VerificationFailed
     listing every problem."""
     report = verify_legacy(bundle.path, bundle.legacy_manifest(major), bundle.raw_bundle_json)
     raise_if_problems(bundle.path, report)
     return report
 
 
-def verify_unstreamed_layers(bundle: OpenedBundle, report: VerifyReport, streamed: Set[Digest]) -> None:
+def verify_unstreamed_layers(bundle: Bundle, report: VerifyReport, streamed: Set[Digest]) -> None:
     """The rest of a verification that deferred the layer blobs (``verify_or_raise(defer_layers=True)``)
     to a load stream that checks each blob it sends (its digest, size and diff_id, the member's last
     chunk held back until they matched: importer/sinks/ociarchive.py, dockerarchive.py): every
@@ -111,7 +110,7 @@ def verify_unstreamed_layers(bundle: OpenedBundle, report: VerifyReport, streame
             report.layers_checked_while_loading += 1
             report.bytes_checked_while_loading += layer.size
             continue
-        check_layer(bundle.path, layer, names.get(layer.digest, str(layer.digest)))
+        check_layer(bundle, layer, names.get(layer.digest, str(layer.digest)))
         report.files_checked += 1
         report.layers_checked += 1
         report.bytes_checked += layer.size
