@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -128,14 +127,14 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
                    progress: Optional[ProgressFactory], deep: bool, platform: Optional[Platform]) -> None:
     """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
     started = time.monotonic()
-    root = load_root(bundle, sink)  # the folder, or the opened tar/parts for a sink that reads them in place
+    root = load_root(bundle, sink)  # the folder, or the opened bundle for a sink that reads a tar/parts in place
 
     # === verify every byte before the engine commits any. A sink whose load stream checks each
     # layer blob it sends (digest, size, diff_id; the blob's last chunk held back until they
     # matched, and the member that names an image sent last) gets those blobs' bytes left to the
     # stream: each layer is read once and decompressed once; the rest is checked here.
     streams = sink.capabilities.checks_layers_while_loading
-    deferred = streams and bundle.archive is None
+    deferred = streams and not bundle.checked_whole
     res.report = verify_or_raise(bundle, progress=progress, deep=not streams, defer_layers=deferred)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
@@ -235,20 +234,18 @@ def _listing_every_problem(bundle: OpenedBundle, progress: Optional[ProgressFact
 
 
 def load_root(bundle: OpenedBundle, sink: Sink) -> BundleRoot:
-    """What the sink's ``load`` reads: the bundle folder, or the opened tar or parts in place for a
-    sink that ``reads_archives`` (no unpacking, no concatenation); a tar or parts for any other
-    sink is refused before anything changes."""
-    if bundle.archive is None:
-        return bundle.path
-    if not sink.capabilities.reads_archives:
-        name = os.path.basename(bundle.path)
-        raise UsageError(
-            f"importing {name} into {sink.kind}: expected a bundle folder for this engine, found a tar/parts",
-            hint="verify it here with --verify-only, or import it into docker or a registry; for this engine "
-            "unpack it first (mkdir B && tar -xf FILE.tar -C B; for parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
-            "and import B",
-        )
-    return bundle.archive
+    """What the sink's ``load`` reads: the opened bundle itself for a sink that ``reads_archives``
+    (a tar or parts read in place: no unpacking, no concatenation), else the bundle's folder (a tar
+    or parts refused before anything changes)."""
+    if sink.capabilities.reads_archives:
+        return bundle
+    return bundle.require_folder(
+        f"importing {bundle.describe()} into {sink.kind}: expected a bundle folder for this engine, "
+        "found a tar/parts",
+        hint="verify it here with --verify-only, or import it into docker or a registry; for this engine "
+        "unpack it first (mkdir B && tar -xf FILE.tar -C B; for parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
+        "and import B",
+    )
 
 
 def _delta_base(sink: Sink, manifest: BundleManifest, to_load: List[ImageRecord]) -> Optional[DeltaBase]:

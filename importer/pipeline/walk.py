@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
-from importer.errors import UsageError
 from importer.input.opened import OpenedBundle, open_bundle
 from importer.pipeline.checkonly import CheckOnlyResult, check_only
 from importer.pipeline.files import check_held_files, files_only, write_carried_files
@@ -127,11 +126,10 @@ def legacy_major(bundle: OpenedBundle) -> Optional[int]:
     major = bundle.schema_major()
     if major not in LEGACY_MAJORS:
         return None
-    if bundle.is_archive:
-        raise UsageError(
-            f"reading {bundle.path}: expected a schema 3 bundle in a tar or parts, found schema {major}",
-            hint="unpack it (mkdir B && tar -xf FILE.tar -C B; parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
-                 "and import the folder B")
+    bundle.require_folder(
+        f"reading {bundle.path}: expected a schema 3 bundle in a tar or parts, found schema {major}",
+        hint="unpack it (mkdir B && tar -xf FILE.tar -C B; parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
+             "and import the folder B")
     return major
 
 
