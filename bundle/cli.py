@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bundle.archive import PackResult
+from bundle.artifactsign import load_artifact_key
 from bundle.bootstrap import Bootstrap, add_bootstrap_options, bootstrap_target, write_bootstrap
 from bundle.choices import choice_notes
 from bundle.embed import far_side_lines, first_run_check
@@ -126,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--require-signed", action="append", default=[], metavar="KEY.pub",
                    help="refuse an image without a valid cosign signature by this public key (ECDSA P-256 or "
                    "Ed25519 PEM, e.g. cosign.pub); repeatable: any one of the keys")
+    e.add_argument("--sign-artifacts-key", action="append", default=[], metavar="KEY",
+                   help="sign each file artifact (--files, --file, --chart) as `cosign sign --key` would: an "
+                   "unencrypted PEM ECDSA P-256 or Ed25519 private key; bundle-import --require-signed KEY.pub and "
+                   "cosign verify accept the files then (schema 3.7, docs/files.md); repeatable")
     e.add_argument("--files", action="append", default=[], metavar="DIR",
                    help="carry every regular file below DIR (paths relative to DIR kept, modes recorded) as one OCI "
                    "artifact, one raw layer per file, beside the images or alone (schema 3.6, docs/files.md); "
@@ -215,6 +220,14 @@ def _listed_images(args: argparse.Namespace) -> Tuple[List[str], List[str]]:
     return images, list(platform_of(listed, args.platform))
 
 
+def artifact_keys_from_args(args: argparse.Namespace, has_files: bool) -> List[Any]:
+    """``--sign-artifacts-key``: read before the export (a bad key costs nothing); files to sign needed."""
+    if args.sign_artifacts_key and not has_files:
+        raise UsageError("exporting with --sign-artifacts-key: expected files to sign (--files, --file or --chart), "
+                         "found none", hint="images are signed in their registry (cosign sign); drop the option")
+    return [load_artifact_key(path) for path in args.sign_artifacts_key]
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if args.why:
         return print_why(args)
@@ -223,6 +236,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     files = scan_files(args.files, args.file, args.artifact_ref, model=args.model, schema=args.schema, have=args.have)
     charts = read_charts(args.chart, args.chart_repository, schema=args.schema)
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
+    artifact_keys = artifact_keys_from_args(args, files is not None or bool(charts))
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     boot_dir = bootstrap_target(args, images)  # --for: checked before the export
     try:
@@ -233,7 +247,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                                tags=args.tag, platforms=platforms, access=access_from_args(args),
                                all_platforms=args.all_platforms, referrers=not args.no_referrers,
                                require_signed=args.require_signed, files=files, allow_unfit=args.allow_unfit,
-                               charts=charts)
+                               charts=charts, artifact_keys=artifact_keys)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:

@@ -20,11 +20,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bundle import gpufit
+from bundle.artifactsign import carry_signed
 from bundle.blobstore import BlobStore
 from bundle.exportloop import Carry, carry_images
 from bundle.fileartifact import FileSet, NoImages
 from bundle.gpufit import FitCheck
-from bundle.helmchart import ChartPackage, carry_artifacts
+from bundle.helmchart import ChartPackage
 from bundle.keys import sign_bundle
 from bundle.legacy_writer import write_legacy_bundle
 from bundle.sources import SourceImage
@@ -112,7 +113,7 @@ def export_images(
     referrers: bool = True,
     require_signed: Sequence[str] = (),
     files: Optional[FileSet] = None, charts: Sequence[ChartPackage] = (),
-    docker_read: str = "auto",
+    docker_read: str = "auto", artifact_keys: Sequence[Any] = (),  # --sign-artifacts-key (bundle/artifactsign.py)
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3). ``access``: a ``docker://`` source's logins, CA certificates and
@@ -153,7 +154,7 @@ def export_images(
                 images = carry_images(source, names, selection, Carry(store, compression, level, on_bytes, have_layers))
                 gpufit.postcheck(fit, store, images)
                 manifest = write_bundle(staging, store, _ordered(images, names, tags), source_doc,
-                                        file_artifacts=carry_artifacts(store, files, charts, on_bytes))
+                                        file_artifacts=carry_signed(store, files, charts, on_bytes, artifact_keys))
                 signed_images, signed_by = _sign_and_check(staging, manifest, cosign_keys, sign_key)
             close_progress(on_bytes)
             os.chmod(staging, 0o755)  # noqa: S103 - a bundle folder is world-readable like any export

@@ -79,6 +79,10 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
                              "carries, found an image of that name", hint="choose another --artifact-ref")
         index_entries.append({**art.manifest.to_dict(), "artifactType": art.artifact_type,
                               "annotations": {REF_NAME_ANNOTATION: art.ref}})
+        for sig in art.signatures:  # 3.7: its cosign signatures under their cosign tags (as `cosign save`)
+            desc, name = layout_entry(sig) or (sig.manifest.to_dict(), "")
+            named = {e.get("annotations", {}).get(REF_NAME_ANNOTATION) for e in index_entries}
+            index_entries.append({**desc, "annotations": {REF_NAME_ANNOTATION: name}} if name not in named else desc)
     for path, blob in store.written.items():
         record(path, blob.digest, blob.size)
 
@@ -110,9 +114,12 @@ def write_bundle(root: str, store: BlobStore, images: Sequence[SourceImage], sou
 
 
 def _files_minor(file_artifacts: Sequence[FileArtifact]) -> int:
-    """The minor files make a bundle: 8 when one is left out (a file delta), 6 when carried, else 0."""
+    """The minor files make a bundle: 8 when one is left out (a file delta), 7 when one is signed,
+    6 when carried, else 0."""
     if any(a.held_files() for a in file_artifacts):
         return 8
+    if any(a.signatures for a in file_artifacts):
+        return 7
     return 6 if file_artifacts else 0
 
 

@@ -21,6 +21,7 @@ from tests.kit.fixtures import (  # noqa: F401 (the kit's shared fixtures)
     multi_bundle,
     multi_facts,
     pristine,
+    pristine_files_signed,
     pristine_multi,
     pristine_multi_signed,
     pristine_picked_signed,

@@ -9,6 +9,7 @@ by the key as its repository, or listed by a signed index)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import random
@@ -73,7 +74,7 @@ def test_fuzz_the_carried_index_of_a_multiplatform_bundle(pristine_multi: Path, 
 # ============================================================ schema 3.5: cuda, artifacts, signatures (issue 38)
 
 
-@pytest.fixture(params=["pristine_signed", "pristine_multi_signed", "pristine_picked_signed"])
+@pytest.fixture(params=["pristine_signed", "pristine_multi_signed", "pristine_picked_signed", "pristine_files_signed"])
 def signed(request: pytest.FixtureRequest) -> Path:
     return Path(request.getfixturevalue(request.param))
 
@@ -89,12 +90,12 @@ def test_the_reference_check_and_the_policy_oracle_accept_the_signed_bundles(sig
     from importer.verify.cosign import images_signed
 
     doc = json.loads((signed / "bundle.json").read_text())
-    assert doc["schemaVersion"] == "3.5" and any("cuda" in img for img in doc["images"])
+    assert doc["schemaVersion"] in ("3.5", "3.7") and any("cuda" in img for img in doc["images"])
     assert "signature" in {a["kind"] for img in doc["images"] for a in img["artifacts"]}
     assert reference_problems(signed) == []
     assert policy_problems(signed, [_key(signed)]) == []
     assert len(images_signed(open_bundle(str(signed)), [str(_key(signed))], None, quiet=True,
-                             on_notice=lambda _: None)) == len(doc["images"])
+                             on_notice=lambda _: None)) == len(doc["images"]) + len(doc.get("artifacts", []))
 
 
 def _drop_signatures(bundle: Path, keep: str) -> None:
@@ -219,3 +220,35 @@ def test_index_entries_of_odd_types_beside_the_artifacts_are_typed_errors(pristi
         repin_file(b, "index.json")
         proc = run_pyz(b, "--verify-only")
         assert proc.returncode in (3, 4) and "error[internal]" not in proc.stderr, proc.stderr
+
+
+def test_the_fuzzer_catches_a_policy_that_ignores_the_files(pristine_files_signed: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42: the oracle judges file artifacts too. The file artifact's signature taken out (its
+    record, blobs and files entries): the importer refuses it and the oracle names it; with a
+    planted bug (the rule before issue 42: images only), the case is reported as accepted-bad."""
+    from importer.verify import cosign
+    from tests.kit import fuzzkit
+    from tests.kit.trustkit import regenerate_sums
+
+    b = Path(shutil.copytree(pristine_files_signed, tmp_path / "planted" / "files.bundle"))
+    for name in ("cosign.pub", "cosign.key"):
+        shutil.copy(pristine_files_signed.parent / name, b.parent)
+    doc = json.loads((b / "bundle.json").read_text())
+    gone = {x["digest"] for s in doc["artifacts"][0].pop("signatures") for x in (s["manifest"], *s["blobs"])}
+    for digest in gone:
+        (b / "blobs/sha256" / digest[7:]).unlink()
+    doc["files"] = [f for f in doc["files"] if f["digest"] not in gone]
+    (b / "bundle.json").write_text(json.dumps(doc, indent=2))
+    regenerate_sums(b)
+    assert reference_problems(b) == []
+    assert [p[:13] for p in policy_problems(b, [_key(b)])] == ["artifacts[0]:"]
+    ok = run_case(b, tmp_path / "case", random.Random(1), "cuda")
+    assert not ok.admitted and ok.policy_code == 7 and not ok.defects
+    real = cosign.check_bundle
+    monkeypatch.setattr(cosign, "check_bundle", lambda m, keys, read, doing: real(
+        dataclasses.replace(m, file_artifacts=()), keys, read, doing))
+    outcomes = [run_case(b, tmp_path / "case", random.Random(seed), "cuda") for seed in range(4)]
+    admitted = [o for o in outcomes if o.admitted]
+    assert admitted and all(any("policy oracle refuses" in d for d in o.defects) for o in admitted), outcomes
+    assert fuzzkit.policy_problems(b, [b.parent / "cosign.pub"])

@@ -33,6 +33,7 @@ HANDED_ON = KINDS[:5]
 #: cosign's tag suffixes, by kind
 TAG_SUFFIXES = {"signature": ".sig", "attestation": ".att", "sbom": ".sbom"}
 MAX_ARTIFACTS = 256  # per image: a bound on what a registry can make an export carry
+MAX_FILE_SIGNATURES = 16  # per file artifact (3.7): one per signing key is what an export writes
 MAX_TEXT = 1024
 
 
@@ -161,3 +162,19 @@ def check_artifacts(fail: Fail, raw: Any, where: str) -> Tuple[ArtifactRecord, .
             out.append(ArtifactRecord(str(kind), Digest.parse(subject), manifest,
                                       tuple(b for b in blobs if b is not None), tag, artifact_type, repository))
     return tuple(out)
+
+
+def check_file_signatures(fail: Fail, raw: Any, where: str, subject: Optional[Digest]) -> Tuple[ArtifactRecord, ...]:
+    """A file artifact's ``signatures`` (schema 3.7): cosign signature records (the 3.5 model) of
+    its own manifest (``subject``): kind ``signature``, subject that manifest, tag the derived
+    ``sha256-<hex>.sig`` (or none), at most :data:`MAX_FILE_SIGNATURES`."""
+    if isinstance(raw, list) and not 0 < len(raw) <= MAX_FILE_SIGNATURES:
+        fail(where, f"expected 1 to {MAX_FILE_SIGNATURES} signatures, found {len(raw)}")
+        return ()
+    records = check_artifacts(fail, raw, where)
+    for i, rec in enumerate(records):
+        if rec.kind != "signature":
+            fail(f"{where}[{i}].kind", f"expected 'signature', found {rec.kind!r}")
+        elif subject is not None and rec.subject != subject:
+            fail(f"{where}[{i}].subject", f"expected the artifact's manifest {subject}, found {rec.subject}")
+    return tuple(r for r in records if r.kind == "signature" and (subject is None or r.subject == subject))

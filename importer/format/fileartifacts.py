@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from importer.format.artifacts import check_blob_ref
+from importer.format.artifacts import ArtifactRecord, check_blob_ref, check_file_signatures
 from importer.format.digest import BlobRef
 
 OCI_EMPTY = "application/vnd.oci.empty.v1+json"
@@ -141,17 +141,26 @@ class FileArtifact:
     manifest: BlobRef
     config: BlobRef
     files: Tuple[CarriedFile, ...]
+    #: 3.7: cosign signatures of the manifest (records as 3.5's, subject the manifest; docs/files.md)
+    signatures: Tuple[ArtifactRecord, ...] = ()
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"ref": self.ref, "artifactType": self.artifact_type, "manifest": self.manifest.to_dict(),
-                "config": self.config.to_dict(), "files": [f.to_dict() for f in self.files]}
+        doc = {"ref": self.ref, "artifactType": self.artifact_type, "manifest": self.manifest.to_dict(),
+               "config": self.config.to_dict(), "files": [f.to_dict() for f in self.files]}
+        if self.signatures:
+            doc["signatures"] = [s.to_dict() for s in self.signatures]
+        return doc
 
     def every_blob(self) -> Tuple[BlobRef, ...]:
-        return (self.manifest, self.config, *(f.blob for f in self.files))
+        return (self.manifest, self.config, *(f.blob for f in self.files), *self.signature_blobs())
+
+    def signature_blobs(self) -> Tuple[BlobRef, ...]:
+        """The blobs of its signatures (3.7): each signature manifest and what it holds."""
+        return tuple(b for s in self.signatures for b in s.every_blob())
 
     def stored_blobs(self) -> Tuple[BlobRef, ...]:
         """The blobs this bundle holds: every blob but held (``external``, 3.8) files'."""
-        return (self.manifest, self.config, *(f.blob for f in self.files if not f.external))
+        return (self.manifest, self.config, *(f.blob for f in self.files if not f.external), *self.signature_blobs())
 
     def held_files(self) -> Tuple[CarriedFile, ...]:
         """The files a delta (3.8) leaves out: the far side holds them."""
@@ -217,8 +226,10 @@ def check_file_artifacts(fail: Fail, raw: Any, where: str = "artifacts") -> Tupl
                  f"{' of ' + str(len(raw_files)) if isinstance(raw_files, list) else ''}")
             raw_files = []
         files = [_file(fail, f, f"{at}.files[{k}]") for k, f in enumerate(raw_files)]
+        signatures = check_file_signatures(fail, item["signatures"], f"{at}.signatures",
+                                           manifest.digest if manifest else None) if "signatures" in item else ()
         if ref and artifact_type and manifest is not None and config is not None and all(files):
-            out.append(FileArtifact(ref, artifact_type, manifest, config, tuple(f for f in files if f)))
+            out.append(FileArtifact(ref, artifact_type, manifest, config, tuple(f for f in files if f), signatures))
     _check_titles(fail, out, where)
     return tuple(out)
 

@@ -443,6 +443,7 @@ def _check_artifact_tags(c: _Checker, images: List[ImageRecord], files: Tuple[Fi
     """No image (nor, 3.6, artifact of files) is tagged with a name an attached artifact is handed on
     under (``sha256-<hex>.sig``...): handing the attached artifact on would move that tag."""
     derived = {derived_tag(a.kind, a.subject) for img in images for a in img.artifacts if a.tag}
+    derived |= {derived_tag(s.kind, s.subject) for art in files for s in art.signatures}  # 3.7
     named = [(f"images[{i}].refs[{j}]", ref) for i, img in enumerate(images) for j, ref in enumerate(img.refs)]
     named += [(f"artifacts[{i}].ref", art.ref) for i, art in enumerate(files)]
     for where, ref in named:

@@ -51,15 +51,23 @@ def push_artifacts(root: BundleRoot, manifest: BundleManifest, client: RegistryC
         ordered = sorted((a for a in image.artifacts if a.kind in HANDED_ON), key=lambda a: a.kind == "referrers-index")
         for repo in repos:
             for art in ordered:
-                reference = handed_on_reference(art)
-                what = f"pushing the {art.kind} {reference} of {image.name} to {repo}"
-                for blob in art.blobs:
-                    if client.blob_size(repo, blob.digest) is None:
-                        client.upload_blob(repo, blob.digest, blob.size,
-                                           lambda b=blob: open_bundle_file(root, b.digest.blob_path))  # type: ignore[misc]
-                raw = _manifest(root, art, what)
-                client.put_manifest(repo, reference, raw, _media_type(art, raw))
+                reference = push_record(root, client, repo, art, image.name)
                 pushed.append({"image": image.name, "repository": repo, "kind": art.kind,
                                "reference": reference,
                                "digest": str(art.manifest.digest)})
     return pushed
+
+
+def push_record(root: BundleRoot, client: RegistryClient, repo: str, art: ArtifactRecord, of: str) -> str:
+    """One record into ``repo``: its blobs (skipped when there), then its manifest under its
+    derived name (:func:`handed_on_reference`); that name. Images' records and, 3.7, a file
+    artifact's signatures (importer/registry/push_files.py) go this one way."""
+    reference = handed_on_reference(art)
+    what = f"pushing the {art.kind} {reference} of {of} to {repo}"
+    for blob in art.blobs:
+        if client.blob_size(repo, blob.digest) is None:
+            client.upload_blob(repo, blob.digest, blob.size,
+                               lambda b=blob: open_bundle_file(root, b.digest.blob_path))  # type: ignore[misc]
+    raw = _manifest(root, art, what)
+    client.put_manifest(repo, reference, raw, _media_type(art, raw))
+    return reference

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from importer.errors import DeltaBaseMissing, DigestMismatch
+from importer.format.artifacts import handed_on_reference
 from importer.format.digest import Digest
 from importer.format.fileartifacts import FileArtifact
 from importer.format.limits import MAX_MANIFEST
@@ -26,7 +27,7 @@ from importer.format.manifest import BundleManifest
 from importer.input.opened import BundleRoot, open_bundle_file, read_bundle_file
 from importer.registry.client import Destination, RegistryClient, map_ref
 from importer.registry.push import PushReport, RegistryTagConflict, push_bundle
-from importer.registry.push_artifacts import push_artifacts
+from importer.registry.push_artifacts import push_artifacts, push_record
 from importer.streams.progress import close_progress
 
 ProgressFn = Callable[[int], None]
@@ -153,6 +154,8 @@ def _push_one(root: BundleRoot, push: FilePush, client: RegistryClient, on_bytes
                            lambda b=blob: open_bundle_file(root, b.digest.blob_path), on_bytes)  # type: ignore[misc]
         push.blobs_uploaded += 1
         push.bytes_uploaded += blob.size
+    for sig in art.signatures:  # 3.7: its cosign signatures under sha256-<hex>.sig, before its own tag
+        push_record(root, client, repo, sig, art.ref)
     want = str(art.manifest.digest)
     if push.tag_was == want and not push.blobs_uploaded:
         push.status = "already-present"
@@ -180,6 +183,11 @@ def read_back_files(client: RegistryClient, push: FilePush) -> List[str]:
         problems.append(f"manifest: expected {want}, found {found}")
     if header_digest and header_digest != found:
         problems.append(f"manifest: the registry names it {header_digest}, its bytes hash to {found}")
+    for sig in art.signatures:  # 3.7: each signature under its cosign tag
+        tag = handed_on_reference(sig)
+        held = client.manifest_digest(repo, tag)
+        if held != str(sig.manifest.digest):
+            problems.append(f"signature {tag}: expected {sig.manifest.digest.short}, found {held or 'none'}")
     for blob in (art.config, *(f.blob for f in art.files)):
         size = client.blob_size(repo, blob.digest)
         if size is None:

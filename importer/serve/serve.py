@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from importer import __version__
 from importer.errors import BundleError, IntegrityError, UsageError
+from importer.format.artifacts import handed_on_reference
 from importer.format.digest import Digest, is_digest
 from importer.format.fileartifacts import FileArtifact
 from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
@@ -180,6 +181,8 @@ class Catalog:
         blobs = [self._blob(b.digest, b.size, b.media_type, stored) for b in art.every_blob()]
         repo.blobs.update(blobs)
         repo.artifacts.add_manifest(blobs[0], tag)
+        for sig in art.signatures:  # 3.7: its cosign signatures under sha256-<hex>.sig (cosign verify reads them)
+            repo.artifacts.add_signature(str(sig.manifest.digest), handed_on_reference(sig))
 
     def has_zstd(self) -> bool:
         return bool(self.zstd)

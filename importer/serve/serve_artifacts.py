@@ -56,6 +56,12 @@ class ServedArtifacts:
             self.tags.add(tag)
             self.file_tags.add(tag)
 
+    def add_signature(self, digest: str, tag: str) -> None:
+        """A file artifact's cosign signature (3.7): by ``digest`` and under its derived ``tag``."""
+        self.manifests[digest] = digest
+        self.manifests[tag] = digest
+        self.tags.add(tag)
+
     def _referrer(self, art: ArtifactRecord) -> None:
         listed = self.referrers.setdefault(str(art.subject), [])
         if any(d["digest"] == str(art.manifest.digest) for d in listed):

@@ -436,7 +436,7 @@ def check_bundle(manifest: BundleManifest, keys: Sequence[CosignKey], read: Blob
     """Every image and every file artifact (3.6) of the bundle signed by one of ``keys`` (the first
     that is not: raised). What ``--require-signed`` admits is signed, files as images."""
     return [*(check_image(image, keys, read, doing) for image in manifest.images),
-            *(check_file_artifact(art, keys, read, doing) for art in manifest.file_artifacts)]
+            *(check_file_artifact(art, keys, read, doing, art.signatures) for art in manifest.file_artifacts)]
 
 
 def images_signed(bundle: OpenedBundle, keys: Sequence[str], major: Optional[int], *,

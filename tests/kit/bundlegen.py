@@ -212,6 +212,43 @@ def make_signed_bundle(root: Path) -> Path:
     return root
 
 
+#: make_signed_files_bundle's file artifact; its signature names this ref's repository
+SIGNED_FILES_REF = "registry.example:5000/fuzz/model:1"
+
+
+def make_signed_files_bundle(root: Path) -> Path:
+    """A schema 3.7 bundle made by the real exporter: make_signed_bundle's app image (its ``cuda``
+    record, its cosign signature by the kit key) and a file artifact of a small model folder
+    (``--model``, SIGNED_FILES_REF) signed by the kit key as ``bundle export --sign-artifacts-key``
+    signs it (bundle/artifactsign.py). Every blob listed in ``files``."""
+    from bundle.artifactsign import sign_artifacts
+    from bundle.fileartifact import scan_files, write_artifact
+
+    root.mkdir(parents=True, exist_ok=True)
+    key = _new_kit_key(root.parent)
+    src = root.parent / "model"
+    (src / "tokenizer").mkdir(parents=True, exist_ok=True)
+    for rel, data in {"model.safetensors": bytes(range(256)) * 64, "config.json": b'{"layers": 2}\n',
+                      "tokenizer/tokenizer.json": b'{"vocab": {}}\n', "README.md": b"# fuzz\n"}.items():
+        (src / rel).write_bytes(data)
+    base = layer_tar({"bin/tool": b"#!/bin/sh\necho tool\n" * 50, "etc/os-release": b"ID=fake\n"})
+    top = layer_tar({"usr/local/cuda-12.4/compat/libcuda.so.550.54.15": b"\x7fELF fake\n",
+                     "usr/lib/python3/dist-packages/torch/version.py": b"cuda: Optional[str] = '12.4'\n"})
+    store = BlobStore(str(root), fsync=False)
+    images = read_docker_save(io.BytesIO(docker_save([_CudaImage(SIGNED_REFS[1], [base, top])])), store,
+                              compression="zstd")
+    files = scan_files([str(src)], [], SIGNED_FILES_REF, model=True)
+    assert files is not None
+    write_bundle(str(root), store, images, {"kind": "test"},
+                 file_artifacts=sign_artifacts(store, (write_artifact(store, files),), [key]))
+    doc = json.loads((root / "bundle.json").read_text())
+    assert doc["schemaVersion"] == "3.7" and doc["artifacts"][0]["signatures"]
+    image = doc["images"][0]
+    attach_signature(root, doc, image, image["manifest"]["digest"], SIGNED_REFS[1].rsplit(":", 1)[0], key)
+    _finish(root, doc, "3.7")
+    return root
+
+
 def make_signed_multiplatform_bundle(root: Path) -> Path:
     """make_multiplatform_bundle's three-platform image (ref multi/app:1), made schema 3.5: its
     carried index signed by the kit key (which covers every platform it lists), its primary
@@ -282,8 +319,8 @@ def attach_sbom(root: Path, doc: dict[str, Any], image: dict[str, Any], subject:
          "artifactType": SPDX}])
 
 
-def _finish(root: Path, doc: dict[str, Any]) -> None:
-    doc["schemaVersion"] = "3.5"
+def _finish(root: Path, doc: dict[str, Any], version: str = "3.5") -> None:
+    doc["schemaVersion"] = version
     doc["files"] = sorted(doc["files"], key=lambda f: f["path"])
     (root / "bundle.json").write_text(json.dumps(doc, indent=2) + "\n")
     regenerate_sums(root)

@@ -19,6 +19,7 @@ from tests.kit.bundlegen import (
     make_bundle,
     make_multiplatform_bundle,
     make_signed_bundle,
+    make_signed_files_bundle,
     make_signed_multiplatform_bundle,
     make_signed_picked_bundle,
 )
@@ -50,6 +51,13 @@ def pristine_multi_signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """bundlegen.make_signed_multiplatform_bundle: ``pristine_multi``'s image, its carried index
     and primary platform signed by the kit key, with a ``cuda`` record and an SBOM; read only."""
     return make_signed_multiplatform_bundle(tmp_path_factory.mktemp("pristine-multi-signed") / "multi.bundle")
+
+
+@pytest.fixture(scope="session")
+def pristine_files_signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bundlegen.make_signed_files_bundle (schema 3.7): a signed image and a file artifact signed
+    by the kit key; read only."""
+    return make_signed_files_bundle(tmp_path_factory.mktemp("pristine-files-signed") / "files.bundle")
 
 
 @pytest.fixture(scope="session")

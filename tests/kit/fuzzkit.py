@@ -467,9 +467,16 @@ def _all_images(doc: Any) -> list[dict]:
     return [img for img in doc.get("images", []) if isinstance(img, dict)] if isinstance(doc, dict) else []
 
 
+def _file_artifacts(doc: Any) -> list[dict]:
+    """bundle.json's top-level ``artifacts`` (3.6 files; 3.7 with ``signatures``)."""
+    found = doc.get("artifacts") if isinstance(doc, dict) else None
+    return [a for a in found if isinstance(a, dict)] if isinstance(found, list) else []
+
+
 def _identities(doc: Any) -> list[str]:
     """Repositories a payload may name: the bundle's own and a few that are none of its images'."""
     refs = [r for img in _all_images(doc) for r in img.get("refs", []) if isinstance(r, str)]
+    refs += [a["ref"] for a in _file_artifacts(doc) if isinstance(a.get("ref"), str)]
     return [_repository(r) for r in refs] + ["registry.example:5000/fuzz/other", "docker.io/multi/app",
                                               "registry.example:5000/fuzz/app:2", ""]
 
@@ -482,6 +489,10 @@ def _manifest_digests(doc: Any) -> list[str]:
             for key in ("manifest", "index"):
                 if isinstance(rec, dict) and isinstance(rec.get(key), dict):
                     found.append(rec[key].get("digest"))
+    for art in _file_artifacts(doc):
+        for rec in (art, *(s for s in art.get("signatures", []) if isinstance(s, dict))):
+            if isinstance(rec.get("manifest"), dict):
+                found.append(rec["manifest"].get("digest"))
     return [d for d in found if isinstance(d, str)]
 
 
@@ -503,6 +514,14 @@ def _mutate_artifacts(doc: dict, rnd: random.Random) -> None:
     image = rnd.choice([img for img in images if img.get("artifacts")] or images)
     digests = _manifest_digests(doc)
     known = digests + [f"sha256-{d[7:]}{x}" for d in digests for x in ("", ".sig", ".sbom")] + _identities(doc)
+    files = [a for a in _file_artifacts(doc) if a.get("signatures")]
+    if files and rnd.random() < 0.4:  # 3.7: a file artifact's signature records, as an image's (or swapped)
+        art = rnd.choice(files)
+        if rnd.random() < 0.2 and images:
+            image.setdefault("artifacts", []).append(rnd.choice(art["signatures"]))
+        else:
+            art["signatures"] = mutate_json(art["signatures"], rnd, known=known)
+        return
     records = image.get("artifacts")
     op = rnd.random()
     if op < 0.15 and isinstance(records, list) and records and len(images) > 1:
@@ -517,8 +536,10 @@ def _mutate_artifacts(doc: dict, rnd: random.Random) -> None:
 
 
 def _signature_records(doc: Any) -> list[dict]:
+    """The images' signature records and (3.7) the file artifacts'."""
+    files = [s for a in _file_artifacts(doc) for s in a.get("signatures", []) if isinstance(s, dict)]
     return [a for img in _all_images(doc) for a in img.get("artifacts", [])
-            if isinstance(a, dict) and a.get("kind") == "signature"]
+            if isinstance(a, dict) and a.get("kind") == "signature"] + files
 
 
 def _mutate_signature_manifest(bundle: Path, doc: dict, rnd: random.Random, repinned: bool) -> None:
@@ -673,7 +694,8 @@ def policy_problems(bundle: Path, keys: list[Path]) -> list[str]:
     ``--require-signed`` must not have admitted. Every manifest of every image of bundle.json
     (each platform's and the carried index) must be named by a signature a key verifies, whose
     repository is that of one of the image's refs, or be listed by digest in an index (any blob
-    of the bundle holding those bytes) whose own digest is so signed."""
+    of the bundle holding those bytes) whose own digest is so signed. Every file artifact (3.6)
+    must have its manifest digest so signed as the repository of its ref (3.7)."""
     try:
         doc = json.loads((bundle / "bundle.json").read_bytes())
         statements = vouched(bundle, keys)
@@ -691,6 +713,10 @@ def policy_problems(bundle: Path, keys: list[Path]) -> list[str]:
                     if isinstance(entries, list) else set()
             problems += [f"images[{n}]: {d[:19]} is admitted, but no verified signature as {sorted(mine)} names it "
                          "and no signed index lists it" for d in needed if d not in signed | listed]
+        for n, art in enumerate(doc.get("artifacts", [])):
+            if (art["manifest"]["digest"], _repository(art["ref"])) not in statements:
+                problems.append(f"artifacts[{n}]: {art['ref']} is admitted, but no verified signature as "
+                                f"{_repository(art['ref'])!r} names its manifest {art['manifest']['digest'][:19]}")
         return problems
     except (KeyError, TypeError, AttributeError, ValueError, OSError) as e:
         return [f"the oracle cannot read the admitted bundle: {type(e).__name__}: {e}"]
