@@ -549,6 +549,38 @@ def test_the_engine_guards_see_a_client_under_sinks(tmp_path: Path) -> None:
     assert {"DockerClient", "CtrClient", "PodmanClient", "EngineImage", "EngineInfo", "dockerapi"} <= _engine_names()
 
 
+# Issue 41 point 1, first step: the registry is an ordinary sink (``capabilities.pushes``); no pipeline
+# module sets one sink apart with ``isinstance`` or reaches into a sink's insides (its client, its last push).
+_INSIDES = {"client", "last_push", "concurrency"}
+
+
+def sink_special_cases(path: Path) -> List[str]:
+    """``line: what`` wherever ``path`` treats one sink class apart or reads a sink's insides."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
+                and len(node.args) == 2 and re.search(r"Sink\b", ast.unparse(node.args[1])):
+            found.append(f"{node.lineno}: isinstance(..., {ast.unparse(node.args[1])})")
+        elif isinstance(node, ast.Attribute) and node.attr in _INSIDES and isinstance(node.value, ast.Name) \
+                and node.value.id == "sink":
+            found.append(f"{node.lineno}: sink.{node.attr}")
+    return sorted(found, key=lambda x: int(x.split(":")[0]))
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "importer" / "pipeline").glob("*.py")), ids=lambda p: p.name)
+def test_the_pipeline_sets_no_sink_apart(path: Path) -> None:
+    assert sink_special_cases(path) == [], f"{path.relative_to(REPO)}: ask the sink's capabilities, narrow with " \
+                                           "importer/sinks/__init__.py's functions"
+
+
+def test_the_sink_apart_guard_sees_it(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("def f(sink, bundle):\n    assert isinstance(sink, RegistrySink)\n"
+                     "    push_all(bundle, sink.client)\n    sink.last_push = 1\n"
+                     "    return sink.probe(), bundle.client\n")
+    assert sink_special_cases(rogue) == ["2: isinstance(..., RegistrySink)", "3: sink.client", "4: sink.last_push"]
+
+
 def test_only_docker_reads_a_tar_or_parts_in_place() -> None:
     from importer.sinks import SinkBase
 

@@ -1,7 +1,8 @@
 """Importing into a registry (``bundle-import BUNDLE --engine registry --registry HOST:PORT``).
 
 The multi-node path: the offline host's registry receives the verified bundle and every node
-pulls from it. The sink is importer/registry/sink.py, the push the same code as ``bundle push``
+pulls from it. The sink is importer/registry/sink.py, an ordinary sink that ``pushes``
+(importer/sinks/__init__.py ``Pushing``), its push the same code as ``bundle push``
 (importer/registry/push.py). The check after "loading" is the read-back: the registry keeps the
 bundle's own manifests, so the image ID is the bundle's manifest digest (identity rule
 ``manifest-digest``) and the config and diff_ids must be the bundle's. Tags already naming
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from importer.engines import EngineImage
 from importer.errors import PolicyRejected, PostLoadMismatch
@@ -24,8 +25,6 @@ from importer.pipeline.importing import ImportResult
 from importer.pipeline.plan import ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.registry.push import PushedRef, PushReport
-from importer.registry.push_files import push_all
-from importer.registry.sink import RegistrySink
 from importer.registry.transcode import (
     has_zstd,
     new_workdir,
@@ -35,6 +34,7 @@ from importer.registry.transcode import (
     transcode,
     zstd_warning,
 )
+from importer.sinks import Pushing
 from importer.verify.opened import verify_or_raise
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -62,7 +62,7 @@ def checks_from_push(report: PushReport) -> List[ImageCheck]:
     return checks
 
 
-def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPlan, result: ImportResult, *,
+def import_to_registry(bundle: OpenedBundle, sink: Pushing, plan: ImportPlan, result: ImportResult, *,
                        progress: Optional[ProgressFactory] = None) -> ImportResult:
     """The ``registry`` route of ``plan``: probe first (the registry answers and takes the login:
     cheap checks before a long verification), verify every byte of the opened bundle (against the
@@ -85,14 +85,13 @@ def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPla
         manifest = done.manifest(verified)
         if progress is not None and any(has_zstd(image) for image in manifest.images):  # not --quiet
             sys.stderr.write(f"note: {zstd_warning('--engine registry')}\n")
-        artifacts: List[Dict[str, Any]] = []  # schema 3.5: handed on before the tags, read back after them
-        # schema 3.6: the file artifacts after the images, each under its ref's tag, read back
-        report, files = push_all(root, manifest, sink.client, concurrency=sink.concurrency, move_tags=force,
-                                 progress=progress, local=done.files, artifacts=artifacts)
+        # schema 3.5: attached artifacts handed on before the tags, read back after them; schema 3.6:
+        # the file artifacts after the images, each under its ref's tag, read back
+        pushed = sink.push(root, manifest, move_tags=force, progress=progress, local=done.files)
     finally:
         sink.close()
         remove_workdir(workdir)
-    sink.last_push = report
+    report, files, artifacts = pushed.report, pushed.files, pushed.handed_on
     res.registry_push = {**report.to_dict(), "artifacts": artifacts,  # the receipt's "push" section
                          "fileArtifacts": [p.to_dict() for p in files],
                          "compression": plan.compression, "renamedManifests": dict(done.renamed)}
@@ -113,7 +112,7 @@ def import_to_registry(bundle: OpenedBundle, sink: RegistrySink, plan: ImportPla
     if report.untagged:
         bad_names = ", ".join(d[:19] for d in report.untagged)
         raise PostLoadMismatch(
-            f"pushing to {sink.target}: expected every image to have a name, found {len(report.untagged)} "
+            f"pushing to {res.engine.address}: expected every image to have a name, found {len(report.untagged)} "
             f"untagged ({bad_names})",
             hint="a registry names images by repository:tag; the tagged images were pushed and checked",
         )

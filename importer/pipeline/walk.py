@@ -27,8 +27,7 @@ from importer.pipeline.plan import (
     ImportPlan,
 )
 from importer.pipeline.registry import import_to_registry
-from importer.registry.sink import RegistrySink
-from importer.sinks import Sink
+from importer.sinks import Sink, pushing
 from importer.verify.bundle import VerifyReport
 from importer.verify.cosign import images_signed
 from importer.verify.opened import verify_legacy_or_raise, verify_or_raise
@@ -154,10 +153,8 @@ def legacy_import(walk: Walk) -> None:
 
 
 def registry_import(walk: Walk) -> None:
-    """Push, read back (a registry sink only: the plan's mode came from the same arguments as the sink)."""
-    sink = walk.engine()
-    assert isinstance(sink, RegistrySink), "a registry plan gets the registry sink"
-    import_to_registry(walk.opened(), sink, walk.plan, walk.result, progress=walk.progress)
+    """Push, read back (a sink that ``pushes``: the plan's mode came from the same arguments as the sink)."""
+    import_to_registry(walk.opened(), pushing(walk.engine()), walk.plan, walk.result, progress=walk.progress)
 
 
 def files_route(walk: Walk) -> None:

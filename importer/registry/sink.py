@@ -1,28 +1,30 @@
-"""The registry as an import target: :class:`RegistrySink` (probe, inventory, the client the
-push uses) and the ``bundle-import``/``bundle push`` options that make one. Importing into it is
-importer/pipeline/registry.py."""
+"""The registry as an import target: :class:`RegistrySink` (probe, inventory, push: an ordinary
+sink whose load is a push, ``capabilities.pushes``) and the ``bundle-import``/``bundle push``
+options that make one. Importing into it is importer/pipeline/registry.py."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from importer.engines import EngineImage, EngineInfo
 from importer.errors import UsageError
 from importer.format.identity import OCI
+from importer.format.manifest import BundleManifest
+from importer.input.opened import BundleRoot
 from importer.registry.access import RegistryAccess, access_from_args, add_access_arguments
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, parse_target
 from importer.registry.inventory import registry_inventory
-from importer.registry.push import PushReport
+from importer.registry.push_files import push_all
 from importer.registry.transcode import CHOICES, ZSTD_READERS
-from importer.sinks import SinkBase, SinkCapabilities
+from importer.sinks import ProgressFactory, PushOutcome, SinkBase, SinkCapabilities
 from importer.streams.sizes import parse_size
 
 
 class RegistrySink(SinkBase):
     kind = "registry"
-    capabilities = SinkCapabilities(lists_images=True)
+    capabilities = SinkCapabilities(lists_images=True, pushes=True)
 
     def __init__(self, target: str, *, access: Optional[RegistryAccess] = None,
                  concurrency: int = 4, chunk_size: int = DEFAULT_CHUNK,
@@ -31,13 +33,20 @@ class RegistrySink(SinkBase):
         self.concurrency = concurrency
         self.client = RegistryClient(self.target, connect_to=connect_to, access=access, chunk_size=chunk_size,
                                      log=log)
-        self.last_push: Optional[PushReport] = None
 
     def probe(self) -> EngineInfo:
         version = self.client.ping()
         return EngineInfo(kind="registry", version=version, storage_driver="", image_store=OCI,
                           address=str(self.target), data_root=None,
                           extra={"scheme": self.client.scheme})
+
+    def push(self, root: BundleRoot, manifest: BundleManifest, *, move_tags: bool,
+             progress: Optional[ProgressFactory], local: Dict[str, str]) -> PushOutcome:
+        """The same push as ``bundle push`` (importer/registry/push_files.py), on this sink's client."""
+        handed_on: List[Dict[str, Any]] = []
+        report, files = push_all(root, manifest, self.client, concurrency=self.concurrency, move_tags=move_tags,
+                                 progress=progress, local=local, artifacts=handed_on)
+        return PushOutcome(report, files, list(handed_on))
 
     def inventory(self) -> List[EngineImage]:
         """Every image in the registry (under the namespace, if one is named): ``--inventory``."""

@@ -7,7 +7,7 @@ beside each protocol (:func:`delta_completing`, ...), never probes for a method.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Set, cast
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Set, cast
 
 from importer.engines import EngineImage, EngineInfo
 from importer.errors import UsageError
@@ -18,7 +18,12 @@ from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan
 from importer.streams.commands import FedCommand
 
+if TYPE_CHECKING:  # what a registry's push reports (importer/registry/: no module there imports a sink)
+    from importer.registry.push import PushReport
+    from importer.registry.push_files import FilePush
+
 ProgressFn = Callable[[int], None]
+ProgressFactory = Callable[[str, int], ProgressFn]
 
 #: what a sink holds of the layers a delta bundle leaves out, from :meth:`DeltaCompleting.prepare_delta`
 #: for its own ``load``: each left-out layer (its diff_id or blob digest, as the engine keys it) ->
@@ -56,6 +61,9 @@ class SinkCapabilities:
     #: :class:`FileArtifactKeeping`: keeps the files a bundle carries (3.6) as the OCI artifacts
     #: they are, under their refs (the OCI layout)
     takes_file_artifacts: bool = False
+    #: :class:`Pushing`: loads by pushing the whole verified bundle, tags included, and reading every
+    #: tag back (a registry: importer/pipeline/registry.py), in place of ``load`` and ``tag``
+    pushes: bool = False
 
 
 class Sink(Protocol):
@@ -136,6 +144,26 @@ class FileArtifactKeeping(Sink, Protocol):
         ...
 
 
+@dataclass
+class PushOutcome:
+    """What a push did: the images under their tags, each read back (``report``), the file
+    artifacts (``files``), and the attached artifacts handed on before the tags (3.5, the
+    receipt's records)."""
+
+    report: PushReport
+    files: List[FilePush]
+    handed_on: List[Dict[str, object]]
+
+
+class Pushing(Sink, Protocol):
+    def push(self, root: BundleRoot, manifest: BundleManifest, *, move_tags: bool,
+             progress: Optional[ProgressFactory], local: Dict[str, str]) -> PushOutcome:
+        """Push the verified ``manifest``'s images and files from ``root`` (``local``: blobs
+        recompressed into a work folder, by digest), each tag read back; ``move_tags``: a tag on
+        other bytes is moved, not refused."""
+        ...
+
+
 #: each capability (beside ``reads_archives``, which changes what ``load`` reads) -> the protocol a
 #: sink implements exactly where its flag is True (tests/test_architecture.py)
 CAPABILITY_PROTOCOLS: Dict[str, type] = {
@@ -147,6 +175,7 @@ CAPABILITY_PROTOCOLS: Dict[str, type] = {
     "lists_images": Inventorying,
     "reexports": Reexporting,
     "takes_file_artifacts": FileArtifactKeeping,
+    "pushes": Pushing,
 }
 
 
@@ -203,6 +232,12 @@ def file_artifact_keeping(sink: Sink) -> FileArtifactKeeping:
     if not sink.capabilities.takes_file_artifacts:
         raise _lacks(sink, "keeping file artifacts")
     return cast(FileArtifactKeeping, sink)
+
+
+def pushing(sink: Sink) -> Pushing:
+    if not sink.capabilities.pushes:
+        raise _lacks(sink, "pushing a bundle")
+    return cast(Pushing, sink)
 
 
 class SinkBase:

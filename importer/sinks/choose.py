@@ -219,6 +219,7 @@ if TYPE_CHECKING:  # mypy holds each sink to the protocols its capabilities name
         Inventorying,
         LayerStreaming,
         LoadCounting,
+        Pushing,
         Reexporting,
         TagListing,
     )
@@ -243,5 +244,5 @@ if TYPE_CHECKING:  # mypy holds each sink to the protocols its capabilities name
                                         FileArtifactKeeping]:
         return s, s, s, s, s, s
 
-    def _registry(s: RegistrySink) -> Tuple[Sink, Inventorying]:
-        return s, s
+    def _registry(s: RegistrySink) -> Tuple[Sink, Inventorying, Pushing]:
+        return s, s, s
