@@ -14,6 +14,7 @@ from rich.text import Text
 
 from bundle.archive import PackResult
 from bundle.artifactsign import load_artifact_key
+from bundle.asimage import files_as_image
 from bundle.bootstrap import Bootstrap, add_bootstrap_options, bootstrap_target, write_bootstrap
 from bundle.choices import choice_notes
 from bundle.embed import far_side_lines, first_run_check
@@ -142,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--model", action="store_true",
                    help="pack the files as a CNCF ModelPack model (weights, config, docs layer types; the model "
                    "config) instead of plain files")
+    e.add_argument("--as-image", action="store_true",
+                   help="with --files/--file and --artifact-ref: package the files as a runnable-format image "
+                   "instead (FROM scratch, one tar layer per file, weights uncompressed, each at its path below "
+                   "the image's root) for containerd/CRI-O ImageVolume and docker load; an ordinary image of the "
+                   "bundle from there on (docs/files.md)")
     add_chart_options(e)  # --chart, --chart-repository (bundle/helmchart.py)
     add_bootstrap_options(e)  # --for k3s|rke2|apptainer, --serve-address (bundle/bootstrap.py)
     e.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -238,6 +244,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     artifact_keys = artifact_keys_from_args(args, files is not None or bool(charts))
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
+    images, files, as_image = files_as_image(args, images, files, out_dir)  # --as-image: the files as an image
     boot_dir = bootstrap_target(args, images)  # --for: checked before the export
     try:
         result = export_images(images, out_dir, docker_host=args.docker_host, docker_read=args.docker_read,
@@ -252,6 +259,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:
         stop_progress()
+        as_image.cleanup()
     for note in [*result.notes, *choice_notes(args, images, result.manifest)]:  # every silent choice, one line
         print(note, file=sys.stderr)
     if result.recompressed:

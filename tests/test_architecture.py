@@ -165,7 +165,7 @@ BUNDLE_LAYERS: List[Set[str]] = [
     {"__init__", "embed", "blobstore", "sshtunnel", "imagelist", "yamlbound", "progressui", "k8simages"},
     {"sources"},
     {"writer", "legacy_writer", "exportloop", "archive", "push", "keys", "cudaneeds", "gpufit", "fileartifact",
-     "gpudriver", "helmchart", "bootstrap", "artifactsign"},
+     "gpudriver", "helmchart", "bootstrap", "artifactsign", "asimage"},
     {"export"},
     {"keycmds", "transfercmds", "tlscert", "pullcheck", "choices"},
     {"cli", "__main__"},

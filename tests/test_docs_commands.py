@@ -466,6 +466,9 @@ SPECS: Dict[str, Spec] = {
     "bundle export --files ./llama-3.2 --artifact-ref models/llama:3.2 --model --have have.json -o llama-3.2.delta":
         skip(FILES),
     "python3 llama-3.2.delta/bundle-import.pyz llama-3.2.delta --files-to /srv/models/llama --force": skip(FILES),
+    # docs/files.md, --as-image: tests/test_files_asimage.py exports one and loads it into Docker
+    "bundle export --files ./llama-3.1-8b --artifact-ref models/llama:3.1 --as-image -o /media/usb/llama-image.bundle":
+        skip(FILES),
     # docs/kubernetes.md
     "python3 bundle-import.pyz --inventory --engine containerd > node-a.json": skip(CONTAINERD),
     "helm template gpu-operator nvidia/gpu-operator --version v25.3.4 -n gpu-operator > rendered.yaml": skip(HELM),

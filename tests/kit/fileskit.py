@@ -100,9 +100,8 @@ def sharded_model(root: Path, *, shards: int = 3, kib: int = 256, changed: tuple
     its config and index; ``changed``: the shards (1-based) whose bytes differ (a new version)."""
     root.mkdir(parents=True, exist_ok=True)
     names = [f"model-{n:05d}-of-{shards:05d}.safetensors" for n in range(1, shards + 1)]
-    for n, name in enumerate(names, 1):  # deterministic bytes: the same shard is the same file in every version
-        block = hashlib.sha256(f"{seed} {n} {n in changed}".encode()).digest()
-        (root / name).write_bytes(block * (kib * 1024 // len(block)))
+    for n, name in enumerate(names, 1):  # deterministic, incompressible as weights are: the same in every version
+        (root / name).write_bytes(hashlib.shake_256(f"{seed} {n} {n in changed}".encode()).digest(kib * 1024))
     (root / "config.json").write_text(json.dumps({"shards": shards}) + "\n")
     (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": names}) + "\n")
     return root
