@@ -238,7 +238,7 @@ def test_recompressing_a_layer_that_is_not_its_diff_id_fails_and_keeps_nothing(t
     work = tmp_path / "work"
     work.mkdir()
     with pytest.raises(DigestMismatch, match="expected diff_id"):
-        transcode(opened.root, bad, "gzip", str(work))
+        transcode(opened, bad, "gzip", str(work))
     assert [p.name for p in work.iterdir()] == []
 
 

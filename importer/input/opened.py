@@ -139,23 +139,13 @@ class Bundle(Protocol):
         (verification: a folder file by file in parallel, a tar or parts in one sequential read).
         The one place a caller hands both ways and input/ picks."""
 
-    # Transitional (issue 41 point 3): the old members, until the last callers (pipeline/walk.py,
-    # pipeline/importing.py) read the members above; tests/test_architecture.py fails on their use.
-    archive: Optional[ArchiveReader]
-
-    @property
-    def is_archive(self) -> bool: ...
-
-    @property
-    def root(self) -> BundleRoot: ...
-
 
 #: The name most modules know an opened bundle by.
 OpenedBundle = Bundle
 
 #: What the bundle's readers take: an opened bundle, or a bundle folder's path (the exporter's
-#: own staging folder); transitional: an ArchiveReader (``Bundle.root``).
-BundleRoot = Union[str, ArchiveReader, Bundle]
+#: own staging folder, a sink that loads from folders).
+BundleRoot = Union[str, Bundle]
 
 
 @dataclass(frozen=True)
@@ -211,16 +201,6 @@ class _Opened:
     def schema_major(self) -> int:
         major, _ = parse_schema_version(self.document())
         return major
-
-    archive: Optional[ArchiveReader] = None
-
-    @property
-    def is_archive(self) -> bool:
-        return self.archive is not None
-
-    @property
-    def root(self) -> BundleRoot:
-        return self.archive if self.archive is not None else self.path
 
     def __str__(self) -> str:
         return self.path
@@ -327,7 +307,6 @@ class ArchiveBundle(_Opened):
     def __init__(self, archive: ArchiveReader, raw_bundle_json: bytes, raw_signature: Optional[bytes]) -> None:
         super().__init__(archive.kind, archive.path, raw_bundle_json, raw_signature)
         self.reader = archive
-        self.archive = archive  # transitional (Bundle.archive)
 
     def open(self, rel: str) -> BinaryIO:
         return self.reader.open(rel)  # type: ignore[return-value]
@@ -494,8 +473,6 @@ def bundle_folder(root: BundleRoot, doing: str) -> str:
     anything changes: importer/pipeline/importing.py ``load_root``)."""
     if isinstance(root, str):
         return root
-    if isinstance(root, ArchiveReader):
-        raise UsageError(f"{doing}: expected a bundle folder, found a tar/parts")
     return root.require_folder(
         f"{doing}: expected a bundle folder, found a tar/parts",
         hint="unpack it first (mkdir B && tar -xf FILE.tar -C B; for parts: cat FILE.tar.part[0-9]* | tar -x -C B) "
@@ -507,7 +484,7 @@ def open_bundle_file(root: BundleRoot, rel: str) -> BinaryIO:
     path; the caller closes it."""
     if isinstance(root, str):
         return open_regular(os.path.join(root, rel), f"reading {rel}", root=root)
-    return root.open(rel)  # type: ignore[return-value]
+    return root.open(rel)
 
 
 def read_bundle_file(root: BundleRoot, rel: str, limit: int, what: str) -> bytes:

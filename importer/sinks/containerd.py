@@ -26,9 +26,9 @@ from importer.format.identity import OCI, chain_ids
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import pick_platform_manifest
 from importer.format.refs import familiar, normalize
-from importer.input.opened import BundleRoot
+from importer.input.opened import BundleRoot, bundle_folder
 from importer.input.tarscan import ArchiveScan, hash_member, layer_bound, scan_tar
-from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities, folder_of
+from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities
 from importer.sinks.containerd_delta import ContainerdPlan, parse_content_rows, plan_delta, write_unpacked_layer
 from importer.sinks.ociarchive import write_oci_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed
@@ -154,7 +154,7 @@ class ContainerdSink(SinkBase):
     def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[DeltaBase] = None) -> None:
         """``external`` (delta bundles): from :meth:`prepare_delta`."""
-        root = folder_of(bundle_root, self.kind)
+        root = bundle_folder(bundle_root, f"loading into {self.kind}")
         writers: Dict[Digest, Optional[Callable[[tarfile.TarFile], None]]] = {}
         layers = {x.digest: x for image in images for x in image.layers}
         for digest, source in (external or {}).items():

@@ -20,9 +20,9 @@ from importer.engines.podmanclient import PODMAN_HINT, PodmanClient
 from importer.format.digest import Digest, is_digest
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.refs import familiar, normalize
-from importer.input.opened import BundleRoot
+from importer.input.opened import BundleRoot, bundle_folder
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
-from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities, folder_of
+from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities
 from importer.sinks.delta import image_holders, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import write_docker_archive
 from importer.streams.commands import StdinCommand, command_stdout, feed
@@ -54,7 +54,7 @@ class PodmanSink(SinkBase):
              external: Optional[DeltaBase] = None) -> None:
         """``external`` (delta bundles): diff_id -> image holding it, re-exported (``podman save``)
         and spliced into the archive, each layer hashed against its diff_id on the way."""
-        root = folder_of(bundle_root, self.kind)
+        root = bundle_folder(bundle_root, f"loading into {self.kind}")
         full = [ImageRecord(tuple(normalize(r) for r in image.refs), image.manifest, image.config, image.layers,
                             image.platform) for image in images]
         splice = None
