@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit import engines
 from tests.kit.clijson import validate
 from tests.kit.fileskit import edit_bundle_json, export_files, sha256sum_c, sharded_model, tree
 from tests.kit.helpers import run_cli, run_pyz
@@ -165,3 +166,23 @@ def test_the_oci_layout_target_refuses_a_file_delta(v1_placed: tuple[Path, Path]
     proc = run_pyz(delta, "--engine", "oci", "--oci-dir", str(layout), "--no-receipt")
     assert proc.returncode == 2 and "file delta" in proc.stderr and "--files-to DIR" in proc.stderr, proc.stderr
     assert not (layout / "index.json").exists()
+
+
+def test_a_registry_completes_a_file_delta_from_the_repository(v1_placed: tuple[Path, Path], tmp_path: Path) -> None:
+    """bundle push of the delta: the held files must be in the destination repository (HEAD), else
+    exit 9 with nothing pushed; there, only the changed shard is uploaded and the artifact reads back whole."""
+    _, placed = v1_placed
+    v1 = placed.parent / "v1.bundle"
+    _, delta = _v2_delta(tmp_path, v1 / "bundle.json")
+    with engines.private_registry(f"fdelta-{os.getpid()}") as reg:
+        proc = run_cli("bundle", "push", str(delta), f"{reg.addr}/other", "--json")  # the base is not there
+        assert proc.returncode == 9, proc.stdout + proc.stderr
+        error = json.loads(proc.stdout)["error"]
+        assert error["id"] == "delta-base-missing" and "nothing was pushed" in error["hint"]
+        assert "model-00001-of-00003.safetensors" in (error.get("context") or "")
+        assert run_cli("bundle", "push", str(v1), f"{reg.addr}/ns", "--json").returncode == 0
+        proc = run_cli("bundle", "push", str(delta), f"{reg.addr}/ns", "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (pushed,) = json.loads(proc.stdout)["fileArtifacts"]
+        assert pushed["readBack"]["ok"] and pushed["blobsUploaded"] == 2  # the changed shard and the config
+        assert pushed["bytesUploaded"] < KIB * 1024 + 4096
