@@ -231,6 +231,10 @@ def artifact_keys_from_args(args: argparse.Namespace, has_files: bool) -> List[A
     if args.sign_artifacts_key and not has_files:
         raise UsageError("exporting with --sign-artifacts-key: expected files to sign (--files, --file or --chart), "
                          "found none", hint="images are signed in their registry (cosign sign); drop the option")
+    if args.sign_artifacts_key and getattr(args, "as_image", False):
+        raise UsageError("exporting with --sign-artifacts-key and --as-image: expected file artifacts to sign, found "
+                         "the files packaged as an image", hint="sign the image where it is pushed (cosign sign --key "
+                         "cosign.key REG/REPO@DIGEST), or drop --as-image to carry signed files")
     return [load_artifact_key(path) for path in args.sign_artifacts_key]
 
 

@@ -8,6 +8,7 @@ by another key, or a record whose tag is not derived from its subject: refused).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -15,10 +16,13 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
+import jsonschema
 import pytest
 
 from bundle.artifactsign import load_artifact_key, signature_of
 from bundle.blobstore import BlobStore
+from bundle.cli import artifact_keys_from_args
+from importer.errors import UsageError
 from importer.format.digest import BlobRef, Digest
 from importer.format.fileartifacts import FileArtifact
 from importer.format.manifest import load_bundle_manifest
@@ -50,6 +54,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                           "--sign-artifacts-key", str(key))
     return {"root": root, "signer": signer, "pub": pub, "src": src, "only": only, "both": both,
             "source": f"oci:{root / 'layout'}:{REF}", "key": key, "apub": apub, "signed": signed}
+
+
+RECEIPT_SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "receipt" / "import-v1.schema.json"
 
 
 def _refused(proc: Any, what: str = "image-unsigned") -> None:
@@ -130,8 +137,12 @@ def test_signed_files_are_admitted(made: dict[str, Any], tmp_path: Path) -> None
                    "--require-signed", str(made["pub"]), "--require-signed", str(made["apub"]))
     assert proc.returncode == 0, proc.stderr
     assert tree(dest) == tree(made["src"])
-    rows = json.loads(receipt.read_text())["imageSignatures"]
+    doc = json.loads(receipt.read_text())
+    schema = jsonschema.Draft202012Validator(json.loads(RECEIPT_SCHEMA.read_text()))
+    assert not [e.message for e in schema.iter_errors(doc)]
+    rows = doc["imageSignatures"]
     [files] = [r for r in rows if r.get("kind") == "file-artifact"]
+    assert list(schema.iter_errors({**doc, "imageSignatures": [{**files, "kind": "an-image"}]}))
     assert files["image"] == MODEL_REF and files["digest"] == manifest and files["identity"] == "models/llama"
     assert files["keyPath"] == str(made["apub"])
     only_image_key = run_pyz(bundle, "--files-to", str(tmp_path / "d2"), "--files-only", "--no-receipt", "-q",
@@ -168,6 +179,14 @@ def test_a_bad_artifact_key_fails_before_the_export(made: dict[str, Any], tmp_pa
     images_only = run_cli("bundle", "export", made["source"], "-o", str(tmp_path / "c"), "-q",
                           "--sign-artifacts-key", str(made["key"]))
     assert images_only.returncode == 2 and "expected files to sign" in images_only.stderr
+
+
+def test_files_packaged_as_an_image_are_not_signed_silently(made: dict[str, Any]) -> None:
+    """--as-image makes the files an image: --sign-artifacts-key with it is refused, never ignored."""
+    with pytest.raises(UsageError, match="packaged as an image"):
+        artifact_keys_from_args(argparse.Namespace(sign_artifacts_key=[str(made["key"])], as_image=True), True)
+    assert len(artifact_keys_from_args(argparse.Namespace(sign_artifacts_key=[str(made["key"])], as_image=False),
+                                       True)) == 1
 
 
 def _forge(made: dict[str, Any], dst: Path, change: Callable[[FileArtifact, BlobStore], FileArtifact]) -> Path:
