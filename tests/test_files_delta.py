@@ -181,7 +181,13 @@ def test_a_registry_completes_a_file_delta_from_the_repository(v1_placed: tuple[
         assert error["id"] == "delta-base-missing" and "nothing was pushed" in error["hint"]
         assert "model-00001-of-00003.safetensors" in (error.get("context") or "")
         assert run_cli("bundle", "push", str(v1), f"{reg.addr}/ns", "--json").returncode == 0
-        proc = run_cli("bundle", "push", str(delta), f"{reg.addr}/ns", "--json")
+        # the registry's inventory lists its blobs by digest: a delta against it leaves the same files out
+        inventory = run_cli("importer", "--inventory", "--registry", f"{reg.addr}/ns", check=True).stdout
+        (tmp_path / "reg.json").write_text(inventory)
+        _, against = _v2_delta(tmp_path / "reg", tmp_path / "reg.json")
+        assert [f["title"] for f in _doc(against)["artifacts"][0]["files"] if not f.get("external")] == [
+            "model-00002-of-00003.safetensors"]
+        proc = run_cli("bundle", "push", str(against), f"{reg.addr}/ns", "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         (pushed,) = json.loads(proc.stdout)["fileArtifacts"]
         assert pushed["readBack"]["ok"] and pushed["blobsUploaded"] == 2  # the changed shard and the config

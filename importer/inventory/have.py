@@ -157,6 +157,12 @@ def _held_files_of(raw: bytes, doc: Any, path: str) -> HeldFiles:
                     held.at_title[(title, digest)] = size
                 else:
                     held.anywhere[digest] = size
+        if isinstance(engine, dict) and engine.get("kind") in ("registry", "oci"):  # a blob is its bytes, by digest
+            for image in inventory.get("images") or []:  # a file artifact is listed too (its problems: no diff_ids)
+                for desc in image.get("blobs") or [] if isinstance(image, dict) else []:
+                    blob = _held_file({**desc, "title": "blob"}) if isinstance(desc, dict) else None
+                    if blob is not None:
+                        held.anywhere[blob[1]] = blob[2]
     elif str(doc.get("mediaType", "")).startswith("application/vnd.sneakernet.bundle.") \
             and isinstance(doc.get("artifacts"), list):
         for art in doc["artifacts"]:
