@@ -275,6 +275,12 @@ def test_push_hands_the_signature_on_and_cosign_verifies_it(made: dict[str, Any]
         assert verified.returncode == 0, verified.stderr
         assert files["manifestDigest"] in verified.stdout
         assert _cosign_verify(made["pub"], pushed, tmp_path).returncode != 0  # the image's key did not sign the files
+        # --engine registry hands it on the same way (importer/registry/push_files.py, one path for both)
+        imported = run_pyz(made["signed"], "--engine", "registry", "--registry", f"{reg.addr}/imp", "--no-receipt",
+                           "-q", "--require-signed", str(made["pub"]), "--require-signed", str(made["apub"]))
+        assert imported.returncode == 0, imported.stderr
+        verified = _cosign_verify(made["apub"], f"{reg.addr}/imp/models/llama@{files['manifestDigest']}", tmp_path)
+        assert verified.returncode == 0, verified.stderr
 
 
 def _cosign_verify(pub: Path, ref: str, home: Path) -> subprocess.CompletedProcess[str]:
