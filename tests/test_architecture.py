@@ -1125,3 +1125,75 @@ def test_the_kit_guards_see_a_test_doing_it_itself(tmp_path: Path) -> None:
     assert fixtures_making_pristine(REPO / "tests" / "kit" / "fixtures.py") != []
     assert spawns_our_clis(REPO / "tests" / "kit" / "helpers.py") != []  # the kit is where it happens
     assert builds_images_itself(REPO / "tests" / "kit" / "imagegen.py") != []
+
+
+# One Bundle (issue 41 point 3): which kind a bundle is (a folder, or a tar / parts read in place) is
+# decided by importer/input/opened.py open_bundle and known in input/ alone; every other module reads
+# it through the Bundle protocol's members (require_folder, checked_whole, backing_files, either, ...).
+INPUT_FLOOR = REPO / "importer" / "input"
+_BUNDLE_KINDS = {"folder", "tar", "parts"}
+_BUNDLE_TYPES = {"ArchiveReader", "FolderBundle", "ArchiveBundle"}
+_A_BUNDLE = re.compile(r"bundle|opened|root|^loc$|location")
+_ASKING = {"is_archive", "folder_of"}
+
+
+def _named(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def _constants(node: ast.expr) -> Set[object]:
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant)}
+
+
+def folder_or_archive_questions(text: str) -> List[str]:
+    """``line: what`` of every place ``text`` asks whether a bundle is a folder or a tar / parts:
+    isinstance against ArchiveReader (or the two Bundle classes), or against str on a bundle or its
+    root; ``.archive`` compared with None; a ``.kind`` compared with "folder", "tar" or "parts";
+    ``is_archive``, ``folder_of``."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and _named(node.func) == "isinstance" and len(node.args) == 2:
+            what, types = node.args
+            names = {_named(t) for t in (types.elts if isinstance(types, ast.Tuple) else [types])}
+            if names & _BUNDLE_TYPES or ("str" in names and _A_BUNDLE.search(_named(what).lower())):
+                found.append(f"{node.lineno}: isinstance({_named(what)}, {'/'.join(sorted(names))})")
+        elif isinstance(node, ast.Compare) and len(node.comparators) == 1:
+            sides = [node.left, node.comparators[0]]
+            attrs = {s.attr for s in sides if isinstance(s, ast.Attribute)}
+            values = set().union(*(_constants(s) for s in sides))
+            if "archive" in attrs and any(isinstance(s, ast.Constant) and s.value is None for s in sides):
+                found.append(f"{node.lineno}: .archive compared with None")
+            if "kind" in attrs and values & _BUNDLE_KINDS:
+                found.append(f"{node.lineno}: .kind compared with {sorted(values & _BUNDLE_KINDS)}")
+        elif isinstance(node, (ast.Name, ast.Attribute)) and _named(node) in _ASKING:
+            found.append(f"{node.lineno}: {_named(node)}")
+    return sorted(set(found), key=lambda f: int(f.split(":")[0]))
+
+
+@pytest.mark.parametrize("path", [p for p in IMPORTER_FILES + BUNDLE_FILES if INPUT_FLOOR not in p.parents],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_no_folder_or_archive_question_outside_input(path: Path) -> None:
+    """Verification, sinks, registry, serve, the pipeline, pack, sign and copy take a Bundle and ask
+    its members, never which kind it is: a new kind of bundle (or a change to one) is made in input/
+    alone, and no caller keeps a branch that the other kind never runs."""
+    assert folder_or_archive_questions(path.read_text()) == [], \
+        f"{path.relative_to(REPO)} asks whether a bundle is a folder or a tar/parts: use a Bundle member " \
+        "(importer/input/opened.py), or add one there"
+
+
+def test_the_bundle_guard_sees_a_folder_or_archive_question() -> None:
+    rogue = ("from importer.input.archive import ArchiveReader\n"
+             "def load(bundle, root, sink, loc, engine):\n"
+             "    if bundle.archive is None or bundle.is_archive:\n"
+             "        return bundle.path\n"
+             "    if isinstance(root, str) or isinstance(root, (ArchiveReader, bytes)):\n"
+             "        return folder_of(root, sink.kind)\n"
+             "    if loc.kind == 'folder' or bundle.kind in ('tar', 'parts') or 'parts' != bundle.kind:\n"
+             "        return None\n"
+             "    return isinstance(sink.kind, str) and engine.get('kind') == 'folder' and sink.kind == 'docker'\n")
+    assert sorted(folder_or_archive_questions(rogue)) == [
+        "3: .archive compared with None", "3: is_archive", "5: isinstance(root, ArchiveReader/bytes)",
+        "5: isinstance(root, str)", "6: folder_of", "7: .kind compared with ['folder']",
+        "7: .kind compared with ['parts', 'tar']", "7: .kind compared with ['parts']"]
+    assert folder_or_archive_questions((INPUT_FLOOR / "opened.py").read_text()) != []  # where the question is answered

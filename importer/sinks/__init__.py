@@ -266,11 +266,3 @@ class SinkBase:
 
     def close(self) -> None:
         """Release what the sink holds open (connections); nothing by default."""
-
-
-def folder_of(root: BundleRoot, kind: str) -> str:
-    """The bundle folder a sink without ``reads_archives`` loads from (the pipeline refuses a tar or
-    parts for it before any change: importer/pipeline/importing.py)."""
-    if not isinstance(root, str):
-        raise AssertionError(f"the {kind} sink loads from a bundle folder only")  # pragma: no cover
-    return root

@@ -33,9 +33,9 @@ from importer.format.limits import MAX_CONFIG, MAX_INDEX, MAX_MANIFEST, parse_js
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import OCI_INDEX, REF_NAME_ANNOTATION
 from importer.format.platform import of_dict, pick_platform_manifest
-from importer.input.opened import BundleRoot
+from importer.input.opened import BundleRoot, bundle_folder
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_layout_blobs
-from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities, folder_of
+from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities
 from importer.sinks.delta import base_missing, users_of
 from importer.streams.fsutil import atomic_write_bytes, atomic_writer, fsync_dir
 
@@ -222,7 +222,7 @@ class OciLayoutSink(SinkBase):
     def load(self, bundle_root: BundleRoot, images: Sequence[ImageRecord], on_bytes: Optional[ProgressFn],
              external: Optional[DeltaBase] = None) -> None:
         """``external`` (delta bundles): blobs the layout already holds, from :meth:`prepare_delta`."""
-        root = folder_of(bundle_root, self.kind)
+        root = bundle_folder(bundle_root, f"loading into {self.kind}")
         os.makedirs(os.path.join(self.dir, "blobs", "sha256"), exist_ok=True)
         layout = os.path.join(self.dir, "oci-layout")
         if not os.path.isfile(layout):
@@ -291,7 +291,7 @@ class OciLayoutSink(SinkBase):
         index.json under its ref with its ``artifactType`` (``oras pull --oci-layout DIR:REF``,
         ``skopeo``): the blobs first, the names last, in one rewrite of index.json. Returns the
         problems of reading them back (each blob there with its size)."""
-        root = folder_of(bundle_root, self.kind)
+        root = bundle_folder(bundle_root, f"loading into {self.kind}")
         os.makedirs(os.path.join(self.dir, "blobs", "sha256"), exist_ok=True)
         layout = os.path.join(self.dir, "oci-layout")
         if not os.path.isfile(layout):
