@@ -211,7 +211,10 @@ def file_artifact_summary(m: BundleManifest) -> List[Dict[str, Any]]:
 def file_artifact_lines(m: BundleManifest) -> str:
     """One line per artifact of files printed; the import line's ``--files-to DIR`` when there are any."""
     for art in m.file_artifacts:
-        print(f"artifact {art.ref}: {len(art.files)} file(s), {human_bytes(art.size)} ({art.artifact_type})")
+        held = art.held_files()  # a file delta (3.8): what the far side holds is named, not carried
+        left = f"; {len(held)} held on the far side left out ({human_bytes(sum(f.blob.size for f in held))})" \
+            if held else ""
+        print(f"artifact {art.ref}: {len(art.files)} file(s), {human_bytes(art.size)} ({art.artifact_type}){left}")
     return " --files-to DIR" if m.file_artifacts else ""
 
 
