@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bundle.blobstore import BlobStore
-from bundle.sources import SourceImage, SourceInfo
+from bundle.sources import SourceInfo
 from bundle.sources.protocol import CheckedRefs, Selection, SourceBase
 from importer.errors import UsageError
 from importer.format.digest import CHUNK, BlobRef, Digest
@@ -42,7 +42,7 @@ from importer.format.fileartifacts import (
 from importer.format.manifest import valid_ref
 from importer.format.mediatypes import OCI_MANIFEST
 from importer.format.reference import split_reference
-from importer.inventory.have import HaveLayers, HeldFiles, merge_held_files
+from importer.inventory.have import HeldFiles, merge_held_files
 from importer.streams.fsutil import describe_mode
 
 ProgressFn = Callable[[int], None]
@@ -249,7 +249,7 @@ def write_artifact(store: BlobStore, fs: FileSet, *, on_bytes: Optional[Progress
 
 
 class NoImages(SourceBase):
-    """The source of an export of files alone (no IMAGE): it answers and holds no image."""
+    """The source of an export of files alone (no IMAGE): it answers and resolves no image."""
 
     kind = "files"
 
@@ -257,9 +257,4 @@ class NoImages(SourceBase):
         return SourceInfo("files", {})
 
     def check_refs(self, refs: Sequence[str], selection: Selection) -> CheckedRefs:
-        return CheckedRefs(0)
-
-    def export(self, refs: Sequence[str], store: BlobStore, selection: Selection, *, compression: str,
-               level: Optional[int], on_bytes: Optional[ProgressFn] = None,
-               have: Optional[HaveLayers] = None) -> List[SourceImage]:
-        return []
+        return CheckedRefs(0)  # resolve() (SourceBase's): no image, so the export loop carries none
