@@ -16,6 +16,7 @@ from tests.kit import engines
 from tests.kit.clijson import validate
 from tests.kit.fileskit import edit_bundle_json, export_files, sha256sum_c, sharded_model, tree
 from tests.kit.helpers import run_cli, run_pyz
+from tests.kit.layoutgen import write_layout
 
 REF1, REF2 = "models/shards:1", "models/shards:2"
 KIB = 256
@@ -192,3 +193,22 @@ def test_a_registry_completes_a_file_delta_from_the_repository(v1_placed: tuple[
         (pushed,) = json.loads(proc.stdout)["fileArtifacts"]
         assert pushed["readBack"]["ok"] and pushed["blobsUploaded"] == 2  # the changed shard and the config
         assert pushed["bytesUploaded"] < KIB * 1024 + 4096
+
+
+def test_a_missing_held_file_is_found_before_any_image_is_loaded(v1_placed: tuple[Path, Path], tmp_path: Path) -> None:
+    """A bundle of an image and a file delta: the held files are read before the engine is even asked
+    (here none answers), so nothing is loaded when one is missing."""
+    _, placed = v1_placed
+    write_layout(tmp_path / "layout")
+    have = tmp_path / "have.json"
+    have.write_text(json.dumps(_inventory(placed)))
+    src = sharded_model(tmp_path / "v2", kib=KIB, changed=(2,))
+    bundle = export_files(tmp_path / "both", f"oci:{tmp_path / 'layout'}:multi/app:1", "--files", str(src),
+                          "--have", str(have), ref=REF2)
+    assert _doc(bundle)["schemaVersion"] == "3.8" and len(_doc(bundle)["images"]) == 1
+    target = tmp_path / "empty"
+    target.mkdir()
+    proc = run_pyz(bundle, "--files-to", str(target), "--engine", "docker", "--docker-host",
+                   f"unix://{tmp_path / 'no-engine.sock'}", "--no-receipt", "-q")
+    assert proc.returncode == 9 and "delta-base-missing" in proc.stderr and "no-engine" not in proc.stderr, proc.stderr
+    assert list(target.iterdir()) == []
