@@ -6,9 +6,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypedDict, Union
 
 from importer.errors import BundleError
+
+#: what an engine says beside its kind, version and storage (Docker's transport, containerd's
+#: namespace and snapshotter, podman's run root, a registry's scheme): the receipt's engine section
+EngineExtra = Dict[str, Union[str, bool, None]]
+
+
+class EngineBlob(TypedDict):
+    """A compressed layer blob an engine keeps, as its manifest names it."""
+
+    mediaType: Optional[str]
+    digest: Optional[str]
+    size: Optional[int]
 
 
 @dataclass(frozen=True)
@@ -22,7 +34,7 @@ class EngineInfo:
     image_store: str
     address: str
     data_root: Optional[str] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
+    extra: EngineExtra = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -45,9 +57,9 @@ class EngineImage:
     tags: List[str]
     config_digest: Optional[str] = None  # when the engine reports it separately from the ID
     manifest_digest: Optional[str] = None  # the manifest the engine keeps, where it keeps one
-    # compressed layer blobs the engine keeps (containerd content store, OCI layout), as
-    # {"mediaType", "digest", "size"}; empty where the engine keeps only unpacked layers
-    blobs: List[Dict[str, Any]] = field(default_factory=list)
+    # compressed layer blobs the engine keeps (containerd content store, OCI layout); empty where
+    # the engine keeps only unpacked layers
+    blobs: List[EngineBlob] = field(default_factory=list)
     # what the engine reports missing or incomplete (content blobs, snapshots)
     problems: List[str] = field(default_factory=list)
 

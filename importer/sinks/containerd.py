@@ -18,7 +18,7 @@ import re
 import tarfile
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from importer.engines import EngineImage, EngineInfo
+from importer.engines import EngineBlob, EngineImage, EngineInfo
 from importer.engines.ctrclient import CtrClient, ctr_hint
 from importer.errors import BundleError, CommandFailed, EngineUnavailable, SinkError
 from importer.format.digest import Digest, is_digest
@@ -110,7 +110,7 @@ class ContainerdSink(SinkBase):
                                        f"reading the config {str(config_digest)[:19]} from containerd")
         rootfs = cfg.get("rootfs") if isinstance(cfg, dict) else None
         diff_ids = [str(x) for x in (rootfs.get("diff_ids") or [])] if isinstance(rootfs, dict) else []
-        blobs = [
+        blobs: List[EngineBlob] = [
             {"mediaType": x.get("mediaType"), "digest": x.get("digest"), "size": x.get("size")}
             for x in (doc.get("layers") or []) if isinstance(x, dict)
         ]

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from importer.engines import EngineImage, EngineInfo
+from importer.engines import EngineBlob, EngineImage, EngineInfo
 from importer.errors import (
     PLACE_ERRNOS,
     DigestMismatch,
@@ -176,7 +176,7 @@ class OciLayoutSink(SinkBase):
         cfg = self._json_blob(str(config_digest), MAX_CONFIG, f"config {config_digest}")
         rootfs = cfg.get("rootfs") if isinstance(cfg, dict) else None
         diff_ids = [str(x) for x in (rootfs.get("diff_ids") or [])] if isinstance(rootfs, dict) else []
-        blobs: List[Dict[str, Any]] = []
+        blobs: List[EngineBlob] = []
         for i, layer in enumerate(manifest.get("layers") or []):
             if not isinstance(layer, dict) or not is_digest(layer.get("digest")):
                 problems.append(f"layer {i + 1}: no digest in the manifest")
@@ -305,8 +305,6 @@ class OciLayoutSink(SinkBase):
         fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
         index = self._index()
         for art in artifacts:
-            for sig in art.signatures:  # 3.7: under cosign's sha256-<hex>.sig, as `cosign save` names it
-                _put(index, sig.manifest.to_dict(), handed_on_reference(sig))
             _put(index, {**art.manifest.to_dict(), "artifactType": art.artifact_type}, art.ref)
         self._write_index(index)
         problems = []
