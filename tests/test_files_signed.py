@@ -28,6 +28,7 @@ from importer.format.fileartifacts import FileArtifact
 from importer.format.manifest import load_bundle_manifest
 from tests.kit import engines, supplykit
 from tests.kit.fileskit import MODEL_REF, edit_bundle_json, export_files, model_dir, tree
+from tests.kit.fuzzkit import repin_file
 from tests.kit.helpers import run_cli, run_pyz, run_zipapp
 from tests.kit.layoutgen import REF, write_layout
 from tests.kit.servekit import request, serving
@@ -321,3 +322,28 @@ def test_an_oci_layout_names_the_signature(made: dict[str, Any], tmp_path: Path)
              for m in json.loads((layout / "index.json").read_text())["manifests"]}
     assert named[MODEL_REF] == manifest and named[f"sha256-{manifest[7:]}.sig"] == sig
     assert (layout / "blobs/sha256" / sig[7:]).is_file()
+
+
+@pytest.mark.parametrize("change", ["tag-on-the-files", "tag-on-another-blob", "described-wrong"])
+def test_the_bundles_index_json_names_the_signature_truly(made: dict[str, Any], tmp_path: Path, change: str) -> None:
+    """index.json (re-pinned) whose cosign tag of the files' signature names another manifest, or
+    whose signature entry lies about its size: the verification refuses it (invalid-layout)."""
+    bundle = tmp_path / "b"
+    subprocess.run(["cp", "-a", str(made["signed"]), str(bundle)], check=True)
+    for p in bundle.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    sig = _manifest_digest(made)[1]
+    art = json.loads((bundle / "bundle.json").read_text())["artifacts"][0]
+    index = json.loads((bundle / "index.json").read_text())
+    [entry] = [e for e in index["manifests"] if e["digest"] == sig]
+    if change == "tag-on-the-files":  # the files' manifest under the signature's tag (and under its ref)
+        entry.update(art["manifest"])
+    elif change == "tag-on-another-blob":
+        entry["digest"] = art["config"]["digest"]
+    else:
+        entry["size"] += 1
+    (bundle / "index.json").write_text(json.dumps(index))
+    repin_file(bundle, "index.json")
+    proc = run_pyz(bundle, "--verify-only", "-q")
+    assert proc.returncode != 0 and "index.json" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "invalid-layout" in proc.stderr or error_id(proc.stderr) == "invalid-layout", proc.stderr

@@ -480,16 +480,17 @@ def _check_layout(root: str, manifest: BundleManifest, bad: Set[str], add: Calla
 
 def _check_artifact_entries(manifest: BundleManifest, entries: List[Any], add: Callable[[Problem], None]) -> None:
     """3.5 artifacts in index.json (``layout_entry``; bundles before this listed none, so none is
-    required): an entry with an artifact's manifest digest describes that manifest (size, media
-    type, artifactType) and carries no name but the artifact's derived one; an entry under a
-    derived name (``sha256-<hex>.sig``) names the manifest of an artifact derived so; an artifact
-    listed at all is listed under its derived name."""
+    required), and 3.7 signatures of file artifacts: an entry with an artifact's manifest digest
+    describes that manifest (size, media type, artifactType) and carries no name but the
+    artifact's derived one; an entry under a derived name (``sha256-<hex>.sig``) names the
+    manifest of an artifact derived so; an artifact listed at all is listed under its derived name."""
     expected: Dict[str, List[Tuple[Dict[str, Any], str]]] = {}  # manifest digest -> (descriptor, name)
-    for image in manifest.images:
-        for art in image.artifacts:
-            entry = layout_entry(art)
-            if entry is not None:
-                expected.setdefault(entry[0]["digest"], []).append(entry)
+    records = [art for image in manifest.images for art in image.artifacts]
+    records += [sig for files in manifest.file_artifacts for sig in files.signatures]  # 3.7
+    for art in records:
+        entry = layout_entry(art)
+        if entry is not None:
+            expected.setdefault(entry[0]["digest"], []).append(entry)
     derived = {name: {d for d, pairs in expected.items() for _, n in pairs if n == name}
                for pairs in expected.values() for _, name in pairs if name}
     present: Dict[str, List[Any]] = {name: [] for name in derived}
