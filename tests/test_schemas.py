@@ -404,7 +404,8 @@ def _mutate(doc: Any, data: st.DataObject) -> Any:
 _XREF_ISSUE = re.compile(r"is not listed in files|differs from files entry \(|differs from its files entry"
                          r"|expected each path once|to hold the blob of its name"
                          r"|an external layer described uncompressed|expected each title once"
-                         r"|also the folder of another title|expected each ref once")
+                         r"|also the folder of another title|expected each ref once"
+                         r"|expected schemaVersion 3.8 or later for a file left out|expected a held file not listed")
 _FLOAT_SIZE_ISSUE = re.compile(r"expected a non-negative integer, found ([0-9.e+]+)$")
 
 
