@@ -31,7 +31,7 @@ from tests.kit.trustkit import keypair, sign
 REPO = Path(__file__).resolve().parents[1]
 FRONT = ["open", "signature", "schema"]
 CHECK = ["probe", "verify", "read-back", "receipt"]
-PUSH = ["verify", "probe", "push", "read-back", "receipt"]
+PUSH = ["probe", "verify", "push", "read-back", "receipt"]
 LOAD = ["probe", "lock", "preflight", "verify", "staging-load", "read-back", "tag", "drop-stale-staging", "receipt"]
 
 
@@ -315,59 +315,41 @@ def test_the_receipt_kind_is_the_plans(bundle: Path, tmp_path: Path) -> None:
         assert doc["kind"] == kind and ("checkOnly" in doc) is (kind == "check-only")
 
 
-class StepLog:
-    """The steps a real run reached, in order (each recorded once, when first reached): the
-    functions that do them are wrapped, and still run."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from importer.pipeline import checkonly, importing, steps, walk
-
-        self.seen: List[str] = []
-        self.monkeypatch = monkeypatch
-        for module, name, step in ((walk, "open_bundle", "open"), (walk, "check_signature", "signature"),
-                                   (walk, "legacy_major", "schema"), (walk, "verify_or_raise", "verify"),
-                                   (importing, "run_preflight", "preflight"), (steps, "engine_lock", "lock"),
-                                   (importing, "verify_or_raise", "verify"), (importing, "check_image", "read-back"),
-                                   (importing, "deep_or_raise", "deep"), (importing, "apply_tags", "tag"),
-                                   (steps, "find_stale", "drop-stale-staging"),
-                                   (checkonly, "verify_or_raise", "verify"), (checkonly, "check_image", "read-back"),
-                                   (checkonly, "run_deep", "deep"), (walk, "verify_legacy_or_raise", "verify")):
-            self.spy(module, name, step)
-
-    def spy(self, owner: Any, name: str, step: str) -> None:
-        real = getattr(owner, name)
-
-        def reached(*a: Any, **kw: Any) -> Any:
-            self.reached(step)
-            return real(*a, **kw)
-        self.monkeypatch.setattr(owner, name, reached)
-
-    def reached(self, step: str) -> None:
-        if step not in self.seen:
-            self.seen.append(step)
-
-    def sink(self, directory: Path) -> OciLayoutSink:
-        sink = OciLayoutSink(str(directory))
-        self.spy(sink, "probe", "probe")
-        self.spy(sink, "load", "staging-load")
-        return sink
+def ran(plan: ImportPlan) -> List[str]:
+    """The steps a run of ``plan`` reports when it completes: all of the plan's but the receipt (the caller's)."""
+    return [s for s in plan.steps if s != "receipt"]
 
 
 @pytest.mark.parametrize("mode", [IMPORT, CHECK_ONLY, VERIFY_ONLY])
-def test_the_route_runs_the_steps_the_plan_lists_in_its_order(mode: str, bundle: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_route_runs_the_steps_the_plan_lists_in_its_order(mode: str, bundle: Path, tmp_path: Path) -> None:
     """plan.steps is what a run does, in that order (the receipt step is the caller's): the plan is
-    the one account of a run, not a comment beside the code (with --deep, into an OCI layout)."""
-    if mode == CHECK_ONLY:  # the images to check: imported first, unobserved
+    the one account of a run, not a comment beside the code (with --deep, into an OCI layout). Each
+    run reports the steps it entered (``result.steps``)."""
+    if mode == CHECK_ONLY:  # the images to check: imported first
         done = ImportPlan(mode=IMPORT, bundle=str(bundle), quiet=True)
         run_import(done, OciLayoutSink(str(tmp_path / "layout")), result_for(done))
-    log = StepLog(monkeypatch)
     plan = ImportPlan(mode=mode, bundle=str(bundle), quiet=True, deep=mode != VERIFY_ONLY)
-    sink = log.sink(tmp_path / "layout") if plan.needs_engine else None
-    assert run_import(plan, sink, result_for(plan)).report.ok
-    assert log.seen == [s for s in plan.steps if s != "receipt"]
+    sink = OciLayoutSink(str(tmp_path / "layout")) if plan.needs_engine else None
+    res = run_import(plan, sink, result_for(plan))
+    assert res.report.ok and res.steps == ran(plan)
+    again = ImportPlan(mode=mode, bundle=str(bundle), quiet=True)  # everything held: the same steps, none skipped
+    res = run_import(again, sink, result_for(again))
+    assert res.steps == ran(again)
     if mode == VERIFY_ONLY:  # a schema 2 bundle: the same steps, its own verifier
-        log.seen.clear()
         legacy = ImportPlan(mode=mode, bundle=str(REPO / "tests" / "golden" / "bundles" / "v2"), quiet=True)
-        assert run_import(legacy, None, result_for(legacy)).report.ok
-        assert log.seen == ["open", "signature", "schema", "verify"] == list(legacy.steps)
+        res = run_import(legacy, None, result_for(legacy))
+        assert res.report.ok and res.steps == ["open", "signature", "schema", "verify"] == ran(legacy)
+
+
+def test_a_failed_run_reports_the_step_it_stopped_at(bundle: Path, tmp_path: Path) -> None:
+    """A run that raises reports the steps it entered, the last the one that failed: a damaged
+    layer stops an import at verify, before anything is loaded."""
+    blob = max((bundle / "blobs" / "sha256").iterdir(), key=lambda p: p.stat().st_size)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 1
+    blob.write_bytes(bytes(data))
+    plan = ImportPlan(mode=IMPORT, bundle=str(bundle), quiet=True)
+    result = result_for(plan)
+    with pytest.raises(VerificationFailed):
+        run_import(plan, OciLayoutSink(str(tmp_path / "layout")), result)
+    assert result.steps == ran(plan)[:ran(plan).index("verify") + 1]

@@ -137,14 +137,17 @@ def check_only(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Impor
         res.name_prefix, res.deep_requested = name_prefix, deep
     refuse_unchecked(plan, sink)
     bundle.manifest()  # the schema 3 model, the one object the opened bundle parsed (raises for a bad one)
+    res.ran("probe")
     engine = sink.probe()
     res.engine = engine
+    res.ran("verify")
     res.report = verify_or_raise(bundle, progress=progress, deep=True)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
     assert manifest is not None
     manifest = select_platform(manifest, engine)  # a multi-platform image: the platform this engine runs
 
+    res.ran("read-back")
     t_check = time.monotonic()
     for image in manifest.images:
         named = [NameCheck(name, ref, check_image(image, sink.lookup(name), engine.image_store))
@@ -170,6 +173,7 @@ def check_only(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Impor
         )
 
     if deep:
+        res.ran(DEEP)
         t_deep = time.monotonic()
         failures = run_deep(reexporting(sink).reexport, res.checks, root, progress)
         res.timings["deepSeconds"] = time.monotonic() - t_deep

@@ -24,6 +24,7 @@ def files_only(bundle: OpenedBundle, plan: ImportPlan, result: ImportResult, *,
                progress: Optional[ProgressFactory] = None) -> None:
     """The ``files`` route: verify every byte, then write the files."""
     started = time.monotonic()
+    result.ran("verify")
     result.report = verify_or_raise(bundle, progress=progress, deep=not plan.shallow)
     result.timings["verify"] = time.monotonic() - started
     write_carried_files(bundle, plan, result, progress=progress)
@@ -33,6 +34,7 @@ def write_carried_files(bundle: OpenedBundle, plan: ImportPlan, result: ImportRe
                         progress: Optional[ProgressFactory] = None) -> None:
     """The ``write-files`` step: every artifact's files below ``plan.files_to``; the receipt's ``files``."""
     assert plan.files_to, "the write-files step runs with --files-to"
+    result.ran(WRITE_FILES)
     if plan.legacy_major is not None:
         raise UsageError(f"writing the files of {bundle.path} to {plan.files_to}: expected a schema 3.6 bundle, "
                          f"found schema {plan.legacy_major}, which carries no files", hint="drop --files-to")

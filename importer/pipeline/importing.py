@@ -67,6 +67,13 @@ class ImportResult:
     image_signatures: Optional[List[Dict[str, Any]]] = None  # --require-signed: which key signed which image
     files: Optional[Dict[str, Any]] = None  # --files-to: the files written (the receipt's "files", 3.6)
     artifacts_taken: List[str] = field(default_factory=list)  # file artifacts (3.6) a layout or registry took
+    steps: List[str] = field(default_factory=list)  # the plan's steps entered, in order (the last: where it stopped)
+
+    def ran(self, step: str) -> None:
+        """Report ``step`` (a name of the plan's, importer/pipeline/plan.py) as entered: each once, in the
+        order first reached; tests/test_import_steps.py compares them with ``plan.steps`` for every route."""
+        if step not in self.steps:
+            self.steps.append(step)
 
     @property
     def ok(self) -> bool:
@@ -99,6 +106,7 @@ def import_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Im
     manifest = bundle.manifest()  # the one typed object the opened bundle parsed (the bytes sig judged)
     load_root(bundle, sink)  # a tar or parts into an engine that loads from folders only: refused now
     # === probe: the engine answers
+    res.ran("probe")
     engine = sink.probe()
     res.engine = engine
     manifest = select_platform(manifest, engine, platform)  # a multi-platform image: the one the engine runs
@@ -108,6 +116,7 @@ def import_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Im
     # === lock: one import per engine at a time; drop-stale-staging: when it ends (steps.engine_run)
     with engine_run(sink, engine, root, res, lock_wait=plan.lock_wait, on_notice=on_notice):
         # === preflight: free space for what the engine does not hold yet (nothing written so far)
+        res.ran("preflight")
         preflight = run_preflight(manifest, engine, images_to_load(sink, manifest, engine),
                                   signature_line=signature.line())
         res.preflight = preflight
@@ -135,6 +144,7 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
     # stream: each layer is read once and decompressed once; the rest is checked here.
     streams = sink.capabilities.checks_layers_while_loading
     deferred = streams and not bundle.checked_whole
+    res.ran("verify")
     res.report = verify_or_raise(bundle, progress=progress, deep=not streams, defer_layers=deferred)
     res.timings["verifySeconds"] = time.monotonic() - started
     manifest = res.report.manifest
@@ -163,8 +173,10 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
     external = _delta_base(sink, manifest, to_load)
 
     # === load under staging tags, then read back and compare
+    res.ran("staging-load")
     with _listing_every_problem(bundle, progress, deferred):
         staged, loaded_checks = _load_staged(sink, root, manifest, to_load, external, engine, res, progress)
+    res.ran("read-back")
     res.checks = present + loaded_checks
     refuse_mismatches(sink, res.checks, list(staged.values()), res,
                       hint="the images this run loaded were removed; report this with the receipt "
@@ -172,6 +184,7 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
 
     # === --deep: export every image back out of the engine and hash its layers again
     if deep:
+        res.ran(DEEP)
         t_deep = time.monotonic()
         try:
             deep_or_raise(sink, res.checks, bundle.path, list(staged.values()), res, progress=progress,
@@ -181,6 +194,7 @@ def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force
             res.timings["deepSeconds"] = time.monotonic() - t_deep
 
     # === tag only now, then drop the staging tags
+    res.ran("tag")
     apply_tags(sink, res.checks)
     res.leftovers = cleanup(sink, list(staged.values()), [])
     if layout_files:
@@ -292,6 +306,7 @@ def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load
     close_progress(on_bytes)
     res.timings["loadSeconds"] = time.monotonic() - t_load
     testhooks.reached("loaded")
+    res.ran("read-back")
     t_check = time.monotonic()
     for n, image in enumerate(to_load):
         name = staged.get(n, lookup_name(engine.image_store, image))

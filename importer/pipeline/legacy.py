@@ -75,6 +75,7 @@ def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, res
             f"found {len(untagged)} untagged ({', '.join(untagged[:3])})",
             hint="nothing was changed; `ctr images import` drops unnamed images from a docker-archive: "
             "re-export them with a tag, or with --schema 3")
+    result.ran("probe")
     engine = sink.probe()
     result.engine = engine
     store = _identity_store(engine)
@@ -82,6 +83,7 @@ def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, res
         present = {image.config.digest: find_held(sink, image, engine, store) is not None
                    for image in manifest.images}
         to_load = [image for image in manifest.images if not present[image.config.digest]]
+        result.ran("preflight")
         preflight = run_preflight(manifest, engine, to_load, signature_line=signature_line,
                                   data_root_bytes=2 * manifest.uncompressed_bytes() if to_load else None)
         result.preflight = preflight
@@ -89,6 +91,7 @@ def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, res
         preflight.raise_if_short()
 
         testhooks.reached("verify")
+        result.ran("verify")
         report = result.report = verify_legacy_or_raise(bundle, major)
         result.timings["verifySeconds"] = time.monotonic() - started
         if report.archive_images:  # the archive's sizes: the containerd store's ID is predictable
@@ -105,6 +108,7 @@ def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, 
     """Load under staging tags (every image with a ref; untagged ones are found by config),
     read each image back and compare, (``deep``) re-export and re-hash, then tag and drop the
     staging tags."""
+    result.ran("staging-load")
     t_load = time.monotonic()
     staged: Dict[int, str] = {}
     if to_load:
@@ -122,6 +126,7 @@ def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, 
         testhooks.reached("loaded")
     result.timings["loadSeconds"] = time.monotonic() - t_load
 
+    result.ran("read-back")
     checks: List[ImageCheck] = []
     for n, image in enumerate(manifest.images):
         check = check_image(image, sink.lookup(staged.get(n) or _lookup_name(image, engine)), store)
@@ -132,11 +137,13 @@ def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, 
     refuse_mismatches(sink, checks, list(staged.values()), result,
                       hint="the images this run loaded were removed; nothing was tagged")
     if deep:
+        result.ran(DEEP)
         t_deep = time.monotonic()
         try:
             _deep_check(sink, root, manifest, checks, staged, result)
         finally:
             result.timings["deepSeconds"] = time.monotonic() - t_deep
+    result.ran("tag")
     apply_tags(sink, checks)
     result.leftovers = cleanup(sink, list(staged.values()), [])
 

@@ -35,7 +35,8 @@ DEEP = "deep"  # --deep: every image exported back out of the engine, every laye
 RECEIPT = "receipt"
 WRITE_FILES = "write-files"  # --files-to DIR: the files the bundle carries (3.6), after the images
 # the steps of each route, in the order the route runs them (DEEP only with --deep; RECEIPT: the plan's
-# receipt_kind); tests/test_import_plan.py records the steps real runs reach and compares
+# receipt_kind); each run reports the steps it entered (ImportResult.steps), and tests/test_import_plan.py and
+# tests/test_import_steps.py compare them with these
 ROUTE_STEPS: Dict[str, Tuple[str, ...]] = {
     VERIFY_ONLY: ("verify",),
     CHECK_ONLY: ("probe", "verify", "read-back", DEEP, RECEIPT),
@@ -43,7 +44,7 @@ ROUTE_STEPS: Dict[str, Tuple[str, ...]] = {
              "drop-stale-staging", WRITE_FILES, RECEIPT),
     LEGACY_IMPORT: ("probe", "lock", "preflight", "verify", "staging-load", "read-back", DEEP, "tag",
                     "drop-stale-staging", WRITE_FILES, RECEIPT),
-    REGISTRY: ("verify", "probe", "push", "read-back", WRITE_FILES, RECEIPT),
+    REGISTRY: ("probe", "verify", "push", "read-back", WRITE_FILES, RECEIPT),  # probe first: a cheap check
     FILES: ("verify", WRITE_FILES, RECEIPT),
 }
 IMPORT_RECEIPT, CHECK_ONLY_RECEIPT = "import", "check-only"  # the receipt's "kind" (schemas/receipt/)

@@ -73,13 +73,16 @@ def import_to_registry(bundle: OpenedBundle, sink: Pushing, plan: ImportPlan, re
     root = bundle
     force = plan.force
     _refuse_lost_signatures(bundle, plan)
+    res.ran("probe")
     res.engine = sink.probe()
+    res.ran("verify")
     res.report = verify_or_raise(bundle, progress=progress)
     res.timings["verifySeconds"] = time.monotonic() - started
     verified = res.report.manifest
     assert verified is not None
     workdir = new_workdir("sneakernet-import-") if plan.compression != "keep" else ""
     t_push = time.monotonic()
+    res.ran("push")
     try:
         done = transcode(root, verified, plan.compression, workdir)
         manifest = done.manifest(verified)
@@ -99,6 +102,7 @@ def import_to_registry(bundle: OpenedBundle, sink: Pushing, plan: ImportPlan, re
         res.registry_push["ok"] = all(p.ok for p in files)
     res.artifacts_taken = [p.artifact.ref for p in files if p.ok]
     res.timings["loadSeconds"] = time.monotonic() - t_push
+    res.ran("read-back")
     res.checks = checks_from_push(report)
     bad = [c for c in res.checks if not c.ok]
     bad_files = [p for p in files if not p.ok]

@@ -34,6 +34,7 @@ def engine_run(sink: Sink, engine: EngineInfo, root: str, result: Any, *, lock_w
     included) this run's staging tags are dropped; on a normal exit, staging tags that runs killed
     earlier left (their images may just have served as "already present", so only now; the lock
     guarantees no other import is running)."""
+    result.ran("lock")
     with engine_lock(engine.address, bundle=root, wait=lock_wait, on_wait=on_notice) as lock_file:
         result.lock_file = lock_file
         try:
@@ -42,6 +43,7 @@ def engine_run(sink: Sink, engine: EngineInfo, root: str, result: Any, *, lock_w
             _, left = remove_refs(sink, result.staging_refs)
             result.leftovers = sorted(set(result.leftovers) | set(left))
             raise
+        result.ran("drop-stale-staging")
         result.stale_removed, left = remove_refs(sink, find_stale(sink, exclude=result.staging_refs))
         result.leftovers += left
 

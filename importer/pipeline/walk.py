@@ -83,6 +83,7 @@ def run_import(plan: ImportPlan, sink: Optional[Sink], result: ImportResult, *,
     for step in walk.plan.steps:
         front = FRONT.get(step)
         if front is not None:
+            walk.result.ran(step)
             front(walk)
     check_held_files(walk.opened(), walk.plan)  # a file delta's base (3.8): before any image is loaded
     ROUTES[walk.plan.mode](walk)
@@ -135,6 +136,7 @@ def legacy_major(bundle: OpenedBundle) -> Optional[int]:
 def verify_only(walk: Walk) -> None:
     """Verify every byte and stop (a schema 1/2 bundle: its archive against bundle.json)."""
     plan, bundle = walk.plan, walk.opened()
+    walk.result.ran("verify")
     if plan.legacy_major is not None:
         report = verify_legacy_or_raise(bundle, plan.legacy_major)
     else:
