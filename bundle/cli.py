@@ -251,8 +251,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     sign_key = signing_key_from_args(args)  # before the export: a wrong passphrase costs nothing
     artifact_keys = artifact_keys_from_args(args, files is not None or bool(charts))
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
-    images, files, as_image = files_as_image(args, images, files, out_dir)  # --as-image: the files as an image
     boot_dir = bootstrap_target(args, images)  # --for: checked before the export
+    images, files, as_image = files_as_image(args, images, files, out_dir)  # --as-image: the files as an image
     try:
         result = export_images(images, out_dir, docker_host=args.docker_host, docker_read=args.docker_read,
                                compression=args.compression, level=args.level, schema=args.schema,
