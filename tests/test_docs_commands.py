@@ -156,6 +156,8 @@ K8S = ("needs the images the manifests name in their registries and node invento
 CHARTS = "a chart package (tests/test_helm_charts.py exports charts and reads them as helm pull does)"
 SUPPLY = ("needs a registry holding signed images (tests/test_supply_chain.py signs with cosign and "
           "cryptography, exports, inspects and imports with --require-signed)")
+SIGNED_FILES = ("needs a PEM signing key: tests/test_files_signed.py signs files with openssl's P-256 and Ed25519 "
+                "keys, imports them with --require-signed and checks the pushed and served ones with cosign verify")
 BOOTSTRAP = ("needs images.txt's registries; tests/test_bootstrap_formats.py exports --for k3s/rke2/apptainer from "
              "the kit's layout, imports the k3s archive with ctr and reads the apptainer files with skopeo")
 
@@ -259,6 +261,8 @@ SPECS: Dict[str, Spec] = {
                                                                          "tests/test_gpufit.py exports against six"),
     "bundle-import DIR --require-fit --require-signed cosign.pub":
         skip("tests/test_gpufit.py (--require-fit) and tests/test_supply_chain.py (--require-signed)"),
+    "bundle export --files DIR --artifact-ref NAME:TAG --sign-artifacts-key artifacts.key -o OUT": skip(SIGNED_FILES),
+    "bundle-import OUT --files-to DIR --require-signed artifacts.pub": skip(SIGNED_FILES),
     "bundle keygen -o PREFIX [--passphrase-stdin]": run(subs={"PREFIX": "{W}/keys/new"}),
     "bundle export IMAGE... -o DIR --sign-key PREFIX.key [--passphrase-stdin]": run(subs={"DIR": NEW},
                                                                                   setup="rm -rf {W}/new.bundle"),
