@@ -17,6 +17,7 @@ from tests.kit.clijson import validate
 from tests.kit.fileskit import edit_bundle_json, export_files, sha256sum_c, sharded_model, tree
 from tests.kit.helpers import run_cli, run_pyz
 from tests.kit.layoutgen import write_layout
+from tests.kit.servekit import request, serving
 
 REF1, REF2 = "models/shards:1", "models/shards:2"
 KIB = 256
@@ -212,3 +213,16 @@ def test_a_missing_held_file_is_found_before_any_image_is_loaded(v1_placed: tupl
                    f"unix://{tmp_path / 'no-engine.sock'}", "--no-receipt", "-q")
     assert proc.returncode == 9 and "delta-base-missing" in proc.stderr and "no-engine" not in proc.stderr, proc.stderr
     assert list(target.iterdir()) == []
+
+
+def test_serve_leaves_a_file_delta_out_and_says_so(v1_placed: tuple[Path, Path], tmp_path: Path) -> None:
+    """serve cannot complete a file delta (its held files are not in the bundle): the artifact is not
+    served (no tag, its manifest unknown), one line says why, the rest of the bundle is served."""
+    _, placed = v1_placed
+    _, delta = _v2_delta(tmp_path, placed.parent / "v1.bundle" / "bundle.json")
+    manifest = _doc(delta)["artifacts"][0]["manifest"]["digest"]
+    with serving(delta / "bundle-import.pyz", delta) as s:
+        assert not [r for r in s.start["repositories"] if r["name"] == "models/shards"]
+        status, _, _ = request(s.addr, "GET", f"/v2/models/shards/manifests/{manifest}")
+        assert status == 404
+        assert f"not serving the artifact {REF2}: it is a file delta" in s.stderr()
