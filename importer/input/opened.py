@@ -123,7 +123,8 @@ class Bundle(Protocol):
         folder, whose ``bundle-import.pyz`` is a bundle file checked like every other)."""
 
     def extract_command(self, member: str) -> str:
-        """The shell command that takes ``member`` out of a tar or parts (for a hint)."""
+        """The shell command that takes ``member`` out of a tar or parts (for a hint); a folder's
+        member needs none: its path."""
 
     def medium_files(self) -> List[MediumFile]:
         """The files that make up the bundle on its medium, in copy order, the one that names the
