@@ -327,6 +327,28 @@ def test_the_records_repository_is_not_evidence(key: tuple[Any, Path]) -> None:
     assert "names the repository" in (e.value.context or "")
 
 
+@pytest.mark.parametrize("image_ref, identity, admitted", [
+    ("alpine:3", "index.docker.io/library/alpine", True),  # what cosign sign writes for a Hub image
+    ("docker.io/library/alpine:3", "index.docker.io/library/alpine", True),
+    ("alpine:3", "docker.io/alpine", True), ("team/app:1", "index.docker.io/team/app", True),
+    ("alpine:3", "index.docker.io/library/busybox", False), ("alpine:3", "index.docker.io/team/alpine", False),
+    ("alpine:3", "registry.example:5000/library/alpine", False),  # another registry is another repository
+    ("registry.example:5000/alpine:3", "docker.io/library/alpine", False),
+    ("registry.example:5000/alpine:3", "registry.example:5000/library/alpine", False),
+])
+def test_docker_hub_spellings_of_one_repository_are_one_identity(key: tuple[Any, Path], image_ref: str,
+                                                                  identity: str, admitted: bool) -> None:
+    """cosign writes a Docker Hub image's identity as ``index.docker.io/library/NAME``; the bundle
+    names it ``NAME:TAG`` or ``docker.io/library/NAME:TAG``: one repository, so one identity
+    (format/reference.py ``canonical_repository``). Any other repository stays refused."""
+    signer, pub = key
+    keys = load_cosign_keys([str(pub)])
+    blobs = Blobs()
+    art = _signature_record(blobs, signer, SUBJECT, identity)
+    ref = BlobRef("application/vnd.oci.image.manifest.v1+json", SUBJECT, 18)
+    assert _admitted(ImageRecord((image_ref,), ref, ref, (), artifacts=(art,)), keys, blobs) == admitted
+
+
 def test_the_policy_work_is_bounded(key: tuple[Any, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """A signature manifest with more layers than cosign reads is refused; a fan-out of records
     naming junk is weighed without a single verification, each payload read once; more distinct

@@ -35,7 +35,7 @@ from importer.format.digest import Digest, is_digest
 from importer.format.fileartifacts import FileArtifact
 from importer.format.limits import MAX_CONFIG, MAX_INDEX
 from importer.format.manifest import BundleManifest, ImageRecord
-from importer.format.reference import split_reference
+from importer.format.reference import canonical_repository, split_reference
 from importer.input.opened import OpenedBundle
 from importer.streams.commands import run
 from importer.verify.keyfiles import InvalidKey, ed25519_point_ok, p256_point_ok, read_key_file
@@ -298,6 +298,7 @@ def _proofs(name: str, records: Sequence[ArtifactRecord], wanted: Set[str], iden
     image or file artifact ``name`` may need), and its identity is one of ``identities`` (the
     repository of one of its names: bundle.json's ``repository`` fields are not evidence). Each
     (payload, signature) pair is weighed once."""
+    allowed = {canonical_repository(i) for i in identities}
     proofs: Dict[str, _Proof] = {}
     seen: Set[Tuple[Digest, str]] = set()
     carried = 0
@@ -317,7 +318,7 @@ def _proofs(name: str, records: Sequence[ArtifactRecord], wanted: Set[str], iden
             if signed_digest not in wanted:
                 why.append(f"{where}: signs {signed_digest[:19] or 'no digest'}, not this {what}'s manifest")
                 continue
-            if reference not in identities:
+            if canonical_repository(reference) not in allowed:  # Docker Hub's spellings are one name
                 why.append(f"{where}: names the repository {reference!r}, not {', '.join(sorted(identities)) or '?'}")
                 continue
             try:

@@ -610,10 +610,22 @@ def _mutate_signature_payload(bundle: Path, doc: dict, rnd: random.Random, repin
 
 
 def _repository(ref: str) -> str:
-    """HOST/REPO of HOST/REPO:TAG or HOST/REPO@DIGEST (written here, apart from the importer)."""
+    """HOST/REPO of HOST/REPO:TAG or HOST/REPO@DIGEST (written here, apart from the importer), every
+    Docker Hub spelling as ``docker.io/library/NAME`` (Docker's normalisation; cosign writes
+    ``index.docker.io/...``): one repository, one identity."""
     name = ref.split("@", 1)[0]
     head, sep, tail = name.rpartition(":")
-    return head if sep and "/" not in tail else name
+    return _canonical(head if sep and "/" not in tail else name)
+
+
+def _canonical(repo: str) -> str:
+    """A repository (no tag) with every Docker Hub spelling as ``docker.io/library/NAME``."""
+    first, slash, rest = repo.partition("/")
+    host = first if slash and ("." in first or ":" in first or first == "localhost" or first.startswith("[")) else ""
+    if host and host not in ("docker.io", "index.docker.io", "registry-1.docker.io"):
+        return repo
+    path = rest if host else repo
+    return "docker.io/" + (path if "/" in path else "library/" + path)
 
 
 def _blob(bundle: Path, digest: Any) -> bytes | None:
@@ -685,7 +697,7 @@ def vouched(bundle: Path, keys: list[Path]) -> set[tuple[str, str]]:
             except (binascii.Error, ValueError):
                 continue
             if any(_verifies(p, signature, data) for p in publics):
-                found.add((digest, reference))
+                found.add((digest, _canonical(reference)))
     return found
 
 
