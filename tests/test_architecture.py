@@ -465,12 +465,14 @@ def test_no_proxy_objects_stand_in_for_a_sink() -> None:
 
 # Issue 41 point 2: the engine clients (Docker's API and CLI, ctr, podman) and the facts engines
 # report live in importer/engines/. Nothing under sinks/ talks to an engine itself (a socket, an HTTP
-# connection, a command line that starts with the engine's program, a ``...Client`` class), and no
+# connection, a command line that starts with the engine's program, a ``...Client`` class, the Engine
+# API's request functions: asking an engine is the client's, streaming a load into it the sink's), and no
 # module takes a client or an engine fact from importer.sinks (the exporter's sources included).
 SINKS = REPO / "importer" / "sinks"
 ENGINES = REPO / "importer" / "engines"
 ENGINE_PROGRAMS = {"docker", "ctr", "podman"}
 _TALKS = {"socket", "http.client"}
+_REQUESTS = {"api_call", "api_failed", "image_url"}
 
 
 def engine_talk(path: Path) -> List[str]:
@@ -481,6 +483,8 @@ def engine_talk(path: Path) -> List[str]:
             found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name in _TALKS]
         elif isinstance(node, ast.ImportFrom) and node.module in _TALKS:
             found.append(f"{node.lineno}: from {node.module}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "importer.engines.dockerapi":
+            found += [f"{node.lineno}: {a.name}" for a in node.names if a.name in _REQUESTS]
         elif isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant) \
                 and node.elts[0].value in ENGINE_PROGRAMS:
             found.append(f"{node.lineno}: [{node.elts[0].value!r}, ...]")
@@ -536,9 +540,10 @@ def test_the_engine_guards_see_a_client_under_sinks(tmp_path: Path) -> None:
     rogue = tmp_path / "rogue.py"
     rogue.write_text("import socket\nfrom http.client import HTTPConnection\n"
                      "class PodmanClient:\n    def argv(self):\n        return ['podman', '--root', self.root]\n"
-                     "def f(d):\n    return [*d, 'save']\n")
+                     "def f(d):\n    return [*d, 'save']\n"
+                     "from importer.engines.dockerapi import ApiLoad, api_call, socket_path\n")
     assert engine_talk(rogue) == ["1: import socket", "2: from http.client", "3: class PodmanClient",
-                                  "5: ['podman', ...]"]
+                                  "5: ['podman', ...]", "8: api_call"]
     source = tmp_path / "source.py"
     source.write_text("from importer.sinks.dockerclient import DockerClient\n"
                       "from importer.sinks import EngineImage, Sink\n"

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence, Tuple
+from urllib.parse import urlencode
 
-from importer.engines import EngineImage, EngineInfo
+from importer.engines import EngineImage, EngineInfo, inspect_each
 from importer.engines.dockerapi import api_call, api_failed, image_url, socket_path
 from importer.errors import BundleError, CommandFailed, EngineUnavailable, UsageError
+from importer.format.digest import is_digest
+from importer.format.reference import split_reference
 from importer.streams.commands import run
 
 DOCKER_HINT = "start the Docker engine, or point the importer at it with --docker-host unix:///path/docker.sock"
 _HINT = DOCKER_HINT
+_MAX_LIST = 256 * 1024 * 1024  # GET /images/json of a host with very many images
 
 
 def docker_host_url(host: Optional[str], *, option: str = "--docker-host") -> Optional[str]:
@@ -107,6 +111,53 @@ class DockerClient:
                                 what=f"inspecting {name} in Docker")
         return engine_image_from_inspect(json.loads(res.stdout.decode("utf-8", "replace")), self.image_store)
 
+    def images(self, *, all_images: bool) -> List[EngineImage]:
+        """Every image Docker lists (``-a``: intermediate ones too) as ``image inspect`` describes
+        it; one it no longer holds, or cannot describe, is left out (engines.inspect_each)."""
+        flags = ["-a"] if all_images else []
+        res = run(self.argv("image", "ls", *flags, "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
+        ids = sorted({x for x in res.stdout.decode("utf-8", "replace").split() if is_digest(x)})
+
+        def inspect(batch: Sequence[str]) -> Optional[bytes]:
+            out = run(self.argv("image", "inspect", *batch), what="inspecting Docker's images", timeout=600,
+                      check=False)
+            return out.stdout if out.returncode == 0 else None
+
+        return inspect_each(ids, inspect, lambda doc: engine_image_from_inspect(doc, self.image_store))
+
+    def tag(self, image_id: str, ref: str) -> None:
+        what = f"tagging {image_id[:19]} as {ref}"
+        if self.socket is not None:  # the Engine API: no docker process per request
+            name, tag, _ = split_reference(ref)
+            url = image_url(image_id, "/tag?" + urlencode([("repo", name), ("tag", tag or "latest")]))
+            self._api_ok("POST", url, what, (200, 201))
+            return
+        run(self.argv("tag", image_id, ref), what=what, timeout=120)
+
+    def remove(self, image_id: str) -> None:
+        what = f"removing {image_id[:19]}"
+        if self.socket is not None:
+            self._api_ok("DELETE", image_url(image_id, "?noprune=1"), what, (200,))
+            return
+        run(self.argv("image", "rm", "--no-prune", image_id), what=what, timeout=300)
+
+    def _api_ok(self, method: str, url: str, what: str, ok: Tuple[int, ...]) -> bytes:
+        assert self.socket is not None
+        status, raw = api_call(self.socket, method, url, what=what, hint=_HINT, limit=_MAX_LIST)
+        if status not in ok:
+            raise api_failed(method, url, status, raw, what=what, hint=_HINT)
+        return raw
+
+    def tags(self) -> List[str]:
+        """Every ``repository:tag`` the engine holds."""
+        if self.socket is not None:
+            rows = json.loads(self._api_ok("GET", "/images/json", "listing Docker's image tags", (200,)) or b"[]")
+            return sorted({str(t) for row in rows or [] for t in (row.get("RepoTags") or [])
+                           if t and "<none>" not in str(t)})
+        res = run(self.argv("image", "ls", "--format", "{{.Repository}}:{{.Tag}}"),
+                  what="listing Docker's image tags", timeout=120, hint=_HINT)
+        lines = res.stdout.decode("utf-8", "replace").splitlines()
+        return [x.strip() for x in lines if x.strip() and "<none>" not in x]
 
 
 def image_store_of(info: Any) -> str:

@@ -14,22 +14,19 @@ layers spliced in: there the ID is the manifest Docker makes while loading (impo
 
 from __future__ import annotations
 
-import json
 import tarfile
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
-from urllib.parse import urlencode
 
-from importer.engines import EngineImage, EngineInfo, inspect_each
-from importer.engines.dockerapi import ApiLoad, api_call, api_failed, image_url, socket_path
-from importer.engines.dockerclient import DOCKER_HINT, DockerClient, engine_image_from_inspect
+from importer.engines import EngineImage, EngineInfo
+from importer.engines.dockerapi import ApiLoad, socket_path
+from importer.engines.dockerclient import DOCKER_HINT, DockerClient
 from importer.errors import CommandFailed
-from importer.format.digest import Digest, is_digest
+from importer.format.digest import Digest
 from importer.format.identity import loads_as_docker_archive
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.mediatypes import compression_of
-from importer.format.reference import split_reference
 from importer.format.refs import normalize
 from importer.input.opened import BundleRoot
 from importer.input.tarscan import ArchiveScan, layer_bound, scan_tar
@@ -38,10 +35,9 @@ from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities
 from importer.sinks.delta import copy_engine_blobs, image_holders, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import archive_layers, write_docker_archive
 from importer.sinks.ociarchive import archive_blobs, write_oci_archive
-from importer.streams.commands import FedCommand, StdinCommand, command_stdout, feed, run
+from importer.streams.commands import FedCommand, StdinCommand, command_stdout, feed
 
 _HINT = DOCKER_HINT
-_MAX_LIST = 256 * 1024 * 1024  # GET /images/json of a host with very many images
 _NAMING_WAIT = 60.0  # seconds a failed layer check waits for the engine to name what it loads
 
 
@@ -189,55 +185,17 @@ class DockerSink(SinkBase):
         Read from ``image inspect``'s whole JSON, not a ``--format`` template: a template naming
         ``.RootFS.Layers`` fails the whole call on an image with no layers (``FROM scratch`` plus
         a ``LABEL``), whose RootFS has no Layers key (issue 38)."""
-        return pick_holders((x.image_id, x.diff_ids) for x in self._inspect_all(all_images=True))
-
-    def _inspect_all(self, *, all_images: bool) -> List[EngineImage]:
-        """Every image Docker lists (``-a``: intermediate ones too) as ``image inspect`` describes
-        it; one it no longer holds, or cannot describe, is left out (sinks.inspect_each)."""
-        flags = ["-a"] if all_images else []
-        res = run(self.argv("image", "ls", *flags, "-q", "--no-trunc"), what="listing Docker's images", timeout=300)
-        ids = sorted({x for x in res.stdout.decode("utf-8", "replace").split() if is_digest(x)})
-
-        def inspect(batch: Sequence[str]) -> Optional[bytes]:
-            out = run(self.argv("image", "inspect", *batch), what="inspecting Docker's images", timeout=600,
-                      check=False)
-            return out.stdout if out.returncode == 0 else None
-
-        return inspect_each(ids, inspect, lambda doc: engine_image_from_inspect(doc, self.image_store))
+        return pick_holders((x.image_id, x.diff_ids) for x in self.client.images(all_images=True))
 
     def tag(self, image_id: str, ref: str) -> None:
-        what = f"tagging {image_id[:19]} as {ref}"
-        if self.client.socket is not None:  # the Engine API: no docker process per request
-            name, tag, _ = split_reference(ref)
-            url = image_url(image_id, "/tag?" + urlencode([("repo", name), ("tag", tag or "latest")]))
-            self._api_ok("POST", url, what, (200, 201))
-            return
-        run(self.argv("tag", image_id, ref), what=what, timeout=120)
+        self.client.tag(image_id, ref)
 
     def remove(self, image_id: str) -> None:
-        what = f"removing {image_id[:19]}"
-        if self.client.socket is not None:
-            self._api_ok("DELETE", image_url(image_id, "?noprune=1"), what, (200,))
-            return
-        run(self.argv("image", "rm", "--no-prune", image_id), what=what, timeout=300)
-
-    def _api_ok(self, method: str, url: str, what: str, ok: Tuple[int, ...]) -> bytes:
-        assert self.client.socket is not None
-        status, raw = api_call(self.client.socket, method, url, what=what, hint=_HINT, limit=_MAX_LIST)
-        if status not in ok:
-            raise api_failed(method, url, status, raw, what=what, hint=_HINT)
-        return raw
+        self.client.remove(image_id)
 
     def list_tags(self) -> List[str]:
         """Every ``repository:tag`` the engine holds (for staging tags left by killed runs)."""
-        if self.client.socket is not None:
-            rows = json.loads(self._api_ok("GET", "/images/json", "listing Docker's image tags", (200,)) or b"[]")
-            return sorted({str(t) for row in rows or [] for t in (row.get("RepoTags") or [])
-                           if t and "<none>" not in str(t)})
-        res = run(self.argv("image", "ls", "--format", "{{.Repository}}:{{.Tag}}"),
-                  what="listing Docker's image tags", timeout=120, hint=_HINT)
-        lines = res.stdout.decode("utf-8", "replace").splitlines()
-        return [x.strip() for x in lines if x.strip() and "<none>" not in x]
+        return self.client.tags()
 
     # === --deep and --inventory
     def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:
@@ -246,4 +204,4 @@ class DockerSink(SinkBase):
             return scan_tar(out, f"docker save {found.image_id}", bound=layer_bound(image), on_bytes=on_bytes)
 
     def inventory(self) -> List[EngineImage]:
-        return self._inspect_all(all_images=False)
+        return self.client.images(all_images=False)
