@@ -253,9 +253,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     boot_dir = bootstrap_target(args, images)  # --for: checked before the export
     images, files, as_image = files_as_image(args, images, files, out_dir)  # --as-image: the files as an image
+    # --as-image: one uncompressed tar layer per file, as ImageVolume mounts and `docker load` reads it
+    compression = "none" if as_image.layout and args.compression == "auto" else args.compression
     try:
         result = export_images(images, out_dir, docker_host=args.docker_host, docker_read=args.docker_read,
-                               compression=args.compression, level=args.level, schema=args.schema,
+                               compression=compression, level=args.level, schema=args.schema,
                                force=args.force, progress=progress_factory(args.quiet), have=args.have,
                                sign_key=sign_key, address=args.address, namespace=args.namespace,
                                tags=args.tag, platforms=platforms, access=access_from_args(args),

@@ -327,6 +327,8 @@ def _check_options(schema: int, compression: str, sign_key: Optional[Ed25519Priv
         raise UsageError(f"exporting with --schema {schema}: --compression is fixed by the schema "
                          f"({'none' if schema == 1 else 'zstd'} for the whole archive)",
                          hint="use --schema 3 for per-layer zstd or gzip")
+    if compression == "none" and schema == 3:  # --as-image's own: its layers are the uncompressed tars they are
+        return compression, False
     if compression not in ("zstd", "gzip"):
         raise UsageError(f"exporting: expected --compression auto, zstd or gzip, found {compression!r}")
     return compression, asked
