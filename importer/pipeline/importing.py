@@ -1,11 +1,12 @@
 """The ``import`` route of a plan (importer/pipeline/plan.py ``ROUTE_STEPS``): a schema 3 bundle
-into an engine. :func:`import_bundle` runs the route's steps in order once the walk
-(importer/pipeline/walk.py ``run_import``, the one caller) has opened the bundle, judged its
-signature and read its schema: the engine answers (``probe``), one import per engine at a time
-(``lock``), free space (``preflight``), every byte verified (``verify``, importer/verify/), the
-load under staging tags (``staging-load``), the read-back (``read-back``), with ``--deep`` every
-image exported again and hashed (``deep``), the bundle's tags (``tag``) and the staging tags runs
-killed earlier left (``drop-stale-staging``). What runs, and with which options, is the plan's.
+into an engine. :func:`import_bundle` runs the one load route (importer/pipeline/load.py) over
+the bundle's images (:class:`BundlePayload`) once the walk (importer/pipeline/walk.py
+``run_import``, the one caller) has opened the bundle, judged its signature and read its
+schema: the engine answers (``probe``), one import per engine at a time (``lock``), free space
+(``preflight``), every byte verified (``verify``, importer/verify/), the load under staging tags
+(``staging-load``), the read-back (``read-back``), with ``--deep`` every image exported again
+and hashed (``deep``), the bundle's tags (``tag``) and the staging tags runs killed earlier left
+(``drop-stale-staging``). What runs, and with which options, is the plan's.
 
 Images are loaded under a staging tag that only this run uses; the user's tags are applied
 only after post-load verification passed. On any failure what this run loaded is removed."""
@@ -23,10 +24,11 @@ from importer.errors import IntegrityError, PostLoadMismatch, UsageError
 from importer.format.fileartifacts import FileArtifact
 from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord
-from importer.format.platform import Platform, parse_platform
+from importer.format.platform import parse_platform
 from importer.input.opened import BundleRoot, OpenedBundle
 from importer.pipeline.gpufit import host_fit
-from importer.pipeline.plan import DEEP, ImportPlan
+from importer.pipeline.load import load_route
+from importer.pipeline.plan import ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import (
     PreflightReport,
@@ -36,8 +38,8 @@ from importer.pipeline.preflight import (
     select_platform,
 )
 from importer.pipeline.staging import new_run_id, staging_ref
-from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
-from importer.pipeline.tagrule import TagConflict, refuse_tag_conflicts
+from importer.pipeline.steps import cleanup, deep_or_raise, find_held
+from importer.pipeline.tagrule import TagConflict
 from importer.sinks import DeltaBase, Sink, delta_completing, file_artifact_keeping, layer_streaming, load_counting
 from importer.streams import testhooks
 from importer.streams.progress import close_progress
@@ -94,112 +96,119 @@ def _load_total(sink: Sink, manifest: BundleManifest, images: List[ImageRecord],
 def import_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: ImportResult, *,
                   signature: SignatureCheck, progress: Optional[ProgressFactory] = None,
                   on_notice: Optional[Callable[[str], None]] = None) -> ImportResult:
-    """The ``import`` route of ``plan`` (see the module doc) over the bundle the walk opened and
-    whose ``signature`` it judged; its options (``--platform``, ``--require-fit``, ``--wait-lock``,
-    ``--force``, ``--deep``) are the plan's. ``result`` is filled in as work proceeds, so the caller
-    still writes a receipt when this raises. Order: docs/security.md."""
-    started = time.monotonic()
-    platform = parse_platform(plan.platform) if plan.platform else None  # its error after the signature's
-    root = bundle.path
-    res = result
-    progress = testhooks.wrap_progress(progress)
-    manifest = bundle.manifest()  # the one typed object the opened bundle parsed (the bytes sig judged)
-    load_root(bundle, sink)  # a tar or parts into an engine that loads from folders only: refused now
-    # === probe: the engine answers
-    res.ran("probe")
-    engine = sink.probe()
-    res.engine = engine
-    manifest = select_platform(manifest, engine, platform)  # a multi-platform image: the one the engine runs
-    check_platforms(manifest, engine, platform)  # an engine runs one platform: refuse others now
-    # will the images run on this host's driver and GPUs (a warning; --require-fit: an error)
-    res.gpu_fit = host_fit(manifest.images, engine.kind, require=plan.require_fit, on_notice=on_notice)
-    # === lock: one import per engine at a time; drop-stale-staging: when it ends (steps.engine_run)
-    with engine_run(sink, engine, root, res, lock_wait=plan.lock_wait, on_notice=on_notice):
-        # === preflight: free space for what the engine does not hold yet (nothing written so far)
-        res.ran("preflight")
-        preflight = run_preflight(manifest, engine, images_to_load(sink, manifest, engine),
-                                  signature_line=signature.line())
-        res.preflight = preflight
-        res.timings["preflightSeconds"] = time.monotonic() - started
-        preflight.raise_if_short()
-        # === verify, staging-load, read-back, (deep), tag
-        try:
-            _load_verified(bundle, sink, res, force=plan.force, progress=progress, deep=plan.runs(DEEP),
-                           platform=platform)
-        finally:
-            if res.report.manifest is not None:
-                res.report.signature = signature.to_dict()
-    return res
+    """The ``import`` route of ``plan``: the one load route (importer/pipeline/load.py) over the
+    schema 3 bundle the walk opened and whose ``signature`` it judged; its options (``--platform``,
+    ``--require-fit``, ``--wait-lock``, ``--force``, ``--deep``) are the plan's. ``result`` is filled
+    in as work proceeds, so the caller still writes a receipt when this raises. Order: docs/security.md."""
+    payload = BundlePayload(bundle, plan, signature, on_notice)  # --platform: its error after the signature's
+    load_route(payload, sink, plan, result, progress=testhooks.wrap_progress(progress), on_notice=on_notice)
+    return result
 
 
-def _load_verified(bundle: OpenedBundle, sink: Sink, res: ImportResult, *, force: bool,
-                   progress: Optional[ProgressFactory], deep: bool, platform: Optional[Platform]) -> None:
-    """Verify, load under staging tags, check, (``deep``: re-export and re-hash) and tag."""
-    started = time.monotonic()
-    root = load_root(bundle, sink)  # the folder, or the opened bundle for a sink that reads a tar/parts in place
+class BundlePayload:
+    """A schema 3 bundle's images for the load route: verified before the engine commits any (a sink
+    whose load stream checks each layer blob it sends gets those blobs' bytes left to the stream:
+    each layer read once and decompressed once), loaded as the sink loads OCI images (a tar or parts
+    read in place where it ``reads_archives``), a delta completed from what the engine holds, an
+    OCI layout's file artifacts (3.6) after the tags."""
 
-    # === verify every byte before the engine commits any. A sink whose load stream checks each
-    # layer blob it sends (digest, size, diff_id; the blob's last chunk held back until they
-    # matched, and the member that names an image sent last) gets those blobs' bytes left to the
-    # stream: each layer is read once and decompressed once; the rest is checked here.
-    streams = sink.capabilities.checks_layers_while_loading
-    deferred = streams and not bundle.checked_whole
-    res.ran("verify")
-    res.report = verify_or_raise(bundle, progress=progress, deep=not streams, defer_layers=deferred)
-    res.timings["verifySeconds"] = time.monotonic() - started
-    manifest = res.report.manifest
-    assert manifest is not None
+    mismatch_hint = ("the images this run loaded were removed; report this with the receipt "
+                     "(an engine that rewrites images cannot be verified this way)")
 
-    # === what does the engine already hold? (probed once, by import_bundle)
-    engine = res.engine
-    assert engine is not None, "the probe step runs first"
-    manifest = select_platform(manifest, engine, platform)  # every platform verified; the engine's loaded
-    to_load: List[ImageRecord] = []
-    present: List[ImageCheck] = []
-    for image in manifest.images:
-        held = find_held(sink, image, engine)
-        if held is not None:
-            present.append(held)
-        else:
-            to_load.append(image)
-        refuse_tag_conflicts(sink, image, engine.image_store, force)
-    layout_files = _layout_files(sink, manifest, force)  # a ref naming other bytes: refused before any write
-    if deferred:
-        # the layers the load stream will not send (held images, other platforms): read and
-        # checked now, before anything is loaded
-        with _listing_every_problem(bundle, progress):
-            verify_unstreamed_layers(bundle, res.report, layer_streaming(sink).streamed_layers(to_load))
+    def __init__(self, bundle: OpenedBundle, plan: ImportPlan, signature: SignatureCheck,
+                 on_notice: Optional[Callable[[str], None]]) -> None:
+        self.platform = parse_platform(plan.platform) if plan.platform else None
+        self.bundle, self.plan, self.signature, self.on_notice = bundle, plan, signature, on_notice
+        self.root = bundle.path
+        self.manifest = bundle.manifest()  # the one typed object the opened bundle parsed (the bytes sig judged)
+        self.engine: Optional[EngineInfo] = None
+        self.deferred = False
+        self.present: List[ImageCheck] = []
+        self.staged_images: List[ImageRecord] = []
+        self.staged: Dict[int, str] = {}
+        self.layout_files: List[FileArtifact] = []
+        self.external: Optional[DeltaBase] = None
 
-    external = _delta_base(sink, manifest, to_load)
+    def refuse(self, sink: Sink) -> None:
+        load_root(self.bundle, sink)  # a tar or parts into an engine that loads from folders only: refused now
 
-    # === load under staging tags, then read back and compare
-    res.ran("staging-load")
-    with _listing_every_problem(bundle, progress, deferred):
-        staged, loaded_checks = _load_staged(sink, root, manifest, to_load, external, engine, res, progress)
-    res.ran("read-back")
-    res.checks = present + loaded_checks
-    refuse_mismatches(sink, res.checks, list(staged.values()), res,
-                      hint="the images this run loaded were removed; report this with the receipt "
-                      "(an engine that rewrites images cannot be verified this way)")
+    def probed(self, sink: Sink, engine: EngineInfo, result: Any) -> None:
+        self.engine = engine
+        self.manifest = select_platform(self.manifest, engine, self.platform)  # a multi-platform image: the one it runs
+        check_platforms(self.manifest, engine, self.platform)  # an engine runs one platform: refuse others now
+        # will the images run on this host's driver and GPUs (a warning; --require-fit: an error)
+        result.gpu_fit = host_fit(self.manifest.images, engine.kind, require=self.plan.require_fit,
+                                  on_notice=self.on_notice)
 
-    # === --deep: export every image back out of the engine and hash its layers again
-    if deep:
-        res.ran(DEEP)
-        t_deep = time.monotonic()
-        try:
-            deep_or_raise(sink, res.checks, bundle.path, list(staged.values()), res, progress=progress,
-                          hint="the engine's stored copy of those layers is damaged: remove the image (and every "
-                          "image sharing the layer) from the engine and import again; nothing was tagged by this run")
-        finally:
-            res.timings["deepSeconds"] = time.monotonic() - t_deep
+    def preflight(self, sink: Sink, engine: EngineInfo) -> PreflightReport:
+        return run_preflight(self.manifest, engine, images_to_load(sink, self.manifest, engine),
+                             signature_line=self.signature.line())
 
-    # === tag only now, then drop the staging tags
-    res.ran("tag")
-    apply_tags(sink, res.checks)
-    res.leftovers = cleanup(sink, list(staged.values()), [])
-    if layout_files:
-        _load_layout_files(sink, root, layout_files, res, progress)
-    res.timings["totalSeconds"] = time.monotonic() - started
+    def verify(self, sink: Sink, result: Any, progress: Optional[ProgressFactory]) -> None:
+        streams = sink.capabilities.checks_layers_while_loading
+        self.deferred = streams and not self.bundle.checked_whole
+        result.report = verify_or_raise(self.bundle, progress=progress, deep=not streams, defer_layers=self.deferred)
+        manifest = result.report.manifest
+        assert manifest is not None and self.engine is not None
+        self.manifest = select_platform(manifest, self.engine, self.platform)  # every platform verified
+
+    def images(self) -> List[ImageRecord]:
+        return list(self.manifest.images)
+
+    def store(self) -> str:
+        assert self.engine is not None, "the probe step runs first"
+        return self.engine.image_store
+
+    def to_load(self, sink: Sink, engine: EngineInfo) -> List[ImageRecord]:
+        to_load: List[ImageRecord] = []
+        for image in self.manifest.images:
+            held = find_held(sink, image, engine)
+            if held is not None:
+                self.present.append(held)
+            else:
+                to_load.append(image)
+        return to_load
+
+    def prepare(self, sink: Sink, to_load: List[ImageRecord], result: Any, *, force: bool,
+                progress: Optional[ProgressFactory]) -> None:
+        self.layout_files = _layout_files(sink, self.manifest, force)  # a ref naming other bytes: refused first
+        if self.deferred:
+            # the layers the load stream will not send (held images, other platforms): read and
+            # checked now, before anything is loaded
+            with _listing_every_problem(self.bundle, progress):
+                verify_unstreamed_layers(self.bundle, result.report, layer_streaming(sink).streamed_layers(to_load))
+        self.external = _delta_base(sink, self.manifest, to_load)
+
+    def load(self, sink: Sink, engine: EngineInfo, to_load: List[ImageRecord], result: Any,
+             progress: Optional[ProgressFactory]) -> List[str]:
+        self.staged_images = to_load
+        with _listing_every_problem(self.bundle, progress, self.deferred):
+            self.staged = _load_staged(sink, load_root(self.bundle, sink), self.manifest, to_load, self.external,
+                                       result, progress)
+        return list(self.staged.values())
+
+    def read_back(self, sink: Sink, engine: EngineInfo, result: Any) -> List[ImageCheck]:
+        if not self.staged_images:
+            return list(self.present)
+        t_check = time.monotonic()
+        checks = [check_image(image, sink.lookup(self.staged.get(n, lookup_name(engine.image_store, image))),
+                              engine.image_store) for n, image in enumerate(self.staged_images)]
+        result.timings["postLoadSeconds"] = time.monotonic() - t_check
+        return self.present + checks
+
+    def deep(self, sink: Sink, checks: List[ImageCheck], staged: List[str], result: Any,
+             progress: Optional[ProgressFactory]) -> None:
+        deep_or_raise(sink, checks, self.root, staged, result, progress=progress,
+                      hint="the engine's stored copy of those layers is damaged: remove the image (and every "
+                      "image sharing the layer) from the engine and import again; nothing was tagged by this run")
+
+    def tagged(self, sink: Sink, result: Any, progress: Optional[ProgressFactory]) -> None:
+        if self.layout_files:
+            _load_layout_files(sink, load_root(self.bundle, sink), self.layout_files, result, progress)
+
+    def finish(self, result: Any) -> None:
+        if result.report.manifest is not None:
+            result.report.signature = self.signature.to_dict()
 
 
 def _layout_files(sink: Sink, manifest: BundleManifest, force: bool) -> List[FileArtifact]:
@@ -276,14 +285,13 @@ def _delta_base(sink: Sink, manifest: BundleManifest, to_load: List[ImageRecord]
 
 
 def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load: List[ImageRecord],
-                 external: Optional[DeltaBase], engine: EngineInfo, res: ImportResult,
-                 progress: Optional[ProgressFactory]) -> Tuple[Dict[int, str], List[ImageCheck]]:
+                 external: Optional[DeltaBase], res: ImportResult,
+                 progress: Optional[ProgressFactory]) -> Dict[int, str]:
     """Load ``to_load`` under this run's staging tags (untagged images untagged, found by the ID
-    the identity rule predicts) and read each back: (staging tags, their checks)."""
+    the identity rule predicts): those tags, by the image's place in ``to_load``."""
     staged: Dict[int, str] = {}
-    checks: List[ImageCheck] = []
     if not to_load:
-        return staged, checks
+        return staged
     t_load = time.monotonic()
     run_id = new_run_id()
     staged_images = []
@@ -306,13 +314,7 @@ def _load_staged(sink: Sink, root: BundleRoot, manifest: BundleManifest, to_load
     close_progress(on_bytes)
     res.timings["loadSeconds"] = time.monotonic() - t_load
     testhooks.reached("loaded")
-    res.ran("read-back")
-    t_check = time.monotonic()
-    for n, image in enumerate(to_load):
-        name = staged.get(n, lookup_name(engine.image_store, image))
-        checks.append(check_image(image, sink.lookup(name), engine.image_store))
-    res.timings["postLoadSeconds"] = time.monotonic() - t_check
-    return staged, checks
+    return staged
 
 
 def _with_refs(image: ImageRecord, refs: Tuple[str, ...]) -> ImageRecord:

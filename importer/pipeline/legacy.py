@@ -2,7 +2,8 @@
 the ``legacy-import`` route of a plan (importer/pipeline/plan.py), walked by
 importer/pipeline/walk.py ``run_import`` once its schema step found schema 1 or 2.
 
-The same order as a schema-3 import (importer/pipeline/importing.py): the engine answers, one import per
+The same route as a schema-3 import (importer/pipeline/load.py ``load_route``, over
+:class:`ArchivePayload`): the engine answers, one import per
 engine at a time (its lock), free space (preflight), every byte verified, tag conflicts refused,
 the archive's own ``manifest.json`` compared with bundle.json (configs, ``RepoTags``, layers);
 then the archive streamed into the engine's docker-archive loader (``docker load`` over the
@@ -35,12 +36,12 @@ from importer.format.legacy import LegacyManifest
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
 from importer.input.opened import OpenedBundle
-from importer.pipeline.plan import DEEP, ImportPlan
+from importer.pipeline.load import ProgressFactory, load_route
+from importer.pipeline.plan import ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
-from importer.pipeline.preflight import run_preflight
+from importer.pipeline.preflight import PreflightReport, run_preflight
 from importer.pipeline.staging import new_run_id, staging_ref
-from importer.pipeline.steps import apply_tags, cleanup, deep_or_raise, engine_run, find_held, refuse_mismatches
-from importer.pipeline.tagrule import refuse_tag_conflicts
+from importer.pipeline.steps import cleanup, deep_or_raise, find_held
 from importer.sinks import Sink, docker_archive_loading
 from importer.streams import testhooks
 from importer.streams.commands import FedCommand, feed
@@ -50,102 +51,118 @@ from importer.verify.opened import verify_legacy_or_raise
 
 def import_legacy_bundle(bundle: OpenedBundle, sink: Sink, plan: ImportPlan, result: Any, *,
                          signature_line: str, on_notice: Optional[Callable[[str], None]] = None) -> Any:
-    """The ``legacy-import`` route of ``plan`` (the schema step set its ``legacy_major``): probe,
-    lock, preflight, verify, load, check, (``--deep``) and tag (see the module doc); ``--force``,
-    ``--wait-lock`` and ``--deep`` are the plan's. ``result`` (an importing.ImportResult) is filled
-    in as work proceeds, so a receipt can still be written when this raises. ``bundle``: a folder,
-    opened once; its bundle.json parsed once (``OpenedBundle.legacy_manifest``)."""
-    started = time.monotonic()
-    root = bundle.path
-    major = plan.legacy_major
-    assert major is not None, "the schema step found a schema 1/2 bundle"
-    force, deep = plan.force, plan.runs(DEEP)
-    manifest = bundle.legacy_manifest(major)
-    kind = sink.kind
-    if not sink.capabilities.loads_docker_archive:
-        raise UsageError(
-            f"importing the schema {major} bundle {root} into {kind}: expected an engine that loads a "
-            f"docker-archive (docker, podman, containerd), found {kind}",
-            hint="nothing was changed; import it into docker, podman or containerd, or re-export the images "
-            "with `bundle export --schema 3` (the format for OCI layouts and registries)")
-    untagged = [image.name for image in manifest.images if not image.refs]
-    if untagged and kind == "containerd":
-        raise UsageError(
-            f"importing the schema {major} bundle {root} into containerd: expected every image named, "
-            f"found {len(untagged)} untagged ({', '.join(untagged[:3])})",
-            hint="nothing was changed; `ctr images import` drops unnamed images from a docker-archive: "
-            "re-export them with a tag, or with --schema 3")
-    result.ran("probe")
-    engine = sink.probe()
-    result.engine = engine
-    store = _identity_store(engine)
-    with engine_run(sink, engine, root, result, lock_wait=plan.lock_wait, on_notice=on_notice):
-        present = {image.config.digest: find_held(sink, image, engine, store) is not None
-                   for image in manifest.images}
-        to_load = [image for image in manifest.images if not present[image.config.digest]]
-        result.ran("preflight")
-        preflight = run_preflight(manifest, engine, to_load, signature_line=signature_line,
-                                  data_root_bytes=2 * manifest.uncompressed_bytes() if to_load else None)
-        result.preflight = preflight
-        result.timings["preflightSeconds"] = time.monotonic() - started
-        preflight.raise_if_short()
-
-        testhooks.reached("verify")
-        result.ran("verify")
-        report = result.report = verify_legacy_or_raise(bundle, major)
-        result.timings["verifySeconds"] = time.monotonic() - started
-        if report.archive_images:  # the archive's sizes: the containerd store's ID is predictable
-            manifest = dataclasses.replace(manifest, images=report.archive_images)
-        for image in manifest.images:
-            refuse_tag_conflicts(sink, image, store, force)
-        _load_check_tag(sink, root, manifest, kind, engine, store, present, to_load, result, deep)
-    result.timings["totalSeconds"] = time.monotonic() - started
+    """The ``legacy-import`` route of ``plan`` (the schema step set its ``legacy_major``): the one load
+    route (importer/pipeline/load.py) over the bundle's docker-archive (see the module doc);
+    ``--force``, ``--wait-lock`` and ``--deep`` are the plan's. ``result`` (an importing.ImportResult)
+    is filled in as work proceeds, so a receipt can still be written when this raises. ``bundle``: a
+    folder, opened once; its bundle.json parsed once (``OpenedBundle.legacy_manifest``)."""
+    load_route(ArchivePayload(bundle, plan, signature_line), sink, plan, result, on_notice=on_notice)
     return result
 
 
-def _load_check_tag(sink: Sink, root: str, manifest: LegacyManifest, kind: str, engine: EngineInfo, store: str,
-                    present: Dict[Any, bool], to_load: List[ImageRecord], result: Any, deep: bool) -> None:
-    """Load under staging tags (every image with a ref; untagged ones are found by config),
-    read each image back and compare, (``deep``) re-export and re-hash, then tag and drop the
-    staging tags."""
-    result.ran("staging-load")
-    t_load = time.monotonic()
-    staged: Dict[int, str] = {}
-    if to_load:
-        run_id = new_run_id()
-        staged = {n: staging_ref(run_id, n) for n, image in enumerate(manifest.images) if image.refs}
-        result.staging_refs = list(staged.values())
-        # podman names a docker-archive tag without a registry localhost/...: hand it the full form
-        spell = normalize if kind == "podman" else (lambda ref: ref)
-        names = [[spell(staged[n])] if n in staged else None for n in range(len(manifest.images))]
-        try:
-            _load(docker_archive_loading(sink).archive_command, root, manifest, kind, names)
-        except BaseException:
-            result.leftovers = cleanup(sink, list(staged.values()), [])
-            raise
-        testhooks.reached("loaded")
-    result.timings["loadSeconds"] = time.monotonic() - t_load
+class ArchivePayload:
+    """A schema 1/2 bundle's one docker-archive for the load route: verified whole before the engine
+    sees any of it, streamed into the engine's docker-archive loader through the rewriting pass
+    (staging tags as ``RepoTags``), each image read back by the identity rule of the engine's store."""
 
-    result.ran("read-back")
-    checks: List[ImageCheck] = []
-    for n, image in enumerate(manifest.images):
-        check = check_image(image, sink.lookup(staged.get(n) or _lookup_name(image, engine)), store)
-        if present[image.config.digest]:
-            check.status = "already-present"
-        checks.append(check)
-    result.checks = checks
-    refuse_mismatches(sink, checks, list(staged.values()), result,
-                      hint="the images this run loaded were removed; nothing was tagged")
-    if deep:
-        result.ran(DEEP)
-        t_deep = time.monotonic()
-        try:
-            _deep_check(sink, root, manifest, checks, staged, result)
-        finally:
-            result.timings["deepSeconds"] = time.monotonic() - t_deep
-    result.ran("tag")
-    apply_tags(sink, checks)
-    result.leftovers = cleanup(sink, list(staged.values()), [])
+    mismatch_hint = "the images this run loaded were removed; nothing was tagged"
+
+    def __init__(self, bundle: OpenedBundle, plan: ImportPlan, signature_line: str) -> None:
+        major = plan.legacy_major
+        assert major is not None, "the schema step found a schema 1/2 bundle"
+        self.bundle, self.major, self.signature_line = bundle, major, signature_line
+        self.root = bundle.path
+        self.manifest = bundle.legacy_manifest(major)
+        self.engine: Optional[EngineInfo] = None
+        self.identity = ""
+        self.present: Dict[Any, bool] = {}
+        self.staged: Dict[int, str] = {}
+
+    def refuse(self, sink: Sink) -> None:
+        major, root, kind = self.major, self.root, sink.kind
+        if not sink.capabilities.loads_docker_archive:
+            raise UsageError(
+                f"importing the schema {major} bundle {root} into {kind}: expected an engine that loads a "
+                f"docker-archive (docker, podman, containerd), found {kind}",
+                hint="nothing was changed; import it into docker, podman or containerd, or re-export the images "
+                "with `bundle export --schema 3` (the format for OCI layouts and registries)")
+        untagged = [image.name for image in self.manifest.images if not image.refs]
+        if untagged and kind == "containerd":
+            raise UsageError(
+                f"importing the schema {major} bundle {root} into containerd: expected every image named, "
+                f"found {len(untagged)} untagged ({', '.join(untagged[:3])})",
+                hint="nothing was changed; `ctr images import` drops unnamed images from a docker-archive: "
+                "re-export them with a tag, or with --schema 3")
+
+    def probed(self, sink: Sink, engine: EngineInfo, result: Any) -> None:
+        self.engine, self.identity = engine, _identity_store(engine)
+
+    def preflight(self, sink: Sink, engine: EngineInfo) -> PreflightReport:
+        manifest = self.manifest
+        self.present = {image.config.digest: find_held(sink, image, engine, self.identity) is not None
+                        for image in manifest.images}
+        to_load = [image for image in manifest.images if not self.present[image.config.digest]]
+        return run_preflight(manifest, engine, to_load, signature_line=self.signature_line,
+                             data_root_bytes=2 * manifest.uncompressed_bytes() if to_load else None)
+
+    def verify(self, sink: Sink, result: Any, progress: Optional[ProgressFactory]) -> None:
+        testhooks.reached("verify")
+        report = result.report = verify_legacy_or_raise(self.bundle, self.major)
+        if report.archive_images:  # the archive's sizes: the containerd store's ID is predictable
+            self.manifest = dataclasses.replace(self.manifest, images=report.archive_images)
+
+    def images(self) -> List[ImageRecord]:
+        return list(self.manifest.images)
+
+    def store(self) -> str:
+        return self.identity
+
+    def to_load(self, sink: Sink, engine: EngineInfo) -> List[ImageRecord]:
+        return [image for image in self.manifest.images if not self.present[image.config.digest]]
+
+    def prepare(self, sink: Sink, to_load: List[ImageRecord], result: Any, *, force: bool,
+                progress: Optional[ProgressFactory]) -> None:
+        return None  # the whole archive was verified; a legacy bundle is never a delta
+
+    def load(self, sink: Sink, engine: EngineInfo, to_load: List[ImageRecord], result: Any,
+             progress: Optional[ProgressFactory]) -> List[str]:
+        """Every image with a ref under a staging tag (untagged ones are found by config)."""
+        manifest, kind = self.manifest, sink.kind
+        t_load = time.monotonic()
+        if to_load:
+            run_id = new_run_id()
+            self.staged = {n: staging_ref(run_id, n) for n, image in enumerate(manifest.images) if image.refs}
+            result.staging_refs = list(self.staged.values())
+            # podman names a docker-archive tag without a registry localhost/...: hand it the full form
+            spell = normalize if kind == "podman" else (lambda ref: ref)
+            names = [[spell(self.staged[n])] if n in self.staged else None for n in range(len(manifest.images))]
+            try:
+                _load(docker_archive_loading(sink).archive_command, self.root, manifest, kind, names)
+            except BaseException:
+                result.leftovers = cleanup(sink, list(self.staged.values()), [])
+                raise
+            testhooks.reached("loaded")
+        result.timings["loadSeconds"] = time.monotonic() - t_load
+        return list(self.staged.values())
+
+    def read_back(self, sink: Sink, engine: EngineInfo, result: Any) -> List[ImageCheck]:
+        checks: List[ImageCheck] = []
+        for n, image in enumerate(self.manifest.images):
+            check = check_image(image, sink.lookup(self.staged.get(n) or _lookup_name(image, engine)), self.identity)
+            if self.present[image.config.digest]:
+                check.status = "already-present"
+            checks.append(check)
+        return checks
+
+    def deep(self, sink: Sink, checks: List[ImageCheck], staged: List[str], result: Any,
+             progress: Optional[ProgressFactory]) -> None:
+        _deep_check(sink, self.root, self.manifest, checks, self.staged, result)
+
+    def tagged(self, sink: Sink, result: Any, progress: Optional[ProgressFactory]) -> None:
+        return None
+
+    def finish(self, result: Any) -> None:
+        return None
 
 
 def _deep_check(sink: Sink, root: str, manifest: LegacyManifest, checks: List[ImageCheck],

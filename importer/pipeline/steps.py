@@ -1,6 +1,7 @@
-"""The steps every import shares, written once: schema 3 (importer/pipeline/importing.py) and
-schemas 1/2 (importer/pipeline/legacy.py) differ only in how the bytes reach the engine (their
-load stream); the preflight and ``--check-only`` ask the same "already here?" question.
+"""The steps every import shares, written once and run by the one load route
+(importer/pipeline/load.py): schema 3 (importer/pipeline/importing.py) and schemas 1/2
+(importer/pipeline/legacy.py) differ only in their payload (how the bytes reach the engine); the preflight and
+``--check-only`` ask the same "already here?" question.
 
 - :func:`engine_run`: one import per engine at a time (its lock); a run that fails or is stopped
   drops its own staging tags; a run that ends drops those that runs killed earlier left.
