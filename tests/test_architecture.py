@@ -833,6 +833,39 @@ def test_the_orchestrator_guard_sees_a_direct_call(tmp_path: Path) -> None:
     assert orchestrator_uses(rogue) == ["1: check_only", "3: import_bundle"]
 
 
+#: the steps every import into an engine shares (issue 41 point 1): run by the one load route
+#: (importer/pipeline/load.py) whatever the payload; a route of its own would call them itself
+LOAD_STEPS = {"engine_run", "refuse_tag_conflicts", "refuse_mismatches", "apply_tags"}
+THE_LOAD_ROUTE = REPO / "importer" / "pipeline" / "load.py"
+
+
+def load_step_uses(path: Path) -> List[str]:
+    """``line: name`` of every call of a load step in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name in LOAD_STEPS:
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("path", IMPORTER_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_one_load_route(path: Path) -> None:
+    """Issue 41 point 1: schema 3 (pipeline/importing.py) and schema 1/2 (pipeline/legacy.py) each
+    wrote the load's steps in code of their own; now they are payloads, and load.py runs the steps."""
+    if path == THE_LOAD_ROUTE:
+        assert {u.split(": ")[1] for u in load_step_uses(path)} == LOAD_STEPS
+        return
+    assert load_step_uses(path) == [], f"{path.relative_to(REPO)} runs a load step: give load_route a payload"
+
+
+def test_the_load_route_guard_sees_a_route_of_its_own(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("def route(sink, checks):\n    with steps.engine_run(sink):\n        apply_tags(sink, checks)\n")
+    assert load_step_uses(rogue) == ["2: engine_run", "3: apply_tags"]
+
+
 #: what verifies bytes (hashes, diff_ids, signatures, the verifiers' own passes): importer/verify/'s
 #: business; the pipeline calls the verify room's entry points (verify_or_raise, verify_legacy_or_raise,
 #: verify_unstreamed_layers, images_signed, check_signature, run_deep), never these
