@@ -78,8 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "--have inventory says the offline host has no fast zstd decoder (zstandard module, "
                    "zstd command, Python 3.14+) or an engine that reads no zstd (Docker before 23.0, containerd "
                    "before 1.5; zstd is read by Docker >= 23, containerd >= 1.5, podman); the importer decodes "
-                   "zstd without them too, but slowly; auto stores a layer uncompressed when its first 4 MiB do not "
-                   "compress (random weights, archives: no compression work, a bundle hardly larger). auto keeps "
+                   "zstd without them too, but slowly; auto stores a layer uncompressed while it does not compress "
+                   "(random weights, archives: no compression work, a bundle hardly larger), judged across the whole "
+                   "layer, not its head (one that turns out compressible is compressed whole). auto keeps "
                    "layers a source stores compressed as they are (and the manifest); zstd or gzip given "
                    "explicitly compresses every layer and recompresses those too (the manifest, so the image ID, "
                    "then changes)")
