@@ -58,3 +58,20 @@ def test_bench_serve_small_mode_compares_with_docker_registry(tmp_path: Path) ->
     results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
     assert results.read_text().strip() == table.strip()
     assert json.loads(results.with_suffix(".json").read_text())["meta"]["bundle_as"] == "parts"
+
+
+def test_bench_files_small_mode_measures_export_parts_and_import(tmp_path: Path) -> None:
+    """bench/files.py (issue 42 point 6): needs no engine; a file through export, parts and import
+    against cp and sha256sum, everything it made deleted."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "files.py"), "--small", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = proc.stdout
+    for step, ratio in (("export", "x** cp + sha256sum |"), ("pack", "x** cp |"), ("import", "x** cp + sha256sum |")):
+        row = next(line for line in table.splitlines() if line.startswith(f"| {step} | **bundle"))
+        assert row.endswith(ratio), row
+    assert "disk at most one file's size beyond the output: met" in table, table
+    results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
+    assert results.read_text().strip() == table.strip()
+    assert json.loads(results.with_suffix(".json").read_text())["meta"]["size_bytes"] == 16 << 20
+    assert list(tmp_path.iterdir()) == []  # the source, bundle, parts and imported copy are gone
