@@ -305,6 +305,8 @@ class OciLayoutSink(SinkBase):
         fsync_dir(os.path.join(self.dir, "blobs", "sha256"))
         index = self._index()
         for art in artifacts:
+            for sig in art.signatures:  # 3.7: under cosign's sha256-<hex>.sig, as `cosign save` names it
+                _put(index, sig.manifest.to_dict(), handed_on_reference(sig))
             _put(index, {**art.manifest.to_dict(), "artifactType": art.artifact_type}, art.ref)
         self._write_index(index)
         problems = []
