@@ -391,15 +391,22 @@ def _bytes_text(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def free_space_text(folder: str) -> str:
-    """``1.2 MiB (1258291 bytes) free of 3.9 GiB``: the file system holding ``folder`` (its nearest
-    existing folder); "" when that cannot be read."""
+def _statvfs_near(folder: str) -> Optional[os.statvfs_result]:
+    """statvfs of the file system holding ``folder`` (its nearest existing folder); None when unread."""
     where = os.path.abspath(folder)
     while not os.path.exists(where) and os.path.dirname(where) != where:
         where = os.path.dirname(where)
     try:
-        st = os.statvfs(where)
+        return os.statvfs(where)
     except (OSError, AttributeError):
+        return None
+
+
+def free_space_text(folder: str) -> str:
+    """``1.2 MiB (1258291 bytes) free of 3.9 GiB``: the file system holding ``folder`` (its nearest
+    existing folder); "" when that cannot be read."""
+    st = _statvfs_near(folder)
+    if st is None:
         return ""
     free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
     return f"{_bytes_text(free)} ({free} bytes) free of {_bytes_text(total)}"
@@ -409,12 +416,8 @@ def inodes_text(folder: str) -> str:
     """`` and 3 of 6 inodes (files and folders)``: the inodes free on the file system holding ``folder``
     (an ENOSPC also means that no file can be made, however many bytes are free: a small tmpfs's
     nr_inodes, an ext4 of many small files); "" where it has no such limit or it cannot be read."""
-    where = os.path.abspath(folder)
-    while not os.path.exists(where) and os.path.dirname(where) != where:
-        where = os.path.dirname(where)
-    try:
-        st = os.statvfs(where)
-    except (OSError, AttributeError):
+    st = _statvfs_near(folder)
+    if st is None:
         return ""
     return f" and {st.f_favail} of {st.f_files} inodes (files and folders)" if st.f_files > 0 else ""
 

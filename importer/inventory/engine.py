@@ -81,16 +81,19 @@ def checksum(doc: Dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_bytes(doc)).hexdigest()
 
 
+def inventory_head() -> Dict[str, Any]:
+    """What every inventory starts with (an engine's, a registry's, a folder's): version, kind, the
+    tool, when, this host."""
+    return {"inventoryVersion": INVENTORY_VERSION, "kind": KIND, "tool": {"name": "sneakernet", "version": __version__},
+            "created": now_utc(), "host": host_facts()}
+
+
 def build_inventory(engine: EngineInfo, images: List[EngineImage], *, selected_by: str = "") -> Dict[str, Any]:
     engine_doc = engine.to_dict()
     if selected_by:
         engine_doc["selectedBy"] = selected_by
     doc: Dict[str, Any] = {
-        "inventoryVersion": INVENTORY_VERSION,
-        "kind": KIND,
-        "tool": {"name": "sneakernet", "version": __version__},
-        "created": now_utc(),
-        "host": host_facts(),
+        **inventory_head(),
         "decoders": host_decoders(),
         "gpu": gpuhost.probe(),
         "node": node_facts(env_os_release()),

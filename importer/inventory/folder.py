@@ -18,12 +18,10 @@ import os
 import stat
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from importer import __version__
 from importer.errors import BundleError, UsageError
 from importer.format.digest import CHUNK
 from importer.format.fileartifacts import STAGING_PREFIX, title_issue
-from importer.inventory.engine import INVENTORY_VERSION, KIND, checksum
-from importer.receipts.receipt import host_facts, now_utc
+from importer.inventory.engine import checksum, inventory_head
 from importer.streams.fsutil import open_regular
 
 #: without a BUNDLE: at most this many files are read (a folder of more is refused: name the bundle)
@@ -103,11 +101,7 @@ def take_folder_inventory(target: str, titles: Optional[Sequence[str]] = None) -
                          hint="name the folder the files were written to (bundle-import BUNDLE --files-to DIR)")
     files, skipped = folder_files(target, titles)
     doc: Dict[str, Any] = {
-        "inventoryVersion": INVENTORY_VERSION,
-        "kind": KIND,
-        "tool": {"name": "sneakernet", "version": __version__},
-        "created": now_utc(),
-        "host": host_facts(),
+        **inventory_head(),
         "engine": {"kind": FOLDER_KIND, "version": "", "storageDriver": "", "imageStore": FOLDER_KIND,
                    "address": target, "dataRoot": target,
                    "selectedBy": "--files-to with a bundle: its titles only" if titles is not None
