@@ -214,3 +214,21 @@ def test_a_tar_into_an_engine_that_loads_from_folders_is_refused_before_any_chan
     assert "expected a bundle folder for this engine, found a tar/parts" in proc.stderr
     assert "tar -xf FILE.tar -C B" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_member_that_ends_early_while_packed_is_refused() -> None:
+    """The pack writes each member straight into the tar (no tarfile stream buffer): a file that
+    ends before the size its header announced (changed while packed) is refused, never padded."""
+    import io
+    import tarfile
+
+    from bundle.archive import _copy_member
+    from importer.errors import SizeMismatch
+    from importer.streams.readers import HashingReader
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        with pytest.raises(SizeMismatch, match="expected 20 bytes, found 10: it changed while it was being packed"):
+            _copy_member("blobs/sha256/x", HashingReader(io.BytesIO(b"0123456789")), tar, 20)
+        _copy_member("ok", HashingReader(io.BytesIO(b"0123456789")), tar, 10)
+    assert b"0123456789" in out.getvalue()
