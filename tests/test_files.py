@@ -176,10 +176,18 @@ def test_an_existing_different_file_is_refused_and_nothing_written(tmp_path: Pat
     assert tree(dest) == tree(src)
 
 
-def test_an_interrupted_import_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["folder", "parts"])
+def test_an_interrupted_import_resumes(tmp_path: Path, form: str) -> None:
+    """Killed mid-import (SIGKILL), run again: it resumes; from parts smaller than the weights
+    file too (a file that crosses parts, as a 70 GB file crosses 4 GiB parts)."""
     src, bundle = model_bundle(tmp_path)
+    given, pyz = bundle, bundle / "bundle-import.pyz"
+    if form == "parts":
+        run_cli("bundle", "pack", str(bundle), str(tmp_path / "usb" / "m.tar"), "--split", "1M", "-q", check=True)
+        given, pyz = tmp_path / "usb" / "m.tar.parts.json", tmp_path / "usb" / "bundle-import.pyz"
+        assert len(list((tmp_path / "usb").glob("m.tar.part[0-9]*"))) > 3  # the 3 MiB weights span parts
     dest, held = tmp_path / "dest", tmp_path / "held.pid"
-    proc = start_pyz(bundle / "bundle-import.pyz", str(bundle), "--files-to", str(dest), "--no-receipt", "-q",
+    proc = start_pyz(pyz, str(given), "--files-to", str(dest), "--no-receipt", "-q",
                      env={"SNEAKERNET_TEST_HOLD_AT": "files-staged", "SNEAKERNET_TEST_HOLD_FILE": str(held)})
     deadline = time.monotonic() + 60
     while not held.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -189,7 +197,7 @@ def test_an_interrupted_import_resumes(tmp_path: Path) -> None:
     proc.wait()
     staged = [p for p in dest.glob(".sneakernet-staging-*/*")]
     assert len(staged) == 1 and not any((dest / t).exists() for t in MODEL_FILES)
-    code, err, receipt = _import(bundle, dest)
+    code, err, receipt = _import(given, dest, pyz=pyz)
     assert code == 0, err
     actions = [f["action"] for f in receipt["files"]["files"]]
     assert actions.count("resumed") == 1 and actions.count("written") == len(MODEL_FILES) - 1
