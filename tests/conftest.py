@@ -7,6 +7,7 @@ from __future__ import annotations
 # docker_host_vfs  session, lazy: private dockerd "test-vfs" (--storage-driver vfs)
 # docker_host_ctrstore  session, lazy: private dockerd "test-ctrstore": Debian 13's dockerd 26
 #                  with the containerd image store (dockerd.sh --containerd-store)
+# docker_host_one_retry  session, lazy: private dockerd "test-one-retry" (--max-download-attempts 1)
 # busybox          session: path of a statically linked busybox
 # Each dockerd is wiped and started at first use and stopped (by pid, through the
 # script) at session end. Missing tools: skip locally, FAIL under CI=true.
@@ -79,6 +80,13 @@ def docker_host_vfs() -> Iterator[str]:
 def docker_host_ctrstore() -> Iterator[str]:
     """DOCKER_HOST url of a private dockerd 26 with the containerd image store."""
     yield from _private_dockerd("test-ctrstore", "--containerd-store")
+
+
+@pytest.fixture(scope="session")
+def docker_host_one_retry() -> Iterator[str]:
+    """DOCKER_HOST url of a private overlay2 dockerd that retries a failed layer download once, not
+    five times: a test that expects a pull to fail waits 5 s of backoff, not 5+10+15+20+25 s."""
+    yield from _private_dockerd("test-one-retry", "--max-download-attempts", "1")
 
 
 # The Docker engine matrix (issue 13): a test that takes ``docker_store_host`` runs on the classic
