@@ -122,14 +122,18 @@ def test_the_wrong_protocol_either_way_is_one_clear_line(made: dict[str, Path], 
 
 def test_idle_and_stalled_tls_clients_do_not_block_others(made: dict[str, Path], tmp_path: Path) -> None:
     ca = tmp_path / "tls" / "ca.crt"
-    with serving(pyz(made), made["folder"], "--tls-self-signed", str(tmp_path / "tls")) as s:
+    # --idle-timeout 5, not the default 10 s: the five are closed 5 s sooner; the three requests must
+    # end before that, so they were served while the five still sat there, not after they were closed
+    with serving(pyz(made), made["folder"], "--tls-self-signed", str(tmp_path / "tls"), "--idle-timeout", "5") as s:
         port = int(_port(s.addr))
+        sat = time.monotonic()
         idle = [socket.create_connection(("127.0.0.1", port), 30) for _ in range(4)]
         stalled = socket.create_connection(("127.0.0.1", port), 30)
         stalled.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello, then nothing
         try:
             for _ in range(3):  # served while five connections sit in (or before) their handshake
                 assert https_request(f"localhost:{port}", "GET", "/v2/_catalog", ca=ca)[0] == 200
+            assert time.monotonic() - sat < 5, "the requests waited for the idle connections' timeout"
             for sock in [*idle, stalled]:  # each is closed by the server once its handshake time is up
                 sock.settimeout(60)
                 assert sock.recv(100) == b""
