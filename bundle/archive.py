@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -54,6 +53,7 @@ from importer.input.opened import open_bundle
 from importer.pipeline.preflight import InsufficientSpace, SpaceNeed, check_space, free_bytes
 from importer.streams.fatfs import split_for
 from importer.streams.fsutil import atomic_write_bytes, fsync_dir, open_regular
+from importer.streams.hashlane import HashLane
 from importer.streams.progress import close_progress
 from importer.streams.readers import HashingReader
 from importer.streams.tarout import begin_member, end_member, member_info, writing_tar
@@ -90,7 +90,10 @@ class PackResult:
 
 class PartWriter:
     """A write-only stream cut into files of at most ``part_size`` bytes (one file when None),
-    each hashed, fsynced and renamed into place when full; the whole stream is hashed too."""
+    each hashed, fsynced and renamed into place when full; the whole stream is hashed too. The
+    hashing runs on threads of their own (importer/streams/hashlane.py: one lane for the whole,
+    one for the parts when split; one file's digest is the whole's), beside the reads and writes;
+    :attr:`parts` and :attr:`digest` are there once :meth:`finish` returned."""
 
     def __init__(self, archive: str, part_size: Optional[int]) -> None:
         self.directory = os.path.dirname(archive)
@@ -99,22 +102,23 @@ class PartWriter:
         self.parts: List[PartRecord] = []
         self.written: List[str] = []
         self.total = 0
-        self._whole = hashlib.sha256()
+        self._whole = HashLane("archive sha256")
+        self._part_hashes = HashLane("part sha256") if part_size else None
+        self._sizes: List[int] = []
+        self._digest: Optional[Digest] = None
         self._f: Optional[BinaryIO] = None
         self._tmp = ""
-        self._hash: Any = None
         self._n = 0
 
     def _open(self) -> None:
         fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
         self._f = os.fdopen(fd, "wb")
-        self._hash = hashlib.sha256()
         self._n = 0
 
     @property
     def current(self) -> str:
         """The file being written, under the name it gets when whole."""
-        name = part_name(self.name, len(self.parts)) if self.part_size else self.name
+        name = part_name(self.name, len(self.written)) if self.part_size else self.name
         return os.path.join(self.directory, name)
 
     def _close_part(self) -> None:
@@ -124,10 +128,12 @@ class PartWriter:
         self._f.close()
         self._f = None
         os.chmod(self._tmp, 0o644)
-        final = part_name(self.name, len(self.parts)) if self.part_size else self.name
+        final = part_name(self.name, len(self.written)) if self.part_size else self.name
         os.replace(self._tmp, os.path.join(self.directory, final))
         self.written.append(final)
-        self.parts.append(PartRecord(final, self._n, Digest("sha256", self._hash.hexdigest())))
+        self._sizes.append(self._n)
+        if self._part_hashes is not None:
+            self._part_hashes.cut()
 
     def write(self, data: Any) -> int:
         try:
@@ -146,8 +152,9 @@ class PartWriter:
             room = (self.part_size - self._n) if self.part_size else len(view)
             chunk = view[:room]
             self._f.write(chunk)
-            self._hash.update(chunk)
             self._whole.update(chunk)
+            if self._part_hashes is not None:
+                self._part_hashes.update(chunk)
             self._n += len(chunk)
             self.total += len(chunk)
             view = view[len(chunk):]
@@ -161,16 +168,24 @@ class PartWriter:
 
     def finish(self) -> None:
         try:
-            if self._f is not None or not self.parts:
+            if self._f is not None or not self.written:
                 if self._f is None:
                     self._open()
                 self._close_part()
         except OSError as e:
             name_write_error(e, self.current, any_errno=True)
             raise
+        self._whole.cut()
+        self._digest = Digest("sha256", self._whole.close()[0])
+        digests = self._part_hashes.close() if self._part_hashes is not None else [self._digest.hex]
+        self.parts = [PartRecord(name, n, Digest("sha256", hexdigest))
+                      for name, n, hexdigest in zip(self.written, self._sizes, digests)]
         fsync_dir(self.directory)
 
     def abort(self) -> None:
+        self._whole.stop()
+        if self._part_hashes is not None:
+            self._part_hashes.stop()
         if self._f is not None:
             self._f.close()
             self._f = None
@@ -182,7 +197,9 @@ class PartWriter:
 
     @property
     def digest(self) -> Digest:
-        return Digest("sha256", self._whole.hexdigest())
+        """The whole stream's sha256 (once :meth:`finish` returned)."""
+        assert self._digest is not None, "PartWriter.digest before finish()"
+        return self._digest
 
 
 def member_order(manifest: BundleManifest, src: str) -> List[str]:
@@ -195,9 +212,12 @@ def member_order(manifest: BundleManifest, src: str) -> List[str]:
     small = ["oci-layout", "index.json"]
     for image in manifest.images:
         small += [image.manifest.digest.blob_path, image.config.digest.blob_path]
+    pinned = {f.path for f in manifest.files}  # sets: a folder of thousands of files was O(n^2) here
     order: List[str] = []
-    for path in first + small + sorted(f.path for f in manifest.files):
-        if path not in order and (path in first or any(f.path == path for f in manifest.files)):
+    seen = set()
+    for path in first + small + sorted(pinned):
+        if path not in seen and (path in first or path in pinned):
+            seen.add(path)
             order.append(path)
     return order
 

@@ -5,11 +5,13 @@ concatenation), and every part defect named: missing, extra, reordered, truncate
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import tarfile
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -232,3 +234,64 @@ def test_a_member_that_ends_early_while_packed_is_refused() -> None:
             _copy_member("blobs/sha256/x", HashingReader(io.BytesIO(b"0123456789")), tar, 20)
         _copy_member("ok", HashingReader(io.BytesIO(b"0123456789")), tar, 10)
     assert b"0123456789" in out.getvalue()
+
+
+def test_pack_writes_the_bytes_tarfile_writes(bundle: Path, tmp_path: Path) -> None:
+    """The parts and the whole are hashed on threads of their own (importer/streams/hashlane.py):
+    the archive is still the PAX tar that tarfile's own stream mode writes for the same members,
+    byte for byte, and every digest the pack reports is the sha256 of the bytes on disk."""
+    from bundle.archive import member_order, pack_bundle
+    from importer.format.manifest import IMPORTER_PYZ
+    from importer.input.opened import open_bundle
+
+    ref = tmp_path / "ref.tar"
+    with tarfile.open(ref, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for rel in member_order(open_bundle(str(bundle), carrying="packing").manifest(), str(bundle)):
+            data = (bundle / rel).read_bytes()
+            info = tarfile.TarInfo(rel)
+            info.size, info.mtime, info.uname, info.gname = len(data), 0, "", ""
+            info.mode = 0o755 if rel == IMPORTER_PYZ else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    expected = ref.read_bytes()
+    one = pack_bundle(str(bundle), str(tmp_path / "one" / "c.tar"))
+    assert (tmp_path / "one" / "c.tar").read_bytes() == expected
+    assert (one.size, str(one.digest)) == (len(expected), _sha(expected)) and one.parts == []
+    # parts of an odd size: members, headers and padding cut at every place; the last part short
+    cut = pack_bundle(str(bundle), str(tmp_path / "cut" / "c.tar"), split=MiB + 4097)
+    sizes = [p.size for p in cut.parts]
+    assert len(sizes) >= 5 and set(sizes[:-1]) == {MiB + 4097} and 0 < sizes[-1] <= MiB + 4097
+    joined = b""
+    for rec in cut.parts:
+        data = (tmp_path / "cut" / rec.name).read_bytes()
+        assert (len(data), _sha(data)) == (rec.size, str(rec.digest)), rec.name
+        joined += data
+    assert joined == expected and str(cut.digest) == _sha(expected)
+    assert not [t.name for t in threading.enumerate() if t.name.endswith(" sha256")]  # the lanes ended
+
+
+def test_a_pack_that_fails_ends_its_hashing_threads_and_leaves_nothing(bundle: Path, tmp_path: Path) -> None:
+    """A write that fails midway (here ENOSPC on the third part): the one error, no part or temp
+    file left, and no hashing thread left running (a bounded queue it blocks on, never a hang)."""
+    import errno
+
+    from bundle import archive
+    from importer.errors import BundleError
+
+    real = archive.PartWriter._close_part
+    closed: list[int] = []
+
+    def failing(self: archive.PartWriter) -> None:
+        closed.append(1)
+        if len(closed) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self)
+
+    out = tmp_path / "usb"
+    archive.PartWriter._close_part = failing  # type: ignore[method-assign]
+    try:
+        with pytest.raises(BundleError, match="packing into"):
+            archive.pack_bundle(str(bundle), str(out / "c.tar"), split=MiB)
+    finally:
+        archive.PartWriter._close_part = real  # type: ignore[method-assign]
+    assert sorted(os.listdir(out)) == []
+    assert not [t.name for t in threading.enumerate() if t.name.endswith(" sha256")]
