@@ -10,6 +10,17 @@ ratios ours/peer and writes it to bench/results/. Not a test: a tool.
     python3 bench/run.py --size 10G --runs 1 --only export,import   # the memory check
     python3 bench/run.py --small         # CI smoke mode: 48 MiB, 1 run, results to a temp dir
     python3 bench/run.py --size 1G --runs 2 --only export,import --stores containerd
+    python3 bench/run.py --size 10G --layers 80 --runs 1 --only export,import      # issue 44's headline
+    python3 bench/run.py --size 1G --layers 100 --only export,import               # per-layer costs
+    python3 bench/run.py --size 10G --layers 80 --only import --stores containerd --cold --cold-memory 1G
+
+Disk: about 9x SIZE free on the disk of --work and SNEAKERNET_RUN with both stores and every
+group (the build context and dockerd's copy of it, the image in each store, two docker save tars,
+a zstd tar, two bundles, an export's output and dockerd's temp copy for docker save, the pull
+probe's registry), about 5x with one store; the results file records the run's real peak
+(bench_disk_peak_bytes). Every case also records what its process tree read from disk (read
+MiB) and the disk it wrote and removed again (temp disk MiB: the file systems' peak during the
+command above the larger of their use before and after it; every writer on them counts).
 
 Both Docker image stores by default (``--stores classic,containerd``): the classic one (overlay2)
 and the containerd image store (Debian 13's dockerd 26 with the containerd snapshotter,
@@ -35,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +55,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.coldcache import MemoryCgroup, evict  # noqa: E402
 from bench.pullprobe import push_uncompressed  # noqa: E402
 from bench.recipe import RECIPES, write_context  # noqa: E402
 
@@ -60,6 +73,9 @@ class Sample:
     engine_cpu: float
     io_stall: float = 0.0  # seconds some task waited on IO (PSI "some"), whole machine
     out_bytes: int = 0
+    read_bytes: int = 0  # what the block layer read for the measured process tree (ru_inblock)
+    disk_peak: int = 0  # the disks' highest use during the command, above the use before it
+    disk_end: int = 0  # their use after it, above the use before it (its output, the engine's growth)
 
 
 @dataclass
@@ -74,6 +90,7 @@ class Case:
     env: dict[str, str] | None = None  # another engine's environment (the containerd store)
     run_dir: Path | None = None  # that engine's state folder, for its CPU time
     tag: str = ""  # names an ours row's ratio where a group has several
+    inputs: Callable[[], list[Path]] | None = None  # files it reads: evicted from the page cache under --cold
     samples: list[Sample] = field(default_factory=list)
 
 
@@ -130,27 +147,89 @@ def du(path: Path | None) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def measure(case: Case, env: dict[str, str], run_dir: Path) -> Sample:
+def disks_used(paths: list[Path]) -> int:
+    """Bytes in use on the file systems holding ``paths`` (each counted once)."""
+    seen: dict[int, int] = {}
+    for p in paths:
+        with contextlib.suppress(OSError):
+            st = os.statvfs(p)
+            seen[os.stat(p).st_dev] = (st.f_blocks - st.f_bfree) * st.f_frsize
+    return sum(seen.values())
+
+
+class DiskWatch:
+    """The highest use of ``paths``' disks, polled every second on a thread until :meth:`stop`."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.start = self.peak = disks_used(paths)
+        self._stop = threading.Event()
+
+        def poll() -> None:
+            while not self._stop.wait(1.0):
+                self.peak = max(self.peak, disks_used(paths))
+
+        threading.Thread(target=poll, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def measure(case: Case, env: dict[str, str], run_dir: Path, *, disks: list[Path] | None = None,
+            cold: MemoryCgroup | None = None) -> Sample:
+    """Run ``case`` once. ``disks``: folders whose file systems' use is polled every 0.1 s (after a
+    sync before and after: the previous case's writeback is not charged to this one) for the
+    sample's disk_peak and disk_end. ``cold``: the case's inputs are evicted from the page cache
+    first and the command runs in that memory cgroup (bench/coldcache.py)."""
     if case.setup:
         case.setup()
     env = case.env or env
     run_dir = case.run_dir or run_dir
+    argv = case.argv()
+    if cold is not None:
+        if case.inputs:
+            evict(case.inputs())
+        argv = cold.wrap(argv)
+    disk0 = peak = 0
+    stop = threading.Event()
+    poller = None
+    if disks:
+        os.sync()
+        disk0 = peak = disks_used(disks)
+
+        def poll() -> None:
+            nonlocal peak
+            while not stop.wait(0.1):
+                peak = max(peak, disks_used(disks))
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
     pids = engine_pids(run_dir)
     e0 = cpu_of(pids)
     io0 = io_stall()
     t0 = time.monotonic()
-    proc = subprocess.Popen(case.argv(), cwd=case.cwd, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(argv, cwd=case.cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
+    stall = io_stall() - io0
+    engine = cpu_of(pids) - e0
+    stop.set()
+    disk1 = 0
+    if poller is not None:
+        poller.join()
+        peak = max(peak, disks_used(disks or []))
+        os.sync()
+        disk1 = disks_used(disks or [])
+        peak = max(peak, disk1)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"bench: {case.group}/{case.name} exited {proc.returncode}: {err.decode()[-2000:]}")
     out = du(case.output()) if case.output else 0
-    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, cpu_of(pids) - e0, out_bytes=out,
-                  io_stall=io_stall() - io0)
+    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, engine, out_bytes=out,
+                  io_stall=stall, read_bytes=usage.ru_inblock * 512, disk_peak=max(0, peak - disk0),
+                  disk_end=disk1 - disk0)
 
 
 def fmt_row(case: Case) -> dict[str, object]:
@@ -164,6 +243,11 @@ def fmt_row(case: Case) -> dict[str, object]:
         "engine_cpu_median": statistics.median(s.engine_cpu for s in case.samples),
         "io_stall_median": statistics.median(s.io_stall for s in case.samples),
         "output_bytes": case.samples[-1].out_bytes,
+        "read_bytes_median": statistics.median(s.read_bytes for s in case.samples),
+        # what it wrote and removed again: the disks' peak above both their use before and after
+        "temp_disk_bytes": max(s.disk_peak - max(0, s.disk_end) for s in case.samples),
+        "disk_peak_bytes": max(s.disk_peak for s in case.samples),
+        "disk_end_bytes": case.samples[-1].disk_end,
     }
 
 
@@ -195,11 +279,14 @@ def machine() -> dict[str, object]:
 def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
     lines = [f"# sneakernet benchmark {meta['date']}", "",
              f"Image: {meta['image_bytes'] / (1 << 30):.2f} GiB ({meta['layers']} layers), "  # type: ignore[operator]
-             f"runs per case: {meta['runs']}, recipe: {meta.get('recipe', 'mixed')}.",
+             f"runs per case: {meta['runs']}, recipe: {meta.get('recipe', 'mixed')}"
+             + (f", cold: the import's inputs evicted from the page cache, each import in a memory cgroup of "
+                f"{int(meta['cold_memory']) >> 20} MiB" if meta.get("cold_memory") else "")  # type: ignore[call-overload]
+             + ".",
              "Machine: " + ", ".join(f"{k}: {v}" for k, v in dict(meta["machine"]).items()), "",  # type: ignore[call-overload]
              "| group | case | wall median (min-max) s | CPU s | peak RSS MiB | dockerd+containerd CPU s "
-             "| IO stall s | output MiB | ours/peer |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| IO stall s | read MiB | temp disk MiB | output MiB | ours/peer |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     by_group: dict[str, list[dict[str, object]]] = {}
     for r in rows:
         by_group.setdefault(str(r["group"]), []).append(r)
@@ -216,6 +303,8 @@ def render(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
                 f"{'**' if r['ours'] else ''} | "
                 f"{r['wall_median']:.1f} ({r['wall_min']:.1f}-{r['wall_max']:.1f}) | {r['cpu_median']:.1f} | "
                 f"{r['peak_rss_mib']:.0f} | {r['engine_cpu_median']:.1f} | {r['io_stall_median']:.1f} | "
+                f"{float(r.get('read_bytes_median', 0)) / (1 << 20):.0f} | "  # type: ignore[arg-type]
+                f"{int(r.get('temp_disk_bytes', 0)) / (1 << 20):.0f} | "  # type: ignore[call-overload]
                 f"{int(r['output_bytes']) / (1 << 20):.0f} | {ratio} |")  # type: ignore[call-overload]
     return "\n".join(lines) + "\n"
 
@@ -242,6 +331,18 @@ def main() -> int:
                     "incompressible (mostly random bytes plus real shared libraries: issue 30's field case)")
     ap.add_argument("--stores", default="classic,containerd",
                     help="Docker image stores to measure (classic: every group; containerd: export and import)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="spread the recipe over this many layers (busybox, then N-1 equal slices of the mix; "
+                    "default: the recipe's 4 layers, as in the earlier tables). Issue 44's cases: --size 10G "
+                    "--layers 80 and --size 1G --layers 100")
+    ap.add_argument("--cold", action="store_true",
+                    help="the import groups read their input from disk every time: each input evicted from the "
+                    "page cache before the command and the command run in a memory cgroup of --cold-memory "
+                    "(bench/coldcache.py), so a bundle larger than that is read from disk again on its second "
+                    "read, as one larger than the host's page cache is (root and a memory cgroup needed)")
+    ap.add_argument("--cold-memory", default="512M",
+                    help="--cold's memory limit for the measured command, its page cache included (default "
+                    "512M; keep it above the command's peak RSS and below the bundle's size)")
     args = ap.parse_args()
     if args.small:
         args.size, args.runs = "48M", 1
@@ -254,7 +355,16 @@ def main() -> int:
                    capture_output=True, check=False)
     if not stores or stores - {"classic", "containerd"}:
         ap.error(f"--stores: expected classic and/or containerd, found {args.stores!r}")
+    if args.layers is not None and not 2 <= args.layers <= 120:
+        ap.error(f"--layers: expected 2 to 120 (overlay2 stacks at most 128), found {args.layers}")
     size = parse_size(args.size)
+    cold = None
+    if args.cold:
+        try:
+            cold = MemoryCgroup(parse_size(args.cold_memory))
+        except RuntimeError as problem:
+            ap.error(str(problem))
+    imp, cimp = ("import (cold)", CTR_IMPORT[:-1] + ", cold)") if cold else ("import", CTR_IMPORT)
     work = Path(args.work or tempfile.mkdtemp(prefix="sneakernet-bench."))
     run_root = Path(os.environ.get("SNEAKERNET_RUN", "/tmp/sneakernet-run"))
     os.environ["SNEAKERNET_RUN"] = str(run_root)
@@ -274,6 +384,10 @@ def main() -> int:
                                                                 check=True, capture_output=True, text=True).stdout)
         return found[0]
 
+    work.mkdir(parents=True, exist_ok=True)
+    run_root.mkdir(parents=True, exist_ok=True)
+    disks = [work, run_root]  # the engines' state, their temp folders and ours: one disk here
+    bench_disk = DiskWatch(disks)
     try:
         env, run_dir = start_dockerd("bench") if "classic" in stores else ({**os.environ}, run_root)
         host = env.get("DOCKER_HOST", "")
@@ -281,7 +395,7 @@ def main() -> int:
             cenv, crun_dir = start_dockerd("bench-ctrstore", "--containerd-store")
         print(f"bench: building a {args.size} image in {work}", file=sys.stderr)
         ctx = write_context(work / "ctx", size, "/bin/busybox",
-                            small_files=200 if args.small else None, recipe=args.recipe)
+                            small_files=200 if args.small else None, recipe=args.recipe, layers=args.layers)
         for e in ([env] if "classic" in stores else []) + ([cenv] if "containerd" in stores else []):
             subprocess.run(["docker", "build", "-q", "--network", "none", "-t", REF, str(ctx)], env=e,
                            check=True, capture_output=True)
@@ -338,12 +452,15 @@ def main() -> int:
             presents.update({"export": image_present, "verify": image_present, "push": image_present})
             if "import" in groups:
                 cases += [
-                    Case("import", "docker load -i plain.tar", False, image_absent,
-                         lambda: ["docker", "load", "-q", "-i", str(art / "plain.tar")]),
-                    Case("import", "zstd -dc | docker load", False, image_absent,
-                         lambda: sh(f"zstd -dcq {art}/plain.tar.zst | docker load -q")),
-                    Case("import", "bundle-import --verify", True, image_absent,
-                         lambda: [PY, "-m", "importer", str(bundle_dir), "--verify", "--no-receipt", "-q"]),
+                    Case(imp, "docker load -i plain.tar", False, image_absent,
+                         lambda: ["docker", "load", "-q", "-i", str(art / "plain.tar")],
+                         inputs=lambda: [art / "plain.tar"]),
+                    Case(imp, "zstd -dc | docker load", False, image_absent,
+                         lambda: sh(f"zstd -dcq {art}/plain.tar.zst | docker load -q"),
+                         inputs=lambda: [art / "plain.tar.zst"]),
+                    Case(imp, "bundle-import --verify", True, image_absent,
+                         lambda: [PY, "-m", "importer", str(bundle_dir), "--verify", "--no-receipt", "-q"],
+                         inputs=lambda: [bundle_dir]),
                 ]
             if "import" in groups and "pull" in groups and shutil.which("docker-registry"):
                 # probe for the loopback-registry load path: `docker pull` of uncompressed layers
@@ -356,7 +473,7 @@ def main() -> int:
                 push_uncompressed(art / "plain.tar", work / "raw", pulled[0])
                 shutil.rmtree(work / "raw")
                 cases.insert(len(cases) - 1, Case(
-                    "import", "docker pull (loopback registry, uncompressed)", False, image_absent,
+                    imp, "docker pull (loopback registry, uncompressed)", False, image_absent,
                     lambda: ["docker", "pull", "-q", pulled[0]]))
             if "verify" in groups:
                 cases += [
@@ -424,12 +541,12 @@ def main() -> int:
                            stdout=subprocess.DEVNULL)
             if "import" in groups:
                 cases += [
-                    Case(CTR_IMPORT, "docker load -i plain.tar", False, cimage_absent,
+                    Case(cimp, "docker load -i plain.tar", False, cimage_absent,
                          lambda: ["docker", "load", "-q", "-i", str(cart / "plain.tar")], env=cenv,
-                         run_dir=crun_dir),
-                    Case(CTR_IMPORT, "bundle-import --verify", True, cimage_absent,
+                         run_dir=crun_dir, inputs=lambda: [cart / "plain.tar"]),
+                    Case(cimp, "bundle-import --verify", True, cimage_absent,
                          lambda: [PY, "-m", "importer", str(cart / "b"), "--verify", "--no-receipt", "-q"],
-                         env=cenv, run_dir=crun_dir),
+                         env=cenv, run_dir=crun_dir, inputs=lambda: [cart / "b"]),
                 ]
         # warm the page cache once so verify compares hashing, not the first read
         for bundle in warm:
@@ -438,17 +555,21 @@ def main() -> int:
             for case in cases:  # alternating: every case once per round
                 if case.group in presents:
                     presents[case.group]()
-                sample = measure(case, env, run_dir)
+                sample = measure(case, env, run_dir, disks=disks, cold=cold if case.group in (imp, cimp) else None)
                 case.samples.append(sample)
                 print(f"bench: round {r + 1}/{args.runs} {case.group:7} {case.name:32} {sample.wall:7.1f}s "
                       f"cpu {sample.cpu:6.1f}s engine {sample.engine_cpu:6.1f}s io-stall {sample.io_stall:6.1f}s "
-                      f"rss {sample.maxrss_kib / 1024:6.0f} MiB", file=sys.stderr)
+                      f"rss {sample.maxrss_kib / 1024:6.0f} MiB read {sample.read_bytes >> 20} MiB "
+                      f"temp disk {max(0, sample.disk_peak - max(0, sample.disk_end)) >> 20} MiB", file=sys.stderr)
         rows = [fmt_row(c) for c in cases]
         meta: dict[str, object] = {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "image_bytes": int(image["Size"]),
             "layers": len(image["RootFS"]["Layers"]), "runs": args.runs, "recipe": args.recipe, "machine": machine(),
-            "stores": sorted(stores),
+            "stores": sorted(stores), "layers_asked": args.layers,
+            "cold_memory": cold.limit if cold else None,
+            # the whole bench's peak disk use above its start (the context, both engines, the artifacts)
+            "bench_disk_peak_bytes": bench_disk.peak - bench_disk.start,
         }
         if "containerd" in stores:  # the same build there: its layers as that store keeps them (gzip)
             meta["image_bytes_containerd"] = int(cimage["Size"])
@@ -457,11 +578,15 @@ def main() -> int:
         print(table)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         stem = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M") + f"-{args.size}" + (
-            "" if args.recipe == "mixed" else f"-{args.recipe}")
+            "" if args.recipe == "mixed" else f"-{args.recipe}") + (
+            "" if args.layers is None else f"-{args.layers}layers") + ("-cold" if cold else "")
         (Path(args.out) / f"{stem}.md").write_text(table)
         (Path(args.out) / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
         print(f"bench: results in {Path(args.out) / stem}.md", file=sys.stderr)
     finally:
+        bench_disk.stop()
+        if cold:
+            cold.close()
         for name in registries:
             subprocess.run(["bash", str(scripts / "registry.sh"), "purge", name], capture_output=True)
         for name in daemons:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.coldcache import MemoryCgroup, _own_memory_cgroup, evict
+from bench.recipe import write_context
 from tests.kit import engines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,26 +22,46 @@ def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
     for tool in ("dockerd", "skopeo", "zstd", "sha256sum", "docker-registry"):
         engines.require(tool)
     engines.require_trixie_docker()  # the containerd-store rows
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small",
-                           "--only", "export,import,pull,verify", "--work", str(tmp_path / "work")],
+    # the issue 44 options in the same run (one engine-backed run for the suite): 6 layers, and the
+    # imports cold (inputs evicted, each import in a memory cgroup; root and a memory cgroup needed)
+    if _own_memory_cgroup() is None or os.geteuid() != 0:
+        engines.unavailable("bench --cold needs root and a memory cgroup")
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small", "--layers", "6", "--cold",
+                           "--cold-memory", "160M", "--only", "export,import,pull,verify",
+                           "--work", str(tmp_path / "work")],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout
+    assert "(6 layers)" in table and "each import in a memory cgroup of 160 MiB" in table, table
+    assert "| read MiB | temp disk MiB | output MiB | ours/peer |" in table, table
     for case in ("docker save -o", "bundle export", "docker load -i plain.tar", "bundle-import --verify",
                  "sha256sum -c SHA256SUMS", "bundle-import --verify-only", "skopeo copy",
                  "docker pull (loopback registry, uncompressed)"):
         assert case in table, case
     # both Docker image stores in one run: the containerd store's rows, each ours/peer ratio named
-    rows = [line for line in table.splitlines() if "(containerd store)" in line]
+    rows = [line for line in table.splitlines() if "(containerd store" in line]
     assert any("| **bundle export (content store)** |" in r for r in rows), rows
     assert any("| **bundle export (via docker save)** |" in r for r in rows), rows
     save = next(r for r in rows if r.startswith("| export (containerd store) | docker save -o |"))
     assert "x (content store), " in save and "x (via docker save) |" in save, save
-    load = next(r for r in rows if r.startswith("| import (containerd store) | docker load -i plain.tar |"))
+    load = next(r for r in rows if r.startswith("| import (containerd store, cold) | docker load -i plain.tar |"))
     assert load.rstrip(" |").endswith("x"), load
     assert "ours/peer" in table
     results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
     assert results.read_text().strip() == table.strip()
+    assert results.name.endswith("-48M-6layers-cold.md"), results
+    data = json.loads(results.with_suffix(".json").read_text())
+    assert data["meta"]["layers"] == data["meta"]["layers_containerd"] == 6, data["meta"]
+    for row in data["rows"]:
+        assert row["temp_disk_bytes"] >= 0 and row["disk_peak_bytes"] >= 0, row
+    # cold: every byte of each import's input came from the disk (evicted first), none from memory
+    cold = {(r["group"], r["case"]): r["read_bytes_median"] for r in data["rows"] if "cold" in r["group"]}
+    bundles = {"import (cold)": tmp_path / "work" / "artifacts" / "b",
+               "import (containerd store, cold)": tmp_path / "work" / "cartifacts" / "b"}
+    for group, bundle in bundles.items():
+        size = sum(p.stat().st_size for p in bundle.rglob("*") if p.is_file())
+        assert cold[(group, "bundle-import --verify")] >= size, (group, cold, size)
+        assert cold[(group, "docker load -i plain.tar")] >= (bundle.parent / "plain.tar").stat().st_size, cold
 
 
 @pytest.mark.engine
@@ -76,3 +99,58 @@ def test_bench_files_small_mode_measures_export_parts_and_import(tmp_path: Path)
     assert results.read_text().strip() == table.strip()
     assert json.loads(results.with_suffix(".json").read_text())["meta"]["size_bytes"] == 16 << 20
     assert list(tmp_path.iterdir()) == []  # the source, bundle, parts and imported copy are gone
+
+
+def test_recipe_spreads_the_mix_over_the_layers_asked(tmp_path: Path) -> None:
+    """--layers N: busybox and N-1 equal slices of the mix, each its own COPY (one layer) and blob."""
+    busybox = tmp_path / "busybox"
+    busybox.write_bytes(b"\x7fELF" + bytes(100))
+    total = 6 << 20
+    ctx = write_context(tmp_path / "mixed", total, str(busybox), small_files=40, layers=5)
+    lines = (ctx / "Dockerfile").read_text().splitlines()
+    assert lines == ["FROM scratch", "COPY busybox /bin/busybox",
+                     *[f"COPY l{k:03d} /data/l{k:03d}" for k in range(4)]], lines
+    randoms = [(ctx / f"l{k:03d}" / "random.bin").read_bytes() for k in range(4)]
+    assert {len(r) for r in randoms} == {total // 3 // 4} and len(set(randoms)) == 4  # no two layers alike
+    for k in range(4):
+        assert len(list((ctx / f"l{k:03d}" / "small").rglob("*.txt"))) == 10
+        lib = sum(p.stat().st_size for p in (ctx / f"l{k:03d}" / "lib").rglob("*") if p.is_file())
+        assert total // 2 // 4 - (1 << 20) <= lib <= total // 2 // 4 + (1 << 20), lib
+    ctx = write_context(tmp_path / "inc", total, str(busybox), recipe="incompressible", layers=3)
+    assert len((ctx / "Dockerfile").read_text().splitlines()) == 4
+    assert (ctx / "l001" / "random.bin").stat().st_size == total * 7 // 8 // 2
+    assert not (ctx / "l001" / "small").exists()
+    # left out: the 4 layers of the earlier tables, unchanged
+    ctx = write_context(tmp_path / "plain", total, str(busybox), small_files=10)
+    assert (ctx / "Dockerfile").read_text() == ("FROM scratch\nCOPY busybox /bin/busybox\nCOPY random.bin "
+                                                "/data/random.bin\nCOPY lib /data/lib\nCOPY small /data/small\n")
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        write_context(tmp_path / "one", total, str(busybox), layers=1)
+
+
+def test_cold_reads_come_from_disk_twice_in_the_memory_cgroup(tmp_path: Path) -> None:
+    """bench/coldcache.py: evicted, a file is read from disk once; read twice inside a memory cgroup
+    smaller than the file, twice (the bundle larger than the page cache, at 32 MiB)."""
+    if _own_memory_cgroup() is None or os.geteuid() != 0:
+        engines.unavailable("bench --cold needs root and a memory cgroup")
+    data = tmp_path / "bundle.bin"
+    data.write_bytes(os.urandom(32 << 20))
+    twice = ["sh", "-c", 'cat "$0" >/dev/null && cat "$0" >/dev/null', str(data)]
+
+    def read_bytes(argv: list[str]) -> int:
+        proc = subprocess.Popen(argv)
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return usage.ru_inblock * 512
+
+    assert evict([tmp_path]) == 32 << 20
+    once = read_bytes(twice)  # the second read from the page cache the first one filled
+    assert 32 << 20 <= once < 40 << 20, once
+    assert read_bytes(twice) < 1 << 20  # warm: nothing from disk
+    cgroup = MemoryCgroup(12 << 20)
+    try:
+        evict([data])
+        assert read_bytes(cgroup.wrap(twice)) >= 60 << 20  # both reads from disk
+    finally:
+        cgroup.close()
+    assert not cgroup.path.exists()
