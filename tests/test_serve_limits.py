@@ -245,6 +245,44 @@ def test_the_access_log_and_the_total_count_each_request_of_a_keep_alive_connect
     assert (requests, total) == (len(paths), sum(n for _, n in sent)), log
 
 
+def test_a_stop_waits_for_the_access_line_of_a_request_answered_as_it_came(
+        made: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race the keep-alive test above lost once under load: the response's last byte is out,
+    the client stops the server, and the connection's thread has not written the access-log line
+    yet. Held there (SNEAKERNET_TEST_HOLD_AT=serve-access, through the stop) for a moment: the stop
+    waits for it, so the log and the total keep the last request."""
+    held = tmp_path / "held"
+    monkeypatch.setenv("SNEAKERNET_TEST_HOLD_AT", "serve-access")
+    monkeypatch.setenv("SNEAKERNET_TEST_HOLD_FILE", str(held))
+    monkeypatch.setenv("SNEAKERNET_TEST_HOLD_SECONDS", "0.5")
+    with serving(pyz(made), made["folder"]) as s:
+        status, _, body = request(s.addr, "GET", "/v2/")
+        assert status == 200
+        assert _wait_for(held.exists)  # answered whole, not yet logged
+        assert s.stop() == 0
+        log = s.stderr()
+    assert f'"GET /v2/" 200 {len(body)} ' in log, log
+    assert shutdown_figures(log)[:2] == (1, len(body)), log
+
+
+def test_a_stop_waits_a_bounded_time_for_a_request_still_in_flight(
+        made: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that is not done when the server is stopped (held 60 s here): the stop waits
+    about 2 s (STOP_GRACE), never for the request, and its line says the request was cut."""
+    held = tmp_path / "held"
+    monkeypatch.setenv("SNEAKERNET_TEST_HOLD_AT", "serve-access")
+    monkeypatch.setenv("SNEAKERNET_TEST_HOLD_FILE", str(held))
+    monkeypatch.setenv("SNEAKERNET_TEST_HOLD_SECONDS", "60")
+    with serving(pyz(made), made["folder"]) as s:
+        assert request(s.addr, "GET", "/v2/")[0] == 200
+        assert _wait_for(held.exists)
+        started = time.monotonic()
+        assert s.stop(timeout=30) == 0
+        assert time.monotonic() - started < 20, "the stop waited for the held request"
+        log = s.stderr()
+    assert "0 request(s), 0 bytes sent, 0 bytes hashed; 1 request(s) still being answered were cut" in log, log
+
+
 @pytest.mark.parametrize("option", [["--idle-timeout", "0"], ["--idle-timeout", "nan"],
                                     ["--max-connections", "0"], ["--max-connections", "100000"],
                                     ["--max-connections-per-client", "0"],

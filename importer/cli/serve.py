@@ -24,7 +24,7 @@ from importer.registry.transcode import (
     transcode,
     zstd_warning,
 )
-from importer.serve.serve import DEFAULT_LISTEN, Catalog, damaged_error, serve_forever, stderr_log
+from importer.serve.serve import DEFAULT_LISTEN, BundleRegistry, Catalog, damaged_error, serve_forever, stderr_log
 from importer.serve.servelimits import (
     CLIENT_SHARE,
     DEFAULT_IDLE_TIMEOUT,
@@ -184,14 +184,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve_forever(server)
     except KeyboardInterrupt as e:  # SIGINT/SIGTERM: the normal way to stop serving
+        cut = settle(server)
         _say(f"{stop_error(e, 'serve').message}; {server.stats.requests} request(s), "
-             f"{server.stats.bytes_sent} bytes sent, {server.stats.bytes_hashed} bytes hashed")
+             f"{server.stats.bytes_sent} bytes sent, {server.stats.bytes_hashed} bytes hashed"
+             + (f"; {cut} request(s) still being answered were cut" if cut else ""))
     finally:
         remove_workdir(workdir)
     error = damaged_error(server, bundle.path)
     if error is not None:
         raise error
     return 0
+
+
+STOP_GRACE = 2.0  # seconds a stop waits for the requests in flight to be answered and logged
+
+
+def settle(server: BundleRegistry) -> int:
+    """At a stop: the requests answered as it came get their access lines and counts before the
+    totals are printed (a connection's thread writes its line after the response's last byte: the
+    client can stop the server before that); one still sending after ``STOP_GRACE`` is cut. A second
+    stop signal waits no longer. Returns the requests cut."""
+    try:
+        return server.stats.settle(STOP_GRACE)
+    except KeyboardInterrupt:
+        return server.stats.in_flight
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -53,6 +53,7 @@ from importer.serve.servelimits import (
     client_key,
     page_params,
 )
+from importer.streams import testhooks
 
 CHUNK = 1024 * 1024
 DEFAULT_LISTEN = "127.0.0.1:5000"
@@ -220,11 +221,32 @@ class Stats:
     bytes_hashed: int = 0  # blob bytes hashed whole (a Range request of a blob hashed before adds none)
     cut: List[str] = field(default_factory=list)  # "digest (what)" of each cut response
     lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0  # requests read whose access line is not written yet
+
+    def __post_init__(self) -> None:
+        self._landed = threading.Condition(self.lock)
 
     def add(self, sent: int) -> None:
         with self.lock:
             self.requests += 1
             self.bytes_sent += sent
+
+    def took_off(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+
+    def landed(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self._landed.notify_all()
+
+    def settle(self, within: float) -> int:
+        """Wait (at most ``within`` seconds) until every request read has its access line and its
+        count: a stop must not lose the request whose last byte the client already has. Returns the
+        requests still in flight (cut by the stop)."""
+        with self.lock:
+            self._landed.wait_for(lambda: self.in_flight <= 0, within)
+            return self.in_flight
 
     def hashed(self, n: int) -> None:
         with self.lock:
@@ -356,6 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
                  refusal: str = SERVE) -> None:
         self._first_deadline = deadline  # the first request head is due then (from the accept), not later
         self._refusal = refusal
+        self._flying = False  # a request line was read; its access line is not written yet
         super().__init__(request, client_address, server)
 
     # --- plumbing ---------------------------------------------------------------------------
@@ -381,7 +404,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         """BaseHTTPRequestHandler's, with a deadline on the whole request head (``--idle-timeout``, also
-        between requests), a shorter request line (414) and a bounded head (431)."""
+        between requests), a shorter request line (414) and a bounded head (431). From its request
+        line to its access line a request is in flight (``Stats.settle``: a stop waits for it)."""
+        try:
+            self._one_request()
+        finally:
+            self._land()
+
+    def _land(self) -> None:
+        if self._flying:
+            self._flying = False
+            self.server.stats.landed()
+
+    def _one_request(self) -> None:
         self._begin()
         self.command, self.path, self.requestline, self.request_version = "", "", "", "HTTP/0.9"
         idle = self.server.limits.idle_timeout
@@ -390,6 +425,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
             self._started = time.monotonic()
+            if self.raw_requestline and not self._flying:
+                self._flying = True
+                self.server.stats.took_off()
             if len(self.raw_requestline) > MAX_REQUEST_LINE:
                 self._reader.end_head(self.server.limits.send_timeout)
                 self.request_version = ""
@@ -434,12 +472,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.log(printable(f"{self.address_string()} {format % args}"))
 
     def _access(self) -> None:
+        testhooks.reached("serve-access", through_stop=True)
         self.server.stats.add(self._sent)
         if self.server.log is not None:
             took = time.monotonic() - self._started
             line = (f"{self.address_string()} \"{self.command} {self.path[:1000]}\" {self._code} "
                     f"{self._sent} {took:.3f}s")
             self.server.log(printable(line + (f" {self._note}" if self._note else "")))
+        self._land()
 
     def _write(self, data: bytes) -> None:
         self.wfile.write(data)

@@ -6,7 +6,8 @@ to ``$SNEAKERNET_TEST_HOLD_FILE`` when it reaches that point and sleeps there (a
 Points: ``verify`` (bytes are being verified), ``load`` (``docker load`` is receiving layer
 bytes), ``loaded`` (the engine holds the staged images; nothing checked or tagged yet),
 ``tagged`` (the first user tag is applied; staging tags not yet dropped), ``files-staged``
-(``--files-to``: one file staged whole, nothing placed yet)."""
+(``--files-to``: one file staged whole, nothing placed yet), ``serve-access`` (``serve``: a
+response sent whole, its access-log line not yet written; held through a stop signal)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ _lock = threading.Lock()
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 
-def reached(point: str) -> None:
+def reached(point: str, *, through_stop: bool = False) -> None:
+    """Hold at ``point`` when the test asked for it; a stop signal ends the hold unless
+    ``through_stop`` (a worker thread a stop must wait for)."""
     if os.environ.get(HOLD_ENV) != point:
         return
     with _lock:
@@ -36,7 +39,7 @@ def reached(point: str) -> None:
         with open(marker, "w") as f:
             f.write(f"{os.getpid()}\n")
     deadline = time.monotonic() + float(os.environ.get("SNEAKERNET_TEST_HOLD_SECONDS", "120"))
-    while time.monotonic() < deadline and not stop_requested():
+    while time.monotonic() < deadline and (through_stop or not stop_requested()):
         time.sleep(0.05)
 
 
