@@ -71,43 +71,43 @@ def make_ca(folder: Path, cn: str = "sneakernet test CA") -> tuple[Path, Any]:
     return folder / "ca.crt", (cert, key)
 
 
-def make_server_cert(folder: Path, ca: Any) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and localhost signed by ``ca`` (cert, key)."""
+def _issue(ca: Any, cn: str, usage: x509.ObjectIdentifier, *extensions: x509.ExtensionType
+           ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A leaf certificate for ``cn`` signed by ``ca`` (valid from yesterday to the day after
+    tomorrow, not a CA, extended key usage ``usage``, plus ``extensions``) and its new key."""
     ca_cert, ca_key = ca
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name("127.0.0.1")).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    crt, pem = folder / "server.crt", folder / "server.key"
+    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+    for ext in extensions:
+        builder = builder.add_extension(ext, critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def _write_pair(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, crt: Path, pem: Path) -> tuple[Path, Path]:
     crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                       serialization.NoEncryption()))
     return crt, pem
 
 
+def make_server_cert(folder: Path, ca: Any) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost signed by ``ca`` (cert, key)."""
+    names = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
+    cert, key = _issue(ca, "127.0.0.1", x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, names,
+                       x509.AuthorityKeyIdentifier.from_issuer_public_key(ca[1].public_key()))
+    return _write_pair(cert, key, folder / "server.crt", folder / "server.key")
+
+
 def make_client_cert(folder: Path, ca: Any, name: str = "client") -> tuple[Path, Path]:
     """A client certificate (``NAME.cert``, ``NAME.key``: containers-certs.d(5) names) signed by ``ca``."""
-    ca_cert, ca_key = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name("sneakernet client")).issuer_name(ca_cert.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert, key = _issue(ca, "sneakernet client", x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH)
     folder.mkdir(parents=True, exist_ok=True)
-    crt, pem = folder / f"{name}.cert", folder / f"{name}.key"
-    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()))
+    crt, pem = _write_pair(cert, key, folder / f"{name}.cert", folder / f"{name}.key")
     pem.chmod(0o600)
     return crt, pem
 

@@ -592,3 +592,36 @@ def test_a_self_signed_folder_or_key_of_another_user_is_refused(made: dict[str, 
     make_self_signed(str(mine), ["localhost"])
     os.chown(mine / "ca.key", nobody, nobody)  # 0600, but theirs: they can read it, and swap it
     _refused(_node_config(made, mine), "serve-tls-unsafe", str(mine / "ca.key"), f"owned by uid {nobody}")
+
+
+def test_a_tls_folder_or_ca_file_that_cannot_be_looked_at_is_one_error(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """--tls-self-signed FOLDER (or bundle tls-cert's) whose stat fails for another reason than
+    absence: one error naming the option, the path, what was expected and found, and what to do."""
+    import errno
+
+    from importer.serve import selfsigned
+    from importer.serve.servetls import ServeTLSError
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    with pytest.raises(ServeTLSError) as e:
+        selfsigned.check_private(str(not_a_folder / "ca"))
+    assert e.value.message == (f"reading --tls-self-signed {not_a_folder / 'ca'}: expected a folder this user can "
+                               "read, found Not a directory"), e.value.message
+    assert "pick another folder" in (e.value.hint or "")
+    folder = tmp_path / "ca"
+    folder.mkdir(mode=0o700)
+    real = os.lstat
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("ca.key"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(selfsigned.os, "lstat", lstat)
+    with pytest.raises(ServeTLSError) as e:
+        selfsigned.check_private(str(folder), using="bundle tls-cert")
+    assert e.value.message == (f"reading bundle tls-cert {folder / 'ca.key'}: expected a readable file, found "
+                               "Permission denied"), e.value.message
+    assert "fix its permissions or remove it" in (e.value.hint or "")

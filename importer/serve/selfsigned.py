@@ -116,6 +116,11 @@ def _refuse(using: str, path: str, found: str, fix: str) -> ServeTLSUnsafe:
                           "trust; docs/security.md)")
 
 
+def _unreadable(using: str, path: str, expected: str, err: OSError, hint: str) -> ServeTLSError:
+    """The folder or CA file ``path`` could not even be looked at (``stat`` failed)."""
+    return ServeTLSError(f"reading {using} {path}: expected {expected}, found {err.strerror or err}", hint=hint)
+
+
 def check_private(folder: str, using: str = "--tls-self-signed") -> None:
     """ServeTLSUnsafe when ``folder`` or its CA files are open to other users (module docstring);
     nothing when ``folder`` does not exist yet (it is made by this user). ``using`` names the folder's
@@ -126,8 +131,8 @@ def check_private(folder: str, using: str = "--tls-self-signed") -> None:
     except FileNotFoundError:
         return
     except OSError as e:
-        raise ServeTLSError(f"reading {using} {folder}: expected a folder this user can read, found "
-                            f"{e.strerror or e}", hint="pick another folder (it keeps the CA for later runs)") from e
+        raise _unreadable(using, folder, "a folder this user can read", e,
+                          "pick another folder (it keeps the CA for later runs)") from e
     if not stat.S_ISDIR(st.st_mode):
         raise ServeTLSError(f"reading {using} {folder}: expected a folder, found another kind of file",
                             hint="pick a folder (it keeps the CA for later runs)")
@@ -143,8 +148,7 @@ def check_private(folder: str, using: str = "--tls-self-signed") -> None:
         except FileNotFoundError:
             continue
         except OSError as e:
-            raise ServeTLSError(f"reading {using} {path}: expected a readable file, found "
-                                f"{e.strerror or e}", hint="fix its permissions or remove it") from e
+            raise _unreadable(using, path, "a readable file", e, "fix its permissions or remove it") from e
         if not stat.S_ISREG(st.st_mode):
             raise _refuse(using, path, "a link or another kind of file, not a regular file",
                           f"replace it with the file itself (or remove {path} and {os.path.join(folder, 'ca.crt')} "
