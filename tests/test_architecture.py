@@ -866,6 +866,41 @@ def test_the_load_route_guard_sees_a_route_of_its_own(tmp_path: Path) -> None:
     assert load_step_uses(rogue) == ["2: engine_run", "3: apply_tags"]
 
 
+#: the routes that load (issue 41 point 1, its last item the registry): each module hands a payload to
+#: load_route and reports no step of its own (ImportResult.ran: load.py and steps.py report them)
+LOAD_ROUTE_MODULES = ("importing.py", "legacy.py", "registry.py")
+
+
+def route_code(path: Path) -> Tuple[bool, List[str]]:
+    """(whether ``path`` calls load_route, ``line: step`` of every step it reports itself)."""
+    calls_route, own = False, []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            calls_route = calls_route or name == "load_route"
+            if name == "ran":
+                own.append(f"{node.lineno}: {ast.unparse(node.args[0]) if node.args else ''}")
+    return calls_route, own
+
+
+@pytest.mark.parametrize("name", LOAD_ROUTE_MODULES)
+def test_every_load_is_the_one_route(name: str) -> None:
+    """schema 3, schemas 1/2 and a registry load through load.py: no route has step code of its own,
+    and the registry's plan is the engines' (less --deep, which a registry cannot do)."""
+    from importer.pipeline.plan import DEEP, IMPORT, LEGACY_IMPORT, REGISTRY, ROUTE_STEPS
+
+    calls_route, own = route_code(REPO / "importer" / "pipeline" / name)
+    assert calls_route and own == [], f"importer/pipeline/{name}: give load_route a payload, report no step"
+    assert ROUTE_STEPS[LEGACY_IMPORT] == ROUTE_STEPS[IMPORT]
+    assert ROUTE_STEPS[REGISTRY] == tuple(s for s in ROUTE_STEPS[IMPORT] if s != DEEP)
+
+
+def test_the_route_guard_sees_steps_of_its_own(tmp_path: Path) -> None:
+    rogue = tmp_path / "rogue.py"
+    rogue.write_text("def route(res, sink):\n    res.ran('push')\n    sink.push()\n    res.ran('read-back')\n")
+    assert route_code(rogue) == (False, ["2: 'push'", "4: 'read-back'"])
+
+
 #: what verifies bytes (hashes, diff_ids, signatures, the verifiers' own passes): importer/verify/'s
 #: business; the pipeline calls the verify room's entry points (verify_or_raise, verify_legacy_or_raise,
 #: verify_unstreamed_layers, images_signed, check_signature, run_deep), never these

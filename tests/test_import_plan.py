@@ -31,7 +31,6 @@ from tests.kit.trustkit import keypair, sign
 REPO = Path(__file__).resolve().parents[1]
 FRONT = ["open", "signature", "schema"]
 CHECK = ["probe", "verify", "read-back", "receipt"]
-PUSH = ["probe", "verify", "push", "read-back", "receipt"]
 LOAD = ["probe", "lock", "preflight", "verify", "staging-load", "read-back", "tag", "drop-stale-staging", "receipt"]
 
 
@@ -49,7 +48,7 @@ def plan_of(*argv: str) -> ImportPlan:
     (["--check-only"], CHECK_ONLY, FRONT + CHECK),
     (["--check-only", "--deep"], CHECK_ONLY, FRONT + CHECK[:3] + ["deep", "receipt"]),
     (["--check-only", "--engine", "registry"], CHECK_ONLY, FRONT + CHECK),
-    (["--engine", "registry"], REGISTRY, FRONT + PUSH),
+    (["--engine", "registry"], REGISTRY, FRONT + LOAD),  # the one load route
     (["--registry", "127.0.0.1:5000/ns", "--engine", "oci"], IMPORT, FRONT + LOAD),  # --engine wins, as make_sink
 ])
 def test_each_mode_is_a_plan_of_steps(argv: List[str], mode: str, steps: List[str]) -> None:

@@ -1,10 +1,12 @@
-"""The one load route (issue 41 point 1): every import into an engine runs these steps, in this
-order, over a :class:`Payload`: what the bundle gives the engine and how the sink loads it. A
+"""The one load route (issue 41 point 1): every import into an engine or a registry runs these
+steps, in this order, over a :class:`Payload`: what the bundle gives the engine and how the sink loads it. A
 schema 3 bundle's images stream as the sink loads OCI images (importer/pipeline/importing.py
 ``BundlePayload``, the ``import`` route); a schema 1/2 bundle's one docker-archive streams into the
 engine's docker-archive loader (importer/pipeline/legacy.py ``ArchivePayload``, the
-``legacy-import`` route). The steps are the plan's (importer/pipeline/plan.py ``ROUTE_STEPS``),
-each reported as it is entered (``ImportResult.ran``):
+``legacy-import`` route); a schema 3 bundle into a registry is pushed by digest, read back by digest
+and only then tagged (importer/pipeline/registry.py ``RegistryPayload``, the ``registry`` route:
+what each step means for a registry is said there). The steps are the plan's
+(importer/pipeline/plan.py ``ROUTE_STEPS``), each reported as it is entered (``ImportResult.ran``):
 
 ``probe`` (the engine answers; what the payload cannot go into is refused before it is asked),
 ``lock`` (one import per engine at a time, importer/pipeline/steps.py ``engine_run``),

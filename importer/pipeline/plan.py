@@ -25,7 +25,7 @@ VERIFY_ONLY = "verify-only"  # verify every byte and stop; no engine
 CHECK_ONLY = "check-only"  # prove the engine already holds each image; changes nothing
 IMPORT = "import"  # a schema 3 bundle into an engine (importer/pipeline/importing.py)
 LEGACY_IMPORT = "legacy-import"  # a schema 1/2 bundle into an engine (importer/pipeline/legacy.py)
-REGISTRY = "registry"  # push into a registry and read back (importer/pipeline/registry.py)
+REGISTRY = "registry"  # push by digest into a registry, read back, then tag (importer/pipeline/registry.py)
 FILES = "files"  # --files-to DIR with --files-only, or a bundle of files alone: no engine (importer/pipeline/files.py)
 MODES = (VERIFY_ONLY, CHECK_ONLY, IMPORT, LEGACY_IMPORT, REGISTRY, FILES)
 
@@ -44,7 +44,10 @@ ROUTE_STEPS: Dict[str, Tuple[str, ...]] = {
              "drop-stale-staging", WRITE_FILES, RECEIPT),
     LEGACY_IMPORT: ("probe", "lock", "preflight", "verify", "staging-load", "read-back", DEEP, "tag",
                     "drop-stale-staging", WRITE_FILES, RECEIPT),
-    REGISTRY: ("probe", "verify", "push", "read-back", WRITE_FILES, RECEIPT),  # probe first: a cheap check
+    # the same load route (importer/pipeline/load.py) over a registry: staging-load pushes by digest (no tag
+    # written); no DEEP (a registry exports nothing again: --deep refused when the arguments are read)
+    REGISTRY: ("probe", "lock", "preflight", "verify", "staging-load", "read-back", "tag", "drop-stale-staging",
+               WRITE_FILES, RECEIPT),
     FILES: ("verify", WRITE_FILES, RECEIPT),
 }
 IMPORT_RECEIPT, CHECK_ONLY_RECEIPT = "import", "check-only"  # the receipt's "kind" (schemas/receipt/)

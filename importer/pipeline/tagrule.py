@@ -27,7 +27,10 @@ class TagConflict(PolicyRejected):
 
 
 def names_the_image(found: EngineImage, image: ImageRecord, image_store: str) -> bool:
-    """Whether the image the engine reports under a tag is the bundle's ``image``."""
+    """Whether the image the engine reports under a tag is the bundle's ``image`` (a tag naming the
+    bundle's own index names it: a registry's tag of a multi-platform image, 3.2)."""
+    if image.index is not None and found.image_id == str(image.index.digest):
+        return True
     predicted = expected_image_id(image_store, image)
     if predicted is not None:
         return found.image_id == predicted

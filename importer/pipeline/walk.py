@@ -27,7 +27,7 @@ from importer.pipeline.plan import (
     ImportPlan,
 )
 from importer.pipeline.registry import import_to_registry
-from importer.sinks import Sink, pushing
+from importer.sinks import Sink
 from importer.verify.bundle import VerifyReport
 from importer.verify.cosign import images_signed
 from importer.verify.opened import verify_legacy_or_raise, verify_or_raise
@@ -155,8 +155,9 @@ def legacy_import(walk: Walk) -> None:
 
 
 def registry_import(walk: Walk) -> None:
-    """Push, read back (a sink that ``pushes``: the plan's mode came from the same arguments as the sink)."""
-    import_to_registry(walk.opened(), pushing(walk.engine()), walk.plan, walk.result, progress=walk.progress)
+    """The load route into a registry: push by digest, read back, tag (pipeline/registry.py)."""
+    import_to_registry(walk.opened(), walk.engine(), walk.plan, walk.result, signature_line=walk.sig().line(),
+                       progress=walk.progress, on_notice=walk.on_notice)
 
 
 def files_route(walk: Walk) -> None:

@@ -176,6 +176,98 @@ def _manifest_bytes(root: BundleRoot, blob: BlobRef, what: str, local: Dict[str,
     return raw, media_type
 
 
+@dataclass
+class PushPlan:
+    """One push, planned before anything is sent (:func:`plan_push`): where every ref goes and what
+    its tag names now (conflicts refused), the manifests' exact bytes, a delta's base found; then
+    filled in by :func:`send_by_digest` (what was missing and sent) and :func:`read_back_all`."""
+
+    root: BundleRoot
+    manifest: BundleManifest
+    refs: List[PushedRef]
+    raw_manifests: Dict[Digest, Tuple[bytes, str]]
+    report: PushReport
+    workers: int
+    local: Dict[str, str]
+    started: float
+    sizes: Dict[Digest, int] = field(default_factory=dict)
+    missing: List[Tuple[str, Digest]] = field(default_factory=list)
+
+    def tag_target(self, manifest_digest: str) -> Optional[Tuple[str, bytes, str]]:
+        """What a tag of the image whose manifest is ``manifest_digest`` names: (digest, its exact
+        bytes, media type): the image's index for a multi-platform image (3.2), else its manifest."""
+        for r in self.refs:
+            if str(r.image.manifest.digest) == manifest_digest:
+                top = top_digest(r.image)
+                raw, media_type = self.raw_manifests[top]
+                return str(top), raw, media_type
+        return None
+
+
+def plan_push(root: BundleRoot, manifest: BundleManifest, client: RegistryClient, *, concurrency: int = 4,
+              move_tags: bool = True, local: Optional[Dict[str, str]] = None) -> PushPlan:
+    """Everything checked before the first byte is sent: every tagged image of ``manifest``
+    (already verified) mapped to its repository, its manifests read (``local``: recompressed for
+    this push, digest -> file), each tag's current manifest (``move_tags=False``: one naming another
+    manifest refused), and a delta's left-out layers found in the registry (exit 9 otherwise)."""
+    started = time.monotonic()
+    report = PushReport(target=str(client.target))
+    refs, report.untagged = plan_refs(manifest, client)
+    if not refs:
+        raise UsageError("pushing: expected at least one image with a name, found only untagged images",
+                         hint="a registry names images by repository:tag; re-export them tagged")
+    local = dict(local or {})
+    raw_manifests = {blob.digest: _manifest_bytes(root, blob, what, local)
+                     for r in refs for blob, what in _manifest_blobs(r.image)}
+    workers = max(1, concurrency)
+    _check_tags(client, refs, workers, move_tags)
+    # a delta: every layer the bundle leaves out is in place or can be mounted, before any upload
+    outside = external_blobs([(r.destination, r.image.name, r.image.layers) for r in refs])
+    if outside:
+        report.delta = plan_external(client, outside, workers=workers)
+    return PushPlan(root, manifest, refs, raw_manifests, report, workers, local, started)
+
+
+def send_by_digest(plan: PushPlan, client: RegistryClient, *, progress: Optional[ProgressFactory] = None,
+                   before_tags: Optional[Callable[[], None]] = None) -> None:
+    """Every blob the registry lacks, then every manifest by its digest, then ``before_tags`` (the
+    carried signatures and SBOMs): no tag is written or moved, so nothing a puller sees changes."""
+    report, refs, workers = plan.report, plan.refs, plan.workers
+    elsewhere = set()
+    if report.delta is not None:
+        mount_external(client, report.delta, workers=workers)
+        elsewhere = {(b.repository, b.layer.digest) for b in report.delta.blobs}
+    plan.sizes, plan.missing = _missing_blobs(client, refs, elsewhere, workers, report)
+    _send_blobs(_opener(plan.root, plan.local), client, plan.missing, plan.sizes, workers, progress, report)
+    if report.delta is not None:
+        report.blobs_present += report.delta.count("present")
+        report.blobs_mounted += report.delta.count("mounted")
+        plan.missing += report.delta.pairs("mounted")
+    _put_manifests(client, refs, plan.raw_manifests)
+    if before_tags is not None:
+        before_tags()
+
+
+def read_back_all(plan: PushPlan, client: RegistryClient, *, by_digest: bool) -> None:
+    """Read every ref back (``by_digest``: the manifest its tag will name, before the tag is
+    written; else the tag itself) into ``plan.report``."""
+    def one(r: PushedRef) -> ReadBack:
+        return read_back(client, r, plan.sizes, by_digest=by_digest)
+
+    for r, rb in zip(plan.refs, _each(plan.workers, one, plan.refs, client.cancel)):
+        r.readback = rb
+    plan.report.refs = plan.refs
+    plan.report.stats = client.stats.to_dict()
+    plan.report.seconds = time.monotonic() - plan.started
+
+
+def settle_statuses(plan: PushPlan) -> None:
+    """Each ref's status once its tag names the image: ``already-present`` (the tag named it
+    before and nothing of it was sent), ``tag-moved`` or ``pushed``."""
+    _settle(plan.refs, plan.missing, plan.report)
+    plan.report.seconds = time.monotonic() - plan.started
+
+
 def push_bundle(
     root: BundleRoot,
     manifest: BundleManifest,
@@ -188,46 +280,17 @@ def push_bundle(
     before_tags: Optional[Callable[[], None]] = None,
 ) -> PushReport:
     """Push every tagged image of ``manifest`` (already verified) from ``root`` to the client's
-    registry. ``move_tags=False`` refuses to move a tag that names another manifest. ``local``:
+    registry (``bundle push``): :func:`plan_push`, :func:`send_by_digest`, the tags, then each tag
+    read back. ``move_tags=False`` refuses to move a tag that names another manifest. ``local``:
     blobs recompressed for this push (digest -> file; ``manifest`` then names them).
-    ``before_tags``: called once every manifest is in by digest and before the first tag."""
-    started = time.monotonic()
-    local = dict(local or {})
-    report = PushReport(target=str(client.target))
-    refs, report.untagged = plan_refs(manifest, client)
-    if not refs:
-        raise UsageError("pushing: expected at least one image with a name, found only untagged images",
-                         hint="a registry names images by repository:tag; re-export them tagged")
-    raw_manifests = {blob.digest: _manifest_bytes(root, blob, what, local)
-                     for r in refs for blob, what in _manifest_blobs(r.image)}
-    workers = max(1, concurrency)
-    _check_tags(client, refs, workers, move_tags)
-
-    # a delta: every layer the bundle leaves out is in place or can be mounted, before any upload
-    outside = external_blobs([(r.destination, r.image.name, r.image.layers) for r in refs])
-    if outside:
-        report.delta = plan_external(client, outside, workers=workers)
-        mount_external(client, report.delta, workers=workers)
-    elsewhere = {(b.repository, b.layer.digest) for b in outside}
-
-    sizes, missing = _missing_blobs(client, refs, elsewhere, workers, report)
-    _send_blobs(_opener(root, local), client, missing, sizes, workers, progress, report)
-    if report.delta is not None:
-        report.blobs_present += report.delta.count("present")
-        report.blobs_mounted += report.delta.count("mounted")
-        missing += report.delta.pairs("mounted")
-    _put_manifests(client, refs, raw_manifests)
-    if before_tags is not None:
-        before_tags()
-    _put_tags(client, refs, raw_manifests, missing, report)
-
-    # read back
-    for r, rb in zip(refs, _each(workers, lambda r: read_back(client, r, sizes), refs, client.cancel)):
-        r.readback = rb
-    report.refs = refs
-    report.stats = client.stats.to_dict()
-    report.seconds = time.monotonic() - started
-    return report
+    ``before_tags``: called once every manifest is in by digest and before the first tag.
+    (``bundle-import --engine registry`` reads back by digest before any tag:
+    importer/pipeline/registry.py.)"""
+    plan = plan_push(root, manifest, client, concurrency=concurrency, move_tags=move_tags, local=local)
+    send_by_digest(plan, client, progress=progress, before_tags=before_tags)
+    _put_tags(client, plan.refs, plan.raw_manifests, plan.missing, plan.report)
+    read_back_all(plan, client, by_digest=False)
+    return plan.report
 
 
 def _check_tags(client: RegistryClient, refs: List[PushedRef], workers: int, move_tags: bool) -> None:
@@ -323,14 +386,17 @@ def _put_tags(client: RegistryClient, refs: List[PushedRef], raw_manifests: Dict
               missing: List[Tuple[str, Digest]], report: PushReport) -> None:
     """The tags, last; each ref's status."""
     for r in refs:
-        want = str(top_digest(r.image))
-        if r.tag_was == want:
-            r.status = "already-present"
-            continue
-        if r.destination.tag:
-            raw, media_type = raw_manifests[top_digest(r.image)]
+        want = top_digest(r.image)
+        if r.tag_was != str(want) and r.destination.tag:
+            raw, media_type = raw_manifests[want]
             client.put_manifest(r.destination.repository, r.destination.tag, raw, media_type)
-        r.status = "tag-moved" if r.tag_was else "pushed"
+    _settle(refs, missing, report)
+
+
+def _settle(refs: List[PushedRef], missing: List[Tuple[str, Digest]], report: PushReport) -> None:
+    for r in refs:
+        want = str(top_digest(r.image))
+        r.status = "already-present" if r.tag_was == want else "tag-moved" if r.tag_was else "pushed"
     if report.blobs_uploaded or report.blobs_mounted:
         for r in refs:
             if r.status == "already-present" and _uses_any(r, missing):
@@ -342,11 +408,12 @@ def _uses_any(r: PushedRef, pairs: List[Tuple[str, Digest]]) -> bool:
     return any(repo == r.destination.repository and d in mine for repo, d in pairs)
 
 
-def read_back(client: RegistryClient, r: PushedRef, sizes: Dict[Digest, int]) -> ReadBack:
-    """Read the tag back: exact manifest bytes, config and diff_ids, every layer present."""
+def read_back(client: RegistryClient, r: PushedRef, sizes: Dict[Digest, int], *, by_digest: bool = False) -> ReadBack:
+    """Read the tag back (``by_digest``: the manifest the tag is to name, by its digest): exact
+    manifest bytes, config and diff_ids, every layer present."""
     rb = ReadBack()
     repo = r.destination.repository
-    reference = r.destination.tag or str(top_digest(r.image))
+    reference = str(top_digest(r.image)) if by_digest or not r.destination.tag else r.destination.tag
     got = client.get_manifest(repo, reference, MAX_MANIFEST)
     if got is None:
         rb.problems.append(f"{r.pullable}: the registry does not have it")

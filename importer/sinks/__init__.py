@@ -19,7 +19,7 @@ from importer.input.tarscan import ArchiveScan
 from importer.streams.commands import FedCommand
 
 if TYPE_CHECKING:  # what a registry's push reports (importer/registry/: no module there imports a sink)
-    from importer.registry.push import PushReport
+    from importer.registry.push import PushPlan, PushReport
     from importer.registry.push_files import FilePush
 
 ProgressFn = Callable[[int], None]
@@ -61,8 +61,9 @@ class SinkCapabilities:
     #: :class:`FileArtifactKeeping`: keeps the files a bundle carries (3.6) as the OCI artifacts
     #: they are, under their refs (the OCI layout)
     takes_file_artifacts: bool = False
-    #: :class:`Pushing`: loads by pushing the whole verified bundle, tags included, and reading every
-    #: tag back (a registry: importer/pipeline/registry.py), in place of ``load`` and ``tag``
+    #: :class:`Pushing`: loads by pushing the verified bundle by digest (no tag written) and reading
+    #: every image back by digest; ``lookup`` and ``tag`` name references in the registry (a registry:
+    #: importer/pipeline/registry.py ``RegistryPayload``), in place of ``load``
     pushes: bool = False
 
 
@@ -146,21 +147,37 @@ class FileArtifactKeeping(Sink, Protocol):
 
 @dataclass
 class PushOutcome:
-    """What a push did: the images under their tags, each read back (``report``), the file
-    artifacts (``files``), and the attached artifacts handed on before the tags (3.5, the
-    receipt's records)."""
+    """One push: the images under their tags, each read back (``report``), the file artifacts
+    (``files``), the attached artifacts handed on before the tags (3.5, the receipt's records), and
+    the plan it runs (``plan``: None for a bundle of files alone)."""
 
     report: PushReport
     files: List[FilePush]
     handed_on: List[Dict[str, object]]
+    plan: Optional[PushPlan] = None
 
 
 class Pushing(Sink, Protocol):
-    def push(self, root: BundleRoot, manifest: BundleManifest, *, move_tags: bool,
-             progress: Optional[ProgressFactory], local: Dict[str, str]) -> PushOutcome:
-        """Push the verified ``manifest``'s images and files from ``root`` (``local``: blobs
-        recompressed into a work folder, by digest), each tag read back; ``move_tags``: a tag on
-        other bytes is moved, not refused."""
+    """A registry's load, in the load route's steps: planned with nothing sent, pushed by digest, read
+    back by digest; then the core ``tag`` (each tag written only now) and the file artifacts."""
+
+    def plan_push(self, root: BundleRoot, manifest: BundleManifest, *, move_tags: bool,
+                  local: Dict[str, str]) -> PushOutcome:
+        """Where the verified ``manifest``'s images and files go from ``root`` (``local``: blobs
+        recompressed into a work folder, by digest), nothing sent; ``move_tags``: a tag on other
+        bytes is to be moved, not refused; a delta's base missing refused (exit 9)."""
+        ...
+
+    def push_by_digest(self, outcome: PushOutcome, progress: Optional[ProgressFactory]) -> None:
+        """Every blob and manifest the registry lacks, by digest, and the carried artifacts: no tag."""
+        ...
+
+    def read_back(self, outcome: PushOutcome) -> None:
+        """Every image read back by digest into ``outcome.report``."""
+        ...
+
+    def push_files(self, root: BundleRoot, outcome: PushOutcome, progress: Optional[ProgressFactory]) -> None:
+        """The file artifacts, each under its tag, read back into ``outcome.files``."""
         ...
 
 
@@ -243,7 +260,7 @@ def pushing(sink: Sink) -> Pushing:
 class SinkBase:
     """The core's defaults: no capabilities, nothing to close, and a core method a sink lacks
     refuses with a UsageError naming the sink. The registry sink loads by pushing
-    (importer/pipeline/registry.py), so it has no lookup, load, tag or remove of its own."""
+    (importer/pipeline/registry.py), so it has no load or remove of its own."""
 
     kind = "engine"
     capabilities = SinkCapabilities()
