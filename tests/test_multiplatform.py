@@ -205,6 +205,11 @@ def test_a_registry_target_gets_the_whole_index(layout: tuple[Path, dict[str, An
                        "--receipt", str(receipt), "-q")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(receipt.read_text())["images"][0]["result"] == "match"
+        # again without --force: the tag names the bundle's own index, which names the image (no conflict)
+        again = run_cli("importer", str(out), "--engine", "registry", "--registry", f"{reg.addr}/site",
+                        "--receipt", str(receipt), "-q")
+        assert again.returncode == 0, again.stderr
+        assert [i["status"] for i in json.loads(receipt.read_text())["images"]] == ["already-present"]
         raw = subprocess.run([engines.require("skopeo"), "--insecure-policy", "inspect", "--raw",
                               "--tls-verify=false", f"docker://{reg.addr}/site/{REF}"],
                              capture_output=True, timeout=120, check=False)
