@@ -394,11 +394,18 @@ def main() -> int:
         if "containerd" in stores:
             cenv, crun_dir = start_dockerd("bench-ctrstore", "--containerd-store")
         print(f"bench: building a {args.size} image in {work}", file=sys.stderr)
+        t_build = time.monotonic()
         ctx = write_context(work / "ctx", size, "/bin/busybox",
                             small_files=200 if args.small else None, recipe=args.recipe, layers=args.layers)
-        for e in ([env] if "classic" in stores else []) + ([cenv] if "containerd" in stores else []):
+        build_s = {"context": time.monotonic() - t_build}  # how long the setup took: the context, each build
+        for name, e in ([("classic", env)] if "classic" in stores else []) + (
+                [("containerd", cenv)] if "containerd" in stores else []):
+            t_build = time.monotonic()
             subprocess.run(["docker", "build", "-q", "--network", "none", "-t", REF, str(ctx)], env=e,
                            check=True, capture_output=True)
+            build_s[name] = time.monotonic() - t_build
+        print("bench: context and builds took " + ", ".join(f"{k} {v:.0f} s" for k, v in build_s.items()),
+              file=sys.stderr)
         shutil.rmtree(ctx)
         level = ["--level", str(args.level)] if args.level is not None else []
         cases: list[Case] = []
@@ -566,7 +573,7 @@ def main() -> int:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "image_bytes": int(image["Size"]),
             "layers": len(image["RootFS"]["Layers"]), "runs": args.runs, "recipe": args.recipe, "machine": machine(),
-            "stores": sorted(stores), "layers_asked": args.layers,
+            "stores": sorted(stores), "layers_asked": args.layers, "setup_seconds": build_s,
             "cold_memory": cold.limit if cold else None,
             # the whole bench's peak disk use above its start (the context, both engines, the artifacts)
             "bench_disk_peak_bytes": bench_disk.peak - bench_disk.start,
