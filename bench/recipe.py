@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib", "/usr/bin", "/usr/share")
+DOCKERFILE = "Dockerfile"
 BLOCK = 16 << 20
 
 
@@ -89,7 +90,7 @@ def _layered(ctx: Path, total_bytes: int, busybox: str, recipe: str, layers: int
         if recipe == "mixed":
             _write_small(d / "small", max(1, n_small // n), seed=k)
         lines.append(f"COPY {d.name} /data/{d.name}")
-    (ctx / "Dockerfile").write_text("\n".join(lines) + "\n")
+    (ctx / DOCKERFILE).write_text("\n".join(lines) + "\n")
     return ctx
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.coldcache import MemoryCgroup, _own_memory_cgroup, evict
-from bench.recipe import write_context
+from bench.recipe import DOCKERFILE, write_context
 from tests.kit import engines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,9 +108,9 @@ def test_recipe_spreads_the_mix_over_the_layers_asked(tmp_path: Path) -> None:
     busybox.write_bytes(b"\x7fELF" + bytes(100))
     total = 6 << 20
     ctx = write_context(tmp_path / "mixed", total, str(busybox), small_files=40, layers=5)
-    lines = (ctx / "Dockerfile").read_text().splitlines()
-    assert lines == ["FROM scratch", "COPY busybox /bin/busybox",
-                     *[f"COPY l{k:03d} /data/l{k:03d}" for k in range(4)]], lines
+    lines = (ctx / DOCKERFILE).read_text().splitlines()
+    assert len(lines) == 6 and lines[1:] == ["COPY busybox /bin/busybox",
+                                             *[f"COPY l{k:03d} /data/l{k:03d}" for k in range(4)]], lines
     randoms = [(ctx / f"l{k:03d}" / "random.bin").read_bytes() for k in range(4)]
     assert {len(r) for r in randoms} == {total // 3 // 4} and len(set(randoms)) == 4  # no two layers alike
     for k in range(4):
@@ -118,13 +118,13 @@ def test_recipe_spreads_the_mix_over_the_layers_asked(tmp_path: Path) -> None:
         lib = sum(p.stat().st_size for p in (ctx / f"l{k:03d}" / "lib").rglob("*") if p.is_file())
         assert total // 2 // 4 - (1 << 20) <= lib <= total // 2 // 4 + (1 << 20), lib
     ctx = write_context(tmp_path / "inc", total, str(busybox), recipe="incompressible", layers=3)
-    assert len((ctx / "Dockerfile").read_text().splitlines()) == 4
+    assert len((ctx / DOCKERFILE).read_text().splitlines()) == 4
     assert (ctx / "l001" / "random.bin").stat().st_size == total * 7 // 8 // 2
     assert not (ctx / "l001" / "small").exists()
     # left out: the 4 layers of the earlier tables, unchanged
     ctx = write_context(tmp_path / "plain", total, str(busybox), small_files=10)
-    assert (ctx / "Dockerfile").read_text() == ("FROM scratch\nCOPY busybox /bin/busybox\nCOPY random.bin "
-                                                "/data/random.bin\nCOPY lib /data/lib\nCOPY small /data/small\n")
+    assert (ctx / DOCKERFILE).read_text().splitlines()[1:] == [
+        "COPY busybox /bin/busybox", "COPY random.bin /data/random.bin", "COPY lib /data/lib", "COPY small /data/small"]
     with pytest.raises(ValueError, match="at least 2 layers"):
         write_context(tmp_path / "one", total, str(busybox), layers=1)
 
