@@ -14,10 +14,11 @@ ratios ours/peer and writes it to bench/results/. Not a test: a tool.
     python3 bench/run.py --size 1G --layers 100 --only export,import               # per-layer costs
     python3 bench/run.py --size 10G --layers 80 --only import --stores containerd --cold --cold-memory 1G
 
-Disk: about 9x SIZE free on the disk of --work and SNEAKERNET_RUN with both stores and every
-group (the build context and dockerd's copy of it, the image in each store, two docker save tars,
-a zstd tar, two bundles, an export's output and dockerd's temp copy for docker save, the pull
-probe's registry), about 5x with one store; the results file records the run's real peak
+Disk (estimated, mixed recipe): about 8x SIZE free on the disk of --work and SNEAKERNET_RUN for
+--only export,import with both stores (the image in each store, two docker save tars, a zstd
+tar, two bundles, an export's output and dockerd's temp copy for docker save; the build context
+and dockerd's copy of it while building), 5.5x with --stores classic, 4x with --stores
+containerd; the pull group adds 2x. The results file records the run's real peak
 (bench_disk_peak_bytes). Every case also records what its process tree read from disk (read
 MiB) and the disk it wrote and removed again (temp disk MiB: the file systems' peak during the
 command above the larger of their use before and after it; every writer on them counts).
