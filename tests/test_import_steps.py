@@ -111,6 +111,7 @@ def test_the_registry_route_refuses_first_tags_last_and_locks(tmp_path: Path) ->
         with FlakyProxy(reg.port, fail_first=1000, fail_match=b"GET /v2/late/", fail_status=404) as proxy:
             proc = _import(first, f"127.0.0.1:{proxy.port}/late", env=env)
         assert proc.returncode == 8 and "error[post-load-mismatch]" in proc.stderr, proc.stderr
+        assert "@sha256:" in proc.stderr and "the registry does not have it" in proc.stderr  # read back by digest
         assert proxy.failed and any(line.startswith("PUT /v2/late/") for line in proxy.lines)
         for image in images:
             repo, tag = image["refs"][0].rsplit(":", 1)

@@ -85,6 +85,8 @@ def checks_from_push(report: PushReport) -> List[ImageCheck]:
                             manifest_digest=first.platform_manifest or first.manifest_digest or None,
                             problems=problems)
         check = check_image(image, found if first.manifest_digest else None, OCI)
+        if not first.manifest_digest and problems:  # nothing read back: say what the registry answered
+            check.detail = "; ".join(problems)
         check.status = "loaded"  # until the tags are written (_settle_checks)
         checks.append(check)
     return checks

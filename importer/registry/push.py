@@ -416,7 +416,8 @@ def read_back(client: RegistryClient, r: PushedRef, sizes: Dict[Digest, int], *,
     reference = str(top_digest(r.image)) if by_digest or not r.destination.tag else r.destination.tag
     got = client.get_manifest(repo, reference, MAX_MANIFEST)
     if got is None:
-        rb.problems.append(f"{r.pullable}: the registry does not have it")
+        named = r.pullable if reference == r.destination.tag else f"{repo}@{reference}"
+        rb.problems.append(f"{named}: the registry does not have it")
         return rb
     raw, _media_type, header_digest = got
     rb.manifest_digest = str(Digest.of_bytes(raw))
