@@ -452,7 +452,8 @@ def main() -> int:
             art = work / "artifacts"
             art.mkdir(exist_ok=True)
             subprocess.run(["docker", "save", "-o", str(art / "plain.tar"), REF], env=env, check=True)
-            subprocess.run(sh(f"zstd -T0 -3 -q -f {art}/plain.tar -o {art}/plain.tar.zst"), check=True)
+            if "import" in groups:  # for `zstd -dc | docker load` only
+                subprocess.run(sh(f"zstd -T0 -3 -q -f {art}/plain.tar -o {art}/plain.tar.zst"), check=True)
             subprocess.run([PY, "-m", "bundle", "export", REF, "-o", str(art / "b"), "-q", "--force", *level],
                            env=env, check=True, stdout=subprocess.DEVNULL)
             bundle_dir = art / "b"
