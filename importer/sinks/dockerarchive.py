@@ -3,25 +3,41 @@
 Every Docker engine since 1.10 loads this layout, whatever its storage driver or image store.
 Layers are decompressed once, straight into the tar stream; each layer's diff_id and size are
 checked as it passes, and a mismatch aborts the stream before the archive is complete, so the
-engine loads nothing.
+engine loads nothing. The next layer is read, hashed and decompressed (:class:`_LayerAhead`, on a
+pool of :data:`LAYERS_AHEAD` threads) while the one before it is sent: an image of many small
+layers does not wait at every layer's start for its first chunk nor at its end for its checks
+(issue 44: a 100-layer image streamed in 1.37 s where the stream of its own engine's ``docker save``
+archive, the same bytes read from a file, took 0.58 s; 1.16 s with the next layer prepared).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import queue
 import tarfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from importer.errors import DigestMismatch
-from importer.format.digest import Digest
+from importer.format.digest import CHUNK, Digest
 from importer.format.limits import MAX_CONFIG
 from importer.format.manifest import ImageRecord, LayerRecord
-from importer.input.layers import copy_stream, open_layer
+from importer.input.layers import ChunkCursor, copy_stream, open_layer
 from importer.input.opened import BundleRoot, read_bundle_file
 from importer.streams.tarout import begin_member, end_member, member_info, writing_tar
 
 ProgressFn = Callable[[int], None]
+
+#: layers read, checked and decompressed at once: the one being sent and the next
+LAYERS_AHEAD = 2
+#: decompressed chunks a layer may hold ahead of the stream (LAYERS_AHEAD x this x CHUNK in memory)
+CHUNKS_AHEAD = 4
+#: a layer blob larger than this also has its reading and hashing on a thread of its own, beside
+#: its decompression (importer/input/layers.py ReadAhead); a smaller one is read by its pool thread
+READ_AHEAD_ABOVE = 4 * CHUNK
+_END = None
 
 
 def archive_manifest(images: Sequence[ImageRecord], *, with_tags: bool,
@@ -81,20 +97,97 @@ def write_docker_archive(
             tar.addfile(member_info(f"{image.config.digest.hex}.json", len(raw)), io.BytesIO(raw))
             written[image.config.digest] = True
         # === layers: decompress once into the stream, checking diff_id and size
-        for i, image, layer in archive_layers(images):
-            what = f"layer {i + 1}/{len(image.layers)} of {image.name}"
-            with open_layer(root, layer, what, read_ahead=True) as reader:
-                begin_member(tar, f"{layer.diff_id.hex}/layer.tar", layer.uncompressed_size)
-                # the member's last chunk goes out only once the layer matched (reader.finish)
-                copy_stream(_Counting(reader, on_bytes), tar.fileobj, layer.uncompressed_size,  # type: ignore[arg-type]
-                            before_last=reader.finish)
-                end_member(tar, layer.uncompressed_size)
+        _write_layers(tar, root, list(archive_layers(images)), on_bytes)
         # === layers the delta leaves out, re-exported from the engine
         paths = splice(tar) if splice is not None else {}
         # === manifest.json last: `docker load` reads the whole archive before it
         raw_manifest = json.dumps(archive_manifest(images, with_tags=with_tags, paths=paths),
                                   separators=(",", ":")).encode()
         tar.addfile(member_info("manifest.json", len(raw_manifest)), io.BytesIO(raw_manifest))
+
+
+def _write_layers(tar: tarfile.TarFile, root: BundleRoot, layers: List[Tuple[int, ImageRecord, LayerRecord]],
+                  on_bytes: Optional[ProgressFn]) -> None:
+    """Each layer decompressed into its member, in order, the next one prepared while one is sent;
+    a member's last chunk goes out only once its layer matched (:meth:`_LayerAhead.finish`)."""
+    if not layers:
+        return
+    started: List[_LayerAhead] = []
+    with ThreadPoolExecutor(max_workers=min(LAYERS_AHEAD, len(layers)), thread_name_prefix="layer ahead") as pool:
+        try:
+            for n, (_, _, layer) in enumerate(layers):
+                while len(started) < min(n + LAYERS_AHEAD, len(layers)):
+                    i, image, ahead_of = layers[len(started)]
+                    started.append(_LayerAhead(root, ahead_of, f"layer {i + 1}/{len(image.layers)} of {image.name}"))
+                    pool.submit(started[-1].run)
+                reader = started[n]
+                begin_member(tar, f"{layer.diff_id.hex}/layer.tar", layer.uncompressed_size)
+                copy_stream(_Counting(reader, on_bytes), tar.fileobj, layer.uncompressed_size,  # type: ignore[arg-type]
+                            before_last=reader.finish)
+                end_member(tar, layer.uncompressed_size)
+        except BaseException:
+            for ahead in started:
+                ahead.stopping.set()
+            for ahead in started:
+                ahead.stop()
+            raise
+
+
+class _LayerAhead(ChunkCursor):
+    """One layer blob read, checked and decompressed by a pool thread (:meth:`run`), up to
+    :data:`CHUNKS_AHEAD` chunks ahead of the stream (a bounded queue: flat memory). :meth:`read`
+    hands its bytes out in order; :meth:`finish` drains the rest and raises what
+    ``LayerReader.finish`` found (digest, size, diff_id), or any error of the read."""
+
+    def __init__(self, root: BundleRoot, layer: LayerRecord, what: str) -> None:
+        self.root, self.layer, self.what = root, layer, what
+        self._queue: queue.Queue[Optional[bytes]] = queue.Queue(maxsize=CHUNKS_AHEAD)
+        self.stopping = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._ended = False
+        self._item, self._pos = b"", 0
+
+    def run(self) -> None:
+        try:
+            layer = self.layer
+            with open_layer(self.root, layer, self.what, read_ahead=layer.size > READ_AHEAD_ABOVE) as reader:
+                while not self.stopping.is_set():
+                    data = reader.read(CHUNK)
+                    if not data:
+                        reader.finish()
+                        break
+                    self._queue.put(data)
+        except BaseException as e:  # raised by the stream's read or finish
+            self._error = e
+        finally:
+            self._queue.put(_END)
+
+    def read(self, n: Optional[int] = -1) -> bytes:
+        if self._pos >= len(self._item) and not self._ended:
+            item = self._queue.get()
+            if item is _END:
+                self._ended = True
+                self._item, self._pos = b"", 0
+                if self._error is not None:
+                    raise self._error
+            else:
+                self._item, self._pos = item, 0
+        return self._take(n)
+
+    def finish(self) -> None:
+        """Every byte was sent but the last chunk: the rest drained (more than the recorded size is
+        the reader's SizeMismatch), the verdict raised."""
+        while not self._ended:
+            self._item, self._pos = b"", 0
+            self.read(CHUNK)
+
+    def stop(self) -> None:
+        """The stream failed: the thread ends at its next chunk (what it queued is taken, so it
+        never blocks); its own error is not raised."""
+        self.stopping.set()
+        while not self._ended:
+            if self._queue.get() is _END:
+                self._ended = True
 
 
 class _Counting:

@@ -54,6 +54,25 @@ def fleet_bundle(root: Path, seed: bytes = b"") -> Path:
 
 
 BIG_REFS = ("big/base:1", "big/app:2")  # big_bundle's images
+MANY_REF = "many/layers:1"  # many_layers_bundle's image
+
+
+def many_layers_bundle(root: Path, layers: int = 12, *, compression: str = "zstd") -> Path:
+    """One image of ``layers`` small layers (a few KiB to 1.5 MiB, the last of more than one
+    1 MiB chunk), as a 100-layer image has them: per-layer costs dominate its streams."""
+    import random
+
+    rng = random.Random(layers)
+    tars = [layer_tar({f"l{n}/data.bin": rng.randbytes(rng.randint(2_000, 300_000))
+                       + b"text " * (250_000 if n == layers - 1 else rng.randint(10, 200_000))})
+            for n in range(layers)]
+    root.mkdir(parents=True)
+    store = BlobStore(str(root), fsync=False)
+    found = read_docker_save(io.BytesIO(docker_save([FakeImage(MANY_REF, tars)])), store, compression=compression)
+    write_bundle(str(root), store, found, {"kind": "test"})
+    return root
+
+
 
 
 def big_bundle(root: Path, *, compression: str = "none", mib: int = 3) -> Path:
