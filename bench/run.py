@@ -175,12 +175,30 @@ class DiskWatch:
         self._stop.set()
 
 
+def tree_hwm(root: int) -> int:
+    """The largest VmHWM (KiB, each process's own peak RSS) in the process tree under ``root``."""
+    best, todo, seen = 0, [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    best = max(best, int(line.split()[1]))
+            for task in os.listdir(f"/proc/{pid}/task"):
+                todo += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return best
+
+
 def measure(case: Case, env: dict[str, str], run_dir: Path, *, disks: list[Path] | None = None,
             cold: MemoryCgroup | None = None) -> Sample:
     """Run ``case`` once. ``disks``: folders whose file systems' use is polled every 0.1 s (after a
     sync before and after: the previous case's writeback is not charged to this one) for the
-    sample's disk_peak and disk_end. ``cold``: the case's inputs are evicted from the page cache
-    first and the command runs in that memory cgroup (bench/coldcache.py)."""
+    sample's disk_peak and disk_end, and with them the process tree's VmHWM (its peak RSS).
+    ``cold``: the case's inputs are evicted from the page cache first and the command runs in that
+    memory cgroup (bench/coldcache.py)."""
     if case.setup:
         case.setup()
     env = case.env or env
@@ -190,17 +208,20 @@ def measure(case: Case, env: dict[str, str], run_dir: Path, *, disks: list[Path]
         if case.inputs:
             evict(case.inputs())
         argv = cold.wrap(argv)
-    disk0 = peak = 0
+    disk0 = peak = hwm = 0
     stop = threading.Event()
     poller = None
+    child: list[int] = []
     if disks:
         os.sync()
         disk0 = peak = disks_used(disks)
 
         def poll() -> None:
-            nonlocal peak
+            nonlocal peak, hwm
             while not stop.wait(0.1):
                 peak = max(peak, disks_used(disks))
+                if child:
+                    hwm = max(hwm, tree_hwm(child[0]))
 
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
@@ -210,6 +231,7 @@ def measure(case: Case, env: dict[str, str], run_dir: Path, *, disks: list[Path]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=case.cwd, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
+    child.append(proc.pid)
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -228,7 +250,9 @@ def measure(case: Case, env: dict[str, str], run_dir: Path, *, disks: list[Path]
     if proc.returncode != 0:
         raise SystemExit(f"bench: {case.group}/{case.name} exited {proc.returncode}: {err.decode()[-2000:]}")
     out = du(case.output()) if case.output else 0
-    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, engine, out_bytes=out,
+    # the polled VmHWM where the command ran past the first poll: wait4's ru_maxrss starts at this
+    # process's own (a child inherits its parent's high-water mark across fork and exec)
+    return Sample(wall, usage.ru_utime + usage.ru_stime, hwm or usage.ru_maxrss, engine, out_bytes=out,
                   io_stall=stall, read_bytes=usage.ru_inblock * 512, disk_peak=max(0, peak - disk0),
                   disk_end=disk1 - disk0)
 
