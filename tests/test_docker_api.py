@@ -194,3 +194,25 @@ def test_the_sinks_small_requests_go_over_the_socket_as_the_cli_would_make_them(
         sink.remove("no/such-image:1")
     assert err.value.returncode == 404 and "no/such-image" in err.value.stderr_tail
     assert sink.lookup("fake/app:2") is not None  # the tag removed, the image kept
+
+
+def test_the_staging_cleanup_lists_only_names_like_its_own(docker_host: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stale-staging cleanup asks the engine for names like ``sneakernet-staging/*`` only
+    (Docker's reference filter): the containerd store computes every image's size for a listing,
+    0.2 s for one image of 100 layers on every import, 0.02 s filtered (issue 44 point 3). The
+    same answer over the socket and through the CLI."""
+    bundle = make_bundle(tmp_path / "b")
+    assert run_cli("importer", str(bundle), "--docker-host", docker_host, "--no-receipt", "--force").returncode == 0
+    staged, other = "sneakernet-staging/0123456789ab:3", "sneakernet-stagingx/y:1"
+    docker(docker_host, "tag", "fake/app:2", staged)
+    docker(docker_host, "tag", "fake/app:2", other)
+    try:
+        for transport in ("api", "cli"):
+            monkeypatch.setenv(TRANSPORT_ENV, transport)
+            sink = DockerSink(docker_host)
+            assert (sink.client.socket is not None) == (transport == "api")
+            assert sink.list_tags("sneakernet-staging/*") == [staged], transport
+            assert {staged, other, "fake/app:2"} <= set(sink.list_tags()), transport
+    finally:
+        docker(docker_host, "image", "rm", staged, other, check=False)

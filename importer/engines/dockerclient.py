@@ -148,13 +148,17 @@ class DockerClient:
             raise api_failed(method, url, status, raw, what=what, hint=_HINT)
         return raw
 
-    def tags(self) -> List[str]:
-        """Every ``repository:tag`` the engine holds."""
+    def tags(self, like: str = "") -> List[str]:
+        """Every ``repository:tag`` the engine holds; ``like``: only those whose name matches that
+        glob (Docker's ``reference`` filter, applied by the engine: the containerd store computes
+        every image's size for a listing, 0.2 s for one image of 100 layers, 0.02 s filtered)."""
         if self.socket is not None:
-            rows = json.loads(self._api_ok("GET", "/images/json", "listing Docker's image tags", (200,)) or b"[]")
+            url = "/images/json" + (f"?{urlencode({'filters': json.dumps({'reference': [like]})})}" if like else "")
+            rows = json.loads(self._api_ok("GET", url, "listing Docker's image tags", (200,)) or b"[]")
             return sorted({str(t) for row in rows or [] for t in (row.get("RepoTags") or [])
                            if t and "<none>" not in str(t)})
-        res = run(self.argv("image", "ls", "--format", "{{.Repository}}:{{.Tag}}"),
+        res = run(self.argv("image", "ls", *(["--filter", f"reference={like}"] if like else []),
+                            "--format", "{{.Repository}}:{{.Tag}}"),
                   what="listing Docker's image tags", timeout=120, hint=_HINT)
         lines = res.stdout.decode("utf-8", "replace").splitlines()
         return [x.strip() for x in lines if x.strip() and "<none>" not in x]

@@ -36,7 +36,8 @@ def find_stale(sink: Sink, exclude: Iterable[str] = ()) -> List[str]:
     if not sink.capabilities.lists_tags:
         return []
     mine = set(exclude)
-    return sorted(ref for ref in tag_listing(sink).list_tags() if is_staging_ref(ref) and ref not in mine)
+    found = tag_listing(sink).list_tags(f"{STAGING_REPO}/*")
+    return sorted(ref for ref in found if is_staging_ref(ref) and ref not in mine)
 
 
 def remove_refs(sink: Sink, refs: Sequence[str]) -> Tuple[List[str], List[str]]:

@@ -123,7 +123,10 @@ class DeltaCompleting(Sink, Protocol):
 
 
 class TagListing(Sink, Protocol):
-    def list_tags(self) -> List[str]: ...
+    def list_tags(self, like: str = "") -> List[str]:
+        """Every ``repository:tag`` the engine holds; ``like`` (a glob such as ``repo/*``): only
+        those names are asked for, where the engine can filter (the caller still checks each)."""
+        ...
 
 
 class Inventorying(Sink, Protocol):

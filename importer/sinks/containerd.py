@@ -197,7 +197,7 @@ class ContainerdSink(SinkBase):
             target = normalize(image_id)
         self.client.run("images", "rm", target, what=f"removing {target} from containerd", timeout=300)
 
-    def list_tags(self) -> List[str]:
+    def list_tags(self, like: str = "") -> List[str]:
         """Every image name in the namespace, in Docker's short form (staging cleanup)."""
         return sorted({familiar(r[0]) for r in self.client.rows()})
 

@@ -193,9 +193,10 @@ class DockerSink(SinkBase):
     def remove(self, image_id: str) -> None:
         self.client.remove(image_id)
 
-    def list_tags(self) -> List[str]:
-        """Every ``repository:tag`` the engine holds (for staging tags left by killed runs)."""
-        return self.client.tags()
+    def list_tags(self, like: str = "") -> List[str]:
+        """Every ``repository:tag`` the engine holds (for staging tags left by killed runs), or
+        those whose name matches ``like`` (the engine's ``reference`` filter)."""
+        return self.client.tags(like)
 
     # === --deep and --inventory
     def reexport(self, found: EngineImage, image: ImageRecord, on_bytes: Optional[ProgressFn]) -> ArchiveScan:

@@ -373,7 +373,7 @@ class OciLayoutSink(SinkBase):
         index["manifests"] = keep
         self._write_index(index)
 
-    def list_tags(self) -> List[str]:
+    def list_tags(self, like: str = "") -> List[str]:
         return sorted({r for r in (self._ref(e) for e in self._index()["manifests"]) if r})
 
     # === --deep and --inventory

@@ -83,7 +83,7 @@ class PodmanSink(SinkBase):
     def remove(self, image_id: str) -> None:
         self.client.remove(image_id)
 
-    def list_tags(self) -> List[str]:
+    def list_tags(self, like: str = "") -> List[str]:
         """Every image name in the store, in Docker's short form (staging cleanup)."""
         return sorted({familiar(n) for n in self.client.names() if "<none>" not in n})
 
