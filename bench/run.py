@@ -348,7 +348,7 @@ def main() -> int:
                     help="groups to run (pull: the docker-pull probe, shown with import; it needs "
                     "room for one more uncompressed copy of the image)")
     ap.add_argument("--small", action="store_true", help="CI mode: 48M, 1 run, results to a temp dir")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--out", default=None, help="results folder (default bench/results; with --small a temp dir)")
     ap.add_argument("--work", default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--level", type=int, default=None, help="zstd level for bundle export")
     ap.add_argument("--recipe", default="mixed", choices=RECIPES,
@@ -371,7 +371,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.small:
         args.size, args.runs = "48M", 1
-        args.out = tempfile.mkdtemp(prefix="sneakernet-bench-results.")
+        args.out = args.out or tempfile.mkdtemp(prefix="sneakernet-bench-results.")
+    args.out = args.out or str(REPO / "bench" / "results")
     groups = set(args.only.split(","))
     stores = set(args.stores.split(","))
     # bytecode as an installed package has it (pip compiles on install): where PYTHONDONTWRITEBYTECODE

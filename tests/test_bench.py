@@ -29,7 +29,7 @@ def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
         engines.unavailable("bench --cold needs root and a memory cgroup")
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--small", "--layers", "3", "--cold",
                            "--cold-memory", "160M", "--only", "export,import,pull,verify",
-                           "--work", str(tmp_path / "work")],
+                           "--work", str(tmp_path / "work"), "--out", str(tmp_path / "results")],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout
@@ -50,7 +50,7 @@ def test_bench_small_mode_writes_a_results_table(tmp_path: Path) -> None:
     assert "ours/peer" in table
     results = Path(proc.stderr.strip().splitlines()[-1].split("results in ", 1)[1])
     assert results.read_text().strip() == table.strip()
-    assert results.name.endswith("-48M-3layers-cold.md"), results
+    assert results.name.endswith("-48M-3layers-cold.md") and results.parent == tmp_path / "results", results
     data = json.loads(results.with_suffix(".json").read_text())
     assert data["meta"]["layers"] == data["meta"]["layers_containerd"] == 3, data["meta"]
     for row in data["rows"]:
