@@ -12,6 +12,7 @@ import os
 import socket
 import ssl
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +160,35 @@ def test_a_registry_answering_500_then_recovering(registry: Registry, bundle: Pa
         out = _push(bundle, f"127.0.0.1:{proxy.port}/flaky2")
         assert proxy.failed == 3
     assert out["ok"] and out["requests"]["retries"] >= 3
+
+
+def _tags(addr: str, repo: str) -> list[str]:
+    """The tags the registry lists for ``repo`` (none when it knows no such repository)."""
+    try:
+        with urllib.request.urlopen(f"http://{addr}/v2/{repo}/tags/list", timeout=30) as r:
+            return list(json.loads(r.read()).get("tags") or [])
+    except urllib.error.HTTPError as e:
+        assert e.code == 404, e
+        return []
+
+
+def test_a_failed_read_back_by_digest_moves_no_tag(registry: Registry, bundle: Path) -> None:
+    """`bundle push` reads every image back by digest before it writes a tag: a registry that
+    answers no manifest GET (404) fails the push (exit 8, naming REPO@DIGEST) with every manifest
+    there by digest and no tag written."""
+    with FlakyProxy(registry.port, fail_first=1000, fail_match=b"GET /v2/lost/", fail_status=404) as proxy:
+        proc = run_cli("bundle", "push", str(bundle), f"127.0.0.1:{proxy.port}/lost", "--concurrency", "1")
+    assert proc.returncode == 8 and "error[post-load-mismatch]" in proc.stderr, proc.stderr
+    images = json.loads((bundle / "bundle.json").read_text())["images"]
+    for image in images:
+        repo = image["refs"][0].rsplit(":", 1)[0]
+        assert f"lost/{repo}@{image['manifest']['digest']}: the registry does not have it" in proc.stderr
+        raw = _manifest_bytes(registry.addr, f"lost/{repo}", image["manifest"]["digest"])  # pushed by digest
+        assert raw == (bundle / "blobs" / "sha256" / image["manifest"]["digest"][7:]).read_bytes()
+        assert _tags(registry.addr, f"lost/{repo}") == []  # never tagged
+    assert "no tag was written or moved" in proc.stderr
+    assert not [line for line in proxy.lines if line.startswith("PUT /v2/lost/") and "/manifests/sha256:" not in line
+                and "/blobs/" not in line]  # no tag PUT reached the registry
 
 
 def test_a_4xx_is_not_retried(registry: Registry, bundle: Path) -> None:

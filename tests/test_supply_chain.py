@@ -347,6 +347,26 @@ def test_push_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[st
     assert registry["app"]["digest"] in verified.stdout
 
 
+def test_a_signature_the_registry_lost_is_a_mismatch_and_no_tag_is_written(
+        bundles: dict[str, Path], registry: dict[str, Any], mirror: Registry) -> None:
+    """Each carried artifact is read back by digest before the image tags: a signature the
+    registry does not give back (404 on its digest) fails `bundle push` and the registry import
+    (exit 8, naming REPO@DIGEST), and neither writes the image's tag."""
+    sig = registry["app_sig"]["digest"]
+    for namespace, argv in (("lostsig", ("bundle", "push", str(bundles["app"]))),
+                            ("lostsig-import", ("importer", str(bundles["app"]), "--engine", "registry", "--no-receipt",
+                                                "-q", "--registry"))):
+        with FlakyProxy(mirror.port, fail_first=10, fail_match=f"GET /v2/{namespace}/sn/app/manifests/{sig}".encode(),
+                        fail_status=404) as proxy:
+            proc = run_cli(*argv, f"127.0.0.1:{proxy.port}/{namespace}")
+            assert proxy.failed == 1, proxy.lines
+        assert proc.returncode == 8 and error_id(proc.stderr) == "post-load-mismatch", proc.stderr
+        assert f"{namespace}/sn/app@{sig} (signature sha256-" in proc.stderr
+        assert "the registry does not have it" in proc.stderr
+        status, body, _ = _get(mirror.addr, f"/v2/{namespace}/sn/app/tags/list")
+        assert status == 200 and "1" not in json.loads(body)["tags"], body  # only the artifacts' derived tags
+
+
 def test_import_into_a_registry_hands_the_artifacts_on(bundles: dict[str, Path], registry: dict[str, Any],
                                                        keys: dict[str, Any], mirror: Registry, tmp_path: Path) -> None:
     receipt = tmp_path / "receipt.json"
@@ -745,31 +765,38 @@ def test_serve_says_what_recompression_does_to_signatures(registry: dict[str, An
 
 def test_the_image_tags_are_written_after_every_artifact(bundles: dict[str, Path], registry: dict[str, Any],
                                                         mirror: Registry) -> None:
-    """The push writes manifests by digest, then the artifacts (their derived tags), then the
-    image tags, and reads the tags back after that: the order of the registry's manifest PUTs."""
+    """The push writes manifests by digest, then the artifacts (their derived tags), reads every
+    image and artifact back by digest, and only then writes the image tags: the order of the
+    registry's manifest PUTs and GETs."""
     from importer.format.manifest import load_bundle_manifest
     from importer.registry.client import RegistryClient, parse_target
     from importer.registry.push import push_bundle
-    from importer.registry.push_artifacts import push_artifacts
 
-    puts: list[str] = []
+    calls: list[str] = []
 
     class Recording(RegistryClient):
         def put_manifest(self, repo: str, reference: str, raw: bytes, media_type: str) -> Any:
-            puts.append(reference)
+            calls.append(reference)
             return super().put_manifest(repo, reference, raw, media_type)
+
+        def get_manifest(self, repo: str, reference: str, limit: int) -> Any:
+            calls.append("GET " + reference)
+            return super().get_manifest(repo, reference, limit)
 
     root = str(bundles["app"])
     manifest = load_bundle_manifest((bundles["app"] / "bundle.json").read_bytes())
+    handed_on: list[dict[str, Any]] = []
     with Recording(parse_target(f"{mirror.addr}/ordered")) as client:
         client.ping()
-        report = push_bundle(root, manifest, client,
-                             before_tags=lambda: puts.append("artifacts:" + str(len(push_artifacts(root, manifest,
-                                                                                                   client)))))
-    assert report.ok
+        report = push_bundle(root, manifest, client, handed_on=handed_on)
+    assert report.ok and len(handed_on) == 3
     hexd = registry["app"]["digest"][7:]
+    puts = [c for c in calls if not c.startswith("GET ")]
     assert puts == [registry["app"]["digest"], f"sha256-{hexd}.sig", registry["sbom"]["digest"], f"sha256-{hexd}",
-                    "artifacts:3", "1"], puts
+                    "1"], calls
+    got = calls[calls.index(f"sha256-{hexd}") + 1:calls.index("1")]  # between the last artifact and the tag
+    assert got[0] == "GET " + registry["app"]["digest"] and sorted(got[1:]) == sorted(
+        "GET " + h["digest"] for h in handed_on), calls  # the image and every artifact read back by digest
 
 
 # ------------------------------------------- the bundle's own index.json names its artifacts (issue 42)

@@ -52,7 +52,7 @@ from importer.pipeline.load import Notice, load_route
 from importer.pipeline.plan import ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import PreflightReport
-from importer.registry.push import PushedRef, PushReport, settle_statuses
+from importer.registry.push import NO_TAG_MOVED, PushedRef, PushReport, settle_statuses
 from importer.registry.transcode import (
     Transcoded,
     has_zstd,
@@ -107,8 +107,7 @@ class RegistryPayload:
     """A schema 3 bundle's images and files for a registry (see the module doc): pushed by digest,
     read back by digest, tagged by the route's ``tag`` step, the file artifacts after the tags."""
 
-    mismatch_hint = ("no tag was written or moved: each names what it named before; push again (blobs "
-                     "already there are skipped); report this with the receipt if it persists")
+    mismatch_hint = NO_TAG_MOVED
 
     def __init__(self, bundle: OpenedBundle, plan: ImportPlan, signature_line: str) -> None:
         self.bundle, self.plan, self.signature_line = bundle, plan, signature_line

@@ -2,13 +2,15 @@
 
 A delta bundle first has every layer it leaves out found in the registry (importer/registry/delta.py:
 HEAD, else a repository to mount it from; none anywhere: exit 9, nothing pushed), then mounted.
-Order: every blob the registry lacks (HEAD each; a blob shared by several repositories is
-uploaded once and mounted into the others), then each manifest by its digest with its exact
-bytes and media type, then what the caller hands on before the tags (``before_tags``: the
-carried signatures and SBOMs, importer/registry/push_artifacts.py), then the tags (last: a tag
-never names an incomplete image, and nothing pushed after it can move it), then read back every
-tag: the manifest's bytes must hash to the bundle's manifest digest, the config must
-be the bundle's config (its diff_ids too), and every layer must be there with its size."""
+Order (``bundle push`` and ``bundle-import --engine registry`` alike, the phases below): every blob
+the registry lacks (HEAD each; a blob shared by several repositories is uploaded once and mounted
+into the others), then each manifest by its digest with its exact bytes and media type, then the
+carried signatures and SBOMs (3.5, importer/registry/push_artifacts.py), all with no tag written;
+then every image read back by digest (the manifest's bytes must hash to the bundle's manifest
+digest, the config must be the bundle's config, its diff_ids too, and every layer must be there
+with its size) and every carried artifact's manifest by its digest: a mismatch (exit 8) leaves
+every tag where it was; only then each tag, written with the bytes read back and HEAD again
+(:func:`write_tag`: it must name that digest)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Set, Tuple
 
-from importer.errors import DigestMismatch, PolicyRejected, UsageError
+from importer.errors import DigestMismatch, PolicyRejected, PostLoadMismatch, UsageError
 from importer.format.digest import Digest
 from importer.format.limits import MAX_CONFIG, MAX_MANIFEST
 from importer.format.manifest import BlobRef, BundleManifest, ImageRecord
 from importer.input.opened import BundleRoot, open_bundle_file, read_bundle_file
 from importer.registry.client import Destination, RegistryClient, map_ref
 from importer.registry.delta import DeltaPlan, external_blobs, mount_external, plan_external
+from importer.registry.push_artifacts import push_artifacts, read_back_artifacts
 from importer.streams.threads import each as _each
 
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -180,7 +183,8 @@ def _manifest_bytes(root: BundleRoot, blob: BlobRef, what: str, local: Dict[str,
 class PushPlan:
     """One push, planned before anything is sent (:func:`plan_push`): where every ref goes and what
     its tag names now (conflicts refused), the manifests' exact bytes, a delta's base found; then
-    filled in by :func:`send_by_digest` (what was missing and sent) and :func:`read_back_all`."""
+    filled in by :func:`send_by_digest` (what was missing and sent, the carried artifacts handed on)
+    and :func:`read_back_all`."""
 
     root: BundleRoot
     manifest: BundleManifest
@@ -192,6 +196,8 @@ class PushPlan:
     started: float
     sizes: Dict[Digest, int] = field(default_factory=dict)
     missing: List[Tuple[str, Digest]] = field(default_factory=list)
+    #: the carried signatures and SBOMs (3.5) pushed by :func:`send_by_digest`: the receipt's records
+    handed_on: List[Dict[str, Any]] = field(default_factory=list)
 
     def tag_target(self, manifest_digest: str) -> Optional[Tuple[str, bytes, str]]:
         """What a tag of the image whose manifest is ``manifest_digest`` names: (digest, its exact
@@ -228,10 +234,10 @@ def plan_push(root: BundleRoot, manifest: BundleManifest, client: RegistryClient
     return PushPlan(root, manifest, refs, raw_manifests, report, workers, local, started)
 
 
-def send_by_digest(plan: PushPlan, client: RegistryClient, *, progress: Optional[ProgressFactory] = None,
-                   before_tags: Optional[Callable[[], None]] = None) -> None:
-    """Every blob the registry lacks, then every manifest by its digest, then ``before_tags`` (the
-    carried signatures and SBOMs): no tag is written or moved, so nothing a puller sees changes."""
+def send_by_digest(plan: PushPlan, client: RegistryClient, *, progress: Optional[ProgressFactory] = None) -> None:
+    """Every blob the registry lacks, then every manifest by its digest, then the carried signatures
+    and SBOMs (3.5, into ``plan.handed_on``): no image tag is written or moved, so nothing a puller
+    sees changes."""
     report, refs, workers = plan.report, plan.refs, plan.workers
     elsewhere = set()
     if report.delta is not None:
@@ -244,18 +250,22 @@ def send_by_digest(plan: PushPlan, client: RegistryClient, *, progress: Optional
         report.blobs_mounted += report.delta.count("mounted")
         plan.missing += report.delta.pairs("mounted")
     _put_manifests(client, refs, plan.raw_manifests)
-    if before_tags is not None:
-        before_tags()
+    plan.handed_on.extend(push_artifacts(plan.root, plan.manifest, client))
 
 
 def read_back_all(plan: PushPlan, client: RegistryClient, *, by_digest: bool) -> None:
     """Read every ref back (``by_digest``: the manifest its tag will name, before the tag is
-    written; else the tag itself) into ``plan.report``."""
+    written; else the tag itself) into ``plan.report``, and every carried artifact handed on by its
+    digest: one the registry lacks is a problem of the first ref of its image in that repository."""
     def one(r: PushedRef) -> ReadBack:
         return read_back(client, r, plan.sizes, by_digest=by_digest)
 
     for r, rb in zip(plan.refs, _each(plan.workers, one, plan.refs, client.cancel)):
         r.readback = rb
+    for image_name, repo, problem in read_back_artifacts(client, plan.handed_on):
+        owner = next((r for r in plan.refs if r.image.name == image_name and r.destination.repository == repo),
+                     plan.refs[0])
+        owner.readback.problems.append(problem)
     plan.report.refs = plan.refs
     plan.report.stats = client.stats.to_dict()
     plan.report.seconds = time.monotonic() - plan.started
@@ -277,20 +287,56 @@ def push_bundle(
     move_tags: bool = True,
     progress: Optional[ProgressFactory] = None,
     local: Optional[Dict[str, str]] = None,
-    before_tags: Optional[Callable[[], None]] = None,
+    handed_on: Optional[List[Dict[str, Any]]] = None,
 ) -> PushReport:
     """Push every tagged image of ``manifest`` (already verified) from ``root`` to the client's
-    registry (``bundle push``): :func:`plan_push`, :func:`send_by_digest`, the tags, then each tag
-    read back. ``move_tags=False`` refuses to move a tag that names another manifest. ``local``:
-    blobs recompressed for this push (digest -> file; ``manifest`` then names them).
-    ``before_tags``: called once every manifest is in by digest and before the first tag.
-    (``bundle-import --engine registry`` reads back by digest before any tag:
-    importer/pipeline/registry.py.)"""
+    registry (``bundle push``), in the registry import's order (importer/pipeline/registry.py runs
+    the same phases as the load route's steps): :func:`plan_push`, :func:`send_by_digest`,
+    :func:`read_back_all` by digest (:func:`refuse_read_back`: a mismatch raises, exit 8, with no tag
+    written or moved), then :func:`write_tag` for each tag. ``move_tags=False`` refuses to move a
+    tag that names another manifest. ``local``: blobs recompressed for this push (digest -> file;
+    ``manifest`` then names them). ``handed_on``: extended with the carried artifacts pushed."""
     plan = plan_push(root, manifest, client, concurrency=concurrency, move_tags=move_tags, local=local)
-    send_by_digest(plan, client, progress=progress, before_tags=before_tags)
-    _put_tags(client, plan.refs, plan.raw_manifests, plan.missing, plan.report)
-    read_back_all(plan, client, by_digest=False)
+    if handed_on is not None:
+        plan.handed_on = handed_on
+    send_by_digest(plan, client, progress=progress)
+    read_back_all(plan, client, by_digest=True)
+    refuse_read_back(plan.report)
+    for r in plan.refs:
+        target = plan.tag_target(str(r.image.manifest.digest))
+        if r.destination.tag and target is not None:
+            write_tag(client, r.destination.repository, r.destination.tag, target, r.pullable)
+    settle_statuses(plan)
     return plan.report
+
+
+#: what a mismatch found by digest before any tag means (``bundle push`` and ``--engine registry``)
+NO_TAG_MOVED = ("no tag was written or moved: each names what it named before; push again (blobs already "
+                "there are skipped); report this with the receipt if it persists")
+
+
+def refuse_read_back(report: PushReport) -> None:
+    """Raise (exit 8) when an image or carried artifact read back by digest differs, before any tag."""
+    bad = [f"{r.pullable}: {'; '.join(r.readback.problems)}" for r in report.refs if not r.readback.ok]
+    if bad:
+        raise PostLoadMismatch(
+            f"reading back from {report.target} by digest: expected every pushed image and its signatures and "
+            f"SBOMs to match bundle.json, found {len(bad)} mismatch(es)",
+            context="\n".join(bad), hint=NO_TAG_MOVED)
+
+
+def write_tag(client: RegistryClient, repo: str, tag: str, target: Tuple[str, bytes, str], named: str) -> None:
+    """Write ``repo:tag`` onto ``target`` (digest, exact bytes, media type: what this push sent by
+    digest, :meth:`PushPlan.tag_target`) unless it names it already, then HEAD it: it must name that
+    digest (else exit 8, naming ``named``)."""
+    digest, raw, media_type = target
+    if client.manifest_digest(repo, tag) != digest:
+        client.put_manifest(repo, tag, raw, media_type)
+    found = client.manifest_digest(repo, tag)
+    if found != digest:
+        raise PostLoadMismatch(f"tagging {named}: expected the tag to name {digest}, found {found or 'nothing'}",
+                               hint="every manifest was read back by digest before; push again, and report this "
+                               "with the receipt if it persists")
 
 
 def _check_tags(client: RegistryClient, refs: List[PushedRef], workers: int, move_tags: bool) -> None:
@@ -380,17 +426,6 @@ def _put_manifests(client: RegistryClient, refs: List[PushedRef],
             if client.manifest_digest(r.destination.repository, str(blob.digest)) is None:
                 raw, media_type = raw_manifests[blob.digest]
                 client.put_manifest(r.destination.repository, str(blob.digest), raw, media_type)
-
-
-def _put_tags(client: RegistryClient, refs: List[PushedRef], raw_manifests: Dict[Digest, Tuple[bytes, str]],
-              missing: List[Tuple[str, Digest]], report: PushReport) -> None:
-    """The tags, last; each ref's status."""
-    for r in refs:
-        want = top_digest(r.image)
-        if r.tag_was != str(want) and r.destination.tag:
-            raw, media_type = raw_manifests[want]
-            client.put_manifest(r.destination.repository, r.destination.tag, raw, media_type)
-    _settle(refs, missing, report)
 
 
 def _settle(refs: List[PushedRef], missing: List[Tuple[str, Digest]], report: PushReport) -> None:

@@ -7,17 +7,19 @@ the subject by digest, and the push keeps the image's digest; the name is derive
 record's subject, never taken from bundle.json, format/artifacts.py ``handed_on_reference``) or
 by digest, the ``sha256-<hex>`` fallback index last (a registry with the Referrers API indexes
 the referrers itself; the fallback tag is what clients look up on one without). So ``cosign
-verify --key cosign.pub`` and admission controllers find them in the offline registry."""
+verify --key cosign.pub`` and admission controllers find them in the offline registry. Before the
+image tags each one is read back by its digest (:func:`read_back_artifacts`): one the registry
+lost is a read-back mismatch naming ``REPO@DIGEST``, and no image tag is written."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from importer.errors import DigestMismatch
 from importer.format.artifacts import HANDED_ON, ArtifactRecord, handed_on_reference
 from importer.format.digest import Digest
-from importer.format.limits import MAX_CONFIG
+from importer.format.limits import MAX_CONFIG, MAX_MANIFEST
 from importer.format.manifest import BundleManifest
 from importer.format.mediatypes import OCI_INDEX, OCI_MANIFEST
 from importer.input.opened import BundleRoot, open_bundle_file, read_bundle_file
@@ -71,3 +73,20 @@ def push_record(root: BundleRoot, client: RegistryClient, repo: str, art: Artifa
     raw = _manifest(root, art, what)
     client.put_manifest(repo, reference, raw, _media_type(art, raw))
     return reference
+
+
+def read_back_artifacts(client: RegistryClient, pushed: List[Dict[str, Any]]) -> List[Tuple[str, str, str]]:
+    """Each record :func:`push_artifacts` pushed, read back by its digest (GET: its bytes must hash
+    to it); (image, repository, problem) for each one that differs or is missing."""
+    problems: List[Tuple[str, str, str]] = []
+    for rec in pushed:
+        repo, digest = str(rec["repository"]), str(rec["digest"])
+        what = f"{repo}@{digest} ({rec['kind']} {rec['reference']} of {rec['image']})"
+        got = client.get_manifest(repo, digest, MAX_MANIFEST)
+        if got is None:
+            problems.append((str(rec["image"]), repo, f"{what}: the registry does not have it"))
+            continue
+        found = str(Digest.of_bytes(got[0]))
+        if found != digest:
+            problems.append((str(rec["image"]), repo, f"{what}: expected its bytes to hash to {digest}, found {found}"))
+    return problems

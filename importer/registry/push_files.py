@@ -27,7 +27,7 @@ from importer.format.manifest import BundleManifest
 from importer.input.opened import BundleRoot, open_bundle_file, read_bundle_file
 from importer.registry.client import Destination, RegistryClient, map_ref
 from importer.registry.push import PushReport, RegistryTagConflict, push_bundle
-from importer.registry.push_artifacts import push_artifacts, push_record
+from importer.registry.push_artifacts import push_record
 from importer.streams.progress import close_progress
 
 ProgressFn = Callable[[int], None]
@@ -65,12 +65,14 @@ def push_all(root: BundleRoot, manifest: BundleManifest, client: RegistryClient,
              artifacts: List[Dict[str, Any]]) -> Tuple[PushReport, List[FilePush]]:
     """What ``bundle push`` and ``--engine registry`` both do with a verified bundle: every file
     artifact's tag checked first (nothing sent on a conflict), the images (importer/registry/push.py;
-    the 3.5 signatures and SBOMs handed on before their tags and appended to ``artifacts``), then
-    the file artifacts, each read back. A bundle of files alone pushes no image."""
+    the 3.5 signatures and SBOMs handed on and read back before their tags, appended to ``artifacts``), then
+    the file artifacts, each read back. A bundle of files alone pushes no image. The images go in
+    the registry import's order (:func:`push_bundle`: by digest, read back by digest, then the tags),
+    so a mismatch raises (exit 8) before any tag is written and before any file artifact is sent."""
     planned = plan_file_pushes(manifest, client, move_tags=move_tags)
     if manifest.images:
         report = push_bundle(root, manifest, client, concurrency=concurrency, move_tags=move_tags, progress=progress,
-                             local=local, before_tags=lambda: artifacts.extend(push_artifacts(root, manifest, client)))
+                             local=local, handed_on=artifacts)
     else:
         report = PushReport(target=str(client.target))
     started = time.monotonic()

@@ -15,7 +15,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from importer.engines import EngineImage, EngineInfo
-from importer.errors import PostLoadMismatch, UsageError
+from importer.errors import UsageError
 from importer.format.digest import is_digest
 from importer.format.identity import OCI
 from importer.format.manifest import BundleManifest
@@ -23,8 +23,7 @@ from importer.input.opened import BundleRoot
 from importer.registry.access import RegistryAccess, access_from_args, add_access_arguments
 from importer.registry.client import DEFAULT_CHUNK, RegistryClient, map_ref, parse_target
 from importer.registry.inventory import registry_inventory
-from importer.registry.push import PushPlan, PushReport, plan_push, read_back_all, send_by_digest
-from importer.registry.push_artifacts import push_artifacts
+from importer.registry.push import PushPlan, PushReport, plan_push, read_back_all, send_by_digest, write_tag
 from importer.registry.push_files import plan_file_pushes, push_files
 from importer.registry.transcode import CHOICES, ZSTD_READERS
 from importer.sinks import ProgressFactory, PushOutcome, SinkBase, SinkCapabilities
@@ -80,12 +79,12 @@ class RegistrySink(SinkBase):
         plan = outcome.plan
         if plan is None:
             return
-        send_by_digest(plan, self.client, progress=progress,
-                       before_tags=lambda: outcome.handed_on.extend(push_artifacts(plan.root, plan.manifest,
-                                                                                    self.client)))
+        send_by_digest(plan, self.client, progress=progress)
+        outcome.handed_on.extend(plan.handed_on)
 
     def read_back(self, outcome: PushOutcome) -> None:
-        """Every image read back by digest (the manifest its tags are to name), before any tag."""
+        """Every image read back by digest (the manifest its tags are to name), and every carried
+        signature and SBOM by its digest, before any tag."""
         if outcome.plan is not None:
             read_back_all(outcome.plan, self.client, by_digest=True)
 
@@ -97,18 +96,9 @@ class RegistrySink(SinkBase):
         if target is None:
             raise UsageError(f"tagging {ref} in the registry {self.target}: expected an image this run pushed, "
                              f"found {image_id[:19]}")
-        digest, raw, media_type = target
         dest = map_ref(ref, self.target)
-        if not dest.tag:
-            return
-        if self.client.manifest_digest(dest.repository, dest.tag) != digest:
-            self.client.put_manifest(dest.repository, dest.tag, raw, media_type)
-        found = self.client.manifest_digest(dest.repository, dest.tag)
-        if found != digest:
-            raise PostLoadMismatch(f"tagging {dest.ref(self.target)}: expected the tag to name {digest}, "
-                                   f"found {found or 'nothing'}",
-                                   hint="every manifest was read back by digest before; push again, and report "
-                                   "this with the receipt if it persists")
+        if dest.tag:
+            write_tag(self.client, dest.repository, dest.tag, target, dest.ref(self.target))
 
     def push_files(self, root: BundleRoot, outcome: PushOutcome, progress: Optional[ProgressFactory]) -> None:
         """The file artifacts (3.6), each under its tag, read back (importer/registry/push_files.py)."""
