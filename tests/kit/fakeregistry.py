@@ -76,7 +76,8 @@ class Loopback:
         self.port = int(self._server.server_address[1])
         self.addr = f"127.0.0.1:{self.port}"
         self.url = f"{'https' if tls else 'http'}://{self.addr}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # polled every 0.05 s, not socketserver's 0.5 s: close() (shutdown) waits for the next poll
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     def record(self, req: BaseHTTPRequestHandler) -> None:
