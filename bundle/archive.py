@@ -91,9 +91,9 @@ class PackResult:
 class PartWriter:
     """A write-only stream cut into files of at most ``part_size`` bytes (one file when None),
     each hashed, fsynced and renamed into place when full; the whole stream is hashed too. The
-    hashing runs on threads of their own (importer/streams/hashlane.py: one lane for the whole,
-    one for the parts when split; one file's digest is the whole's), beside the reads and writes;
-    :attr:`parts` and :attr:`digest` are there once :meth:`finish` returned."""
+    hashing runs on a thread of its own (importer/streams/hashlane.py; one file's digest is the
+    whole's: no second hash), beside the reads, the writes and the member hashes; :attr:`parts` and
+    :attr:`digest` are there once :meth:`finish` returned."""
 
     def __init__(self, archive: str, part_size: Optional[int]) -> None:
         self.directory = os.path.dirname(archive)
@@ -102,8 +102,7 @@ class PartWriter:
         self.parts: List[PartRecord] = []
         self.written: List[str] = []
         self.total = 0
-        self._whole = HashLane("archive sha256")
-        self._part_hashes = HashLane("part sha256") if part_size else None
+        self._hashes = HashLane("archive sha256", segments=bool(part_size))
         self._sizes: List[int] = []
         self._digest: Optional[Digest] = None
         self._f: Optional[BinaryIO] = None
@@ -132,8 +131,7 @@ class PartWriter:
         os.replace(self._tmp, os.path.join(self.directory, final))
         self.written.append(final)
         self._sizes.append(self._n)
-        if self._part_hashes is not None:
-            self._part_hashes.cut()
+        self._hashes.cut()
 
     def write(self, data: Any) -> int:
         try:
@@ -152,9 +150,7 @@ class PartWriter:
             room = (self.part_size - self._n) if self.part_size else len(view)
             chunk = view[:room]
             self._f.write(chunk)
-            self._whole.update(chunk)
-            if self._part_hashes is not None:
-                self._part_hashes.update(chunk)
+            self._hashes.update(chunk)
             self._n += len(chunk)
             self.total += len(chunk)
             view = view[len(chunk):]
@@ -175,17 +171,15 @@ class PartWriter:
         except OSError as e:
             name_write_error(e, self.current, any_errno=True)
             raise
-        self._whole.cut()
-        self._digest = Digest("sha256", self._whole.close()[0])
-        digests = self._part_hashes.close() if self._part_hashes is not None else [self._digest.hex]
+        whole, digests = self._hashes.close()
+        self._digest = Digest("sha256", whole)
+        digests = digests if self.part_size else [whole]
         self.parts = [PartRecord(name, n, Digest("sha256", hexdigest))
                       for name, n, hexdigest in zip(self.written, self._sizes, digests)]
         fsync_dir(self.directory)
 
     def abort(self) -> None:
-        self._whole.stop()
-        if self._part_hashes is not None:
-            self._part_hashes.stop()
+        self._hashes.stop()
         if self._f is not None:
             self._f.close()
             self._f = None

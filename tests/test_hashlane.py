@@ -15,7 +15,7 @@ from importer.streams.hashlane import HashLane
 def test_segments_are_the_sha256_of_the_bytes_between_cuts() -> None:
     """Big and small updates (batched), memoryview slices, an empty segment; a buffer the caller
     writes into again after handing it over is hashed as it was (copied: the lane lags behind)."""
-    lane = HashLane("test sha256", depth=2, batch=4096)
+    lane = HashLane("test sha256", segments=True, depth=2, batch=4096)
     buf = bytearray(b"a" * 3000)
     segments: list[bytes] = [b"", b"", b""]
     for data in [b"x" * 10, memoryview(b"y" * 70000)[5:60000], buf, b"", bytes(range(256)) * 40]:
@@ -27,8 +27,15 @@ def test_segments_are_the_sha256_of_the_bytes_between_cuts() -> None:
     lane.update(b"z" * 5)
     segments[2] = b"z" * 5
     lane.cut()
-    lane.update(b"not cut: no digest")
-    assert lane.close() == [hashlib.sha256(s).hexdigest() for s in segments]
+    lane.update(b"not cut: no digest of its own")
+    whole, cut = lane.close()
+    assert cut == [hashlib.sha256(s).hexdigest() for s in segments]
+    assert whole == hashlib.sha256(b"".join(segments) + b"not cut: no digest of its own").hexdigest()
+    plain = HashLane("test sha256")  # no segments: cut() is nothing
+    plain.update(b"abc")
+    plain.cut()
+    plain.update(memoryview(b"def"))
+    assert plain.close() == (hashlib.sha256(b"abcdef").hexdigest(), [])
     assert not [t for t in threading.enumerate() if t.name == "test sha256"]
 
 
