@@ -1,7 +1,8 @@
 """Test-only hold points: with ``SNEAKERNET_TEST_HOLD_AT=<point>`` the importer writes its pid
 to ``$SNEAKERNET_TEST_HOLD_FILE`` when it reaches that point and sleeps there (at most
-``$SNEAKERNET_TEST_HOLD_SECONDS``, default 120), so a test can kill it at an exact step
-(tests/test_interrupt.py). Without the variable every call is a no-op.
+``$SNEAKERNET_TEST_HOLD_SECONDS``, default 120, or until the test removes that file), so a test can
+kill it at an exact step (tests/test_interrupt.py) or look at the engine and then let it go on
+(tests/test_legacy_hostile.py). Without the variable every call is a no-op.
 
 Points: ``verify`` (bytes are being verified), ``load`` (``docker load`` is receiving layer
 bytes), ``loaded`` (the engine holds the staged images; nothing checked or tagged yet),
@@ -40,6 +41,8 @@ def reached(point: str, *, through_stop: bool = False) -> None:
             f.write(f"{os.getpid()}\n")
     deadline = time.monotonic() + float(os.environ.get("SNEAKERNET_TEST_HOLD_SECONDS", "120"))
     while time.monotonic() < deadline and (through_stop or not stop_requested()):
+        if marker and not os.path.exists(marker):  # the test let it go on
+            return
         time.sleep(0.05)
 
 
