@@ -191,6 +191,18 @@ def test_a_failed_read_back_by_digest_moves_no_tag(registry: Registry, bundle: P
                 and "/blobs/" not in line]  # no tag PUT reached the registry
 
 
+def test_a_tag_that_reads_back_wrong_after_its_put_is_a_mismatch(registry: Registry, bundle: Path) -> None:
+    """Each tag is HEAD again after it is written: a registry that does not name the pushed digest
+    under it (404 to every HEAD of that tag) fails the push (exit 8), naming the tag."""
+    with FlakyProxy(registry.port, fail_first=1000, fail_match=b"HEAD /v2/headless/carry/base/manifests/1 ",
+                    fail_status=404) as proxy:
+        proc = run_cli("bundle", "push", str(bundle), f"127.0.0.1:{proxy.port}/headless", "--concurrency", "1")
+    assert proc.returncode == 8 and "error[post-load-mismatch]" in proc.stderr, proc.stderr
+    assert f"tagging 127.0.0.1:{proxy.port}/headless/carry/base:1: expected the tag to name sha256:" in proc.stderr
+    assert "found nothing" in proc.stderr
+    assert any(line.startswith("PUT /v2/headless/carry/base/manifests/1 ") for line in proxy.lines)
+
+
 def test_a_4xx_is_not_retried(registry: Registry, bundle: Path) -> None:
     with FlakyProxy(registry.port, fail_first=100, fail_match=b"HEAD", fail_status=400) as proxy:
         proc = run_cli("bundle", "push", str(bundle), f"127.0.0.1:{proxy.port}/refused", "--concurrency", "1")
