@@ -6,7 +6,8 @@ written through a bounded queue (flat memory: at most ``depth`` batches of about
 waiting) and hashes them on its thread; hashlib releases the GIL on buffers over 2047 bytes, so
 the hashing runs beside the reads, the writes and the member hashes. The whole and the segment
 hashes share one thread: the second pass over a batch finds it in that core's cache (two threads
-cost more CPU than they saved on this two-core machine). Small writes (tar headers, padding) are
+cost more CPU than they saved on this two-core machine); the first segment is hashed once, its
+digest being the whole's at its end. Small writes (tar headers, padding) are
 batched, so the queue sees about one item per ``batch`` bytes."""
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class HashLane:
 
     def _run(self) -> None:
         whole = self._whole
-        part = hashlib.sha256() if self._segments else None
+        part = None  # the first segment's hash is the whole's so far: one pass fewer over it
         while True:
             item = self._queue.get()
             if item is None:
@@ -51,9 +52,8 @@ class HashLane:
                 continue  # keep taking items, so the writer never blocks on a full queue
             try:
                 if item == _CUT:
-                    if part is not None:
-                        self._digests.append(part.hexdigest())
-                        part = hashlib.sha256()
+                    self._digests.append((whole if part is None else part).hexdigest())
+                    part = hashlib.sha256()
                     continue
                 for data in item:
                     whole.update(data)
