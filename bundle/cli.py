@@ -253,9 +253,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     artifact_keys = artifact_keys_from_args(args, files is not None or bool(charts))
     out_dir, consume = export_target(args)  # -o DIR, or a staging folder consumed by --archive
     boot_dir = bootstrap_target(args, images)  # --for: checked before the export
-    images, files, as_image = files_as_image(args, images, files, out_dir)  # --as-image: the files as an image
+    images, files, as_image = files_as_image(args, images, files)  # --as-image: the files as an image
     # --as-image: one uncompressed tar layer per file, as ImageVolume mounts and `docker load` reads it
-    compression = "none" if as_image.layout and args.compression == "auto" else args.compression
+    compression = "none" if as_image is not None and args.compression == "auto" else args.compression
     try:
         result = export_images(images, out_dir, docker_host=args.docker_host, docker_read=args.docker_read,
                                compression=compression, level=args.level, schema=args.schema,
@@ -264,12 +264,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                                tags=args.tag, platforms=platforms, access=access_from_args(args),
                                all_platforms=args.all_platforms, referrers=not args.no_referrers,
                                require_signed=args.require_signed, files=files, allow_unfit=args.allow_unfit,
-                               charts=charts, artifact_keys=artifact_keys)
+                               charts=charts, artifact_keys=artifact_keys, source=as_image)
     except BundleError as e:  # --archive: the export folder is staging, the user named the archive
         raise (user_paths(e, out_dir, args.archive) if consume else e) from e.__cause__
     finally:
         stop_progress()
-        as_image.cleanup()
     for note in [*result.notes, *choice_notes(args, images, result.manifest)]:  # every silent choice, one line
         print(note, file=sys.stderr)
     if result.recompressed:

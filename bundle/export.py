@@ -74,9 +74,12 @@ class ExportResult:
     reads: Dict[str, str] = field(default_factory=dict)
 
 
-def open_source(refs: Sequence[str], **options: Any) -> Tuple[ExportSource, List[str]]:
-    """The source of the images ``refs`` name (bundle/sources/choose.py); for none (an export of files
-    alone, schema 3.6) one that holds no image."""
+def open_source(refs: Sequence[str], given: Optional[ExportSource] = None, **options: Any
+                ) -> Tuple[ExportSource, List[str]]:
+    """The source of the images ``refs`` name (bundle/sources/choose.py), or ``given`` (``--as-image``'s,
+    bundle/asimage.py); for none (an export of files alone, schema 3.6) one that holds no image."""
+    if given is not None:
+        return given, list(refs)
     return open_any(refs, **options) if refs else (NoImages(), [])
 
 
@@ -114,6 +117,7 @@ def export_images(
     require_signed: Sequence[str] = (),
     files: Optional[FileSet] = None, charts: Sequence[ChartPackage] = (),
     docker_read: str = "auto", artifact_keys: Sequence[Any] = (),  # --sign-artifacts-key (bundle/artifactsign.py)
+    source: Optional[ExportSource] = None,  # read ``refs`` from it, not from the source their prefix names
 ) -> ExportResult:
     """``tags``: one per ref, in order: the name each image carries in the bundle instead of the
     source's (schema 3). ``access``: a ``docker://`` source's logins, CA certificates and
@@ -126,7 +130,7 @@ def export_images(
     started = time.monotonic()
     out_dir = os.path.abspath(out_dir)
     parent = _check_output(out_dir, force)
-    source, names = open_source(refs, docker_host=docker_host, address=address, namespace=namespace,
+    source, names = open_source(refs, source, docker_host=docker_host, address=address, namespace=namespace,
                                 access=access, docker_read=docker_read)
     with contextlib.closing(source):  # its connections closed however the export ends
         selection = _selection(source, schema, have, platforms, all_platforms, referrers or bool(cosign_keys))

@@ -16,9 +16,11 @@ from typing import Any, List
 
 import pytest
 
+from bundle.asimage import FilesImageSource
 from bundle.blobstore import BlobStore
 from bundle.export import _selection
 from bundle.exportloop import Carry, carry_images
+from bundle.fileartifact import FileSet
 from bundle.sources.containerd import ContainerdSource
 from bundle.sources.docker_daemon import DockerDaemonSource
 from bundle.sources.oci_layout import OciLayoutSource
@@ -38,9 +40,10 @@ SOURCES = {
     "containerd": lambda: ContainerdSource("/nonexistent.sock", "default"),
     "oci": lambda: OciLayoutSource("/nonexistent-layout"),
     "registry": lambda: RegistrySource(["127.0.0.1:5000/team/app:1"]),
+    "files": lambda: FilesImageSource(FileSet("models/x:1", ())),  # --as-image (bundle/asimage.py)
 }
 #: (flag, the kinds that declare it True)
-FLAGS = {"knows_sizes_ahead": {"containerd", "oci", "registry"},
+FLAGS = {"knows_sizes_ahead": {"containerd", "oci", "registry", "files"},
          "writes_legacy_schemas": {"docker-daemon"},
          "picks_platform_in_engine": {"docker-daemon"},
          "carries_attached": {"oci", "registry"}}
