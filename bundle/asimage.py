@@ -27,7 +27,7 @@ import json
 import os
 import stat
 import tarfile
-from typing import Any, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, ContextManager, Dict, Generator, List, Optional, Sequence, Tuple
 
 from bundle.fileartifact import FileSet, SourceFile
 from bundle.sources import SourceImage, SourceInfo, platform_of
@@ -93,7 +93,7 @@ class LayerReader:
         self._parts = self._generate()
         self._pending = b""
 
-    def _generate(self) -> Iterator[bytes]:
+    def _generate(self) -> Generator[bytes, None, None]:
         f = self.file
         yield from _folders(f.title)
         fd = os.open(f.path, os.O_RDONLY | _NOFOLLOW)
@@ -116,12 +116,13 @@ class LayerReader:
                 raise _changed(f, f"{'more than ' if copied > f.size else ''}{copied} bytes (it changed while "
                                "it was read)")
             if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
-                raise _changed(f, "it modified while it was read")
+                raise _changed(f, "its modification time changed while it was read")
         yield _padding(f.size) + b"\0" * (2 * _BLOCK)  # the last block filled, then the end of the archive
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
-            return self._pending + b"".join(self._parts) if self._pending else b"".join(self._parts)
+            rest, self._pending = self._pending + b"".join(self._parts), b""
+            return rest
         while not self._pending:
             part = next(self._parts, None)
             if part is None:
@@ -129,6 +130,10 @@ class LayerReader:
             self._pending = part
         out, self._pending = self._pending[:n], self._pending[n:]
         return out
+
+    def close(self) -> None:
+        """The file closed, read to its end or not."""
+        self._parts.close()
 
 
 def _json(doc: object) -> bytes:
@@ -213,14 +218,15 @@ class FilesImageSource(SourceBase):
 
 def _hashed(f: SourceFile) -> Digest:
     """The digest of ``f``'s layer tar, read and hashed, nothing written."""
-    reader, hasher = LayerReader(f), hashlib.sha256()
-    for chunk in iter(lambda: reader.read(CHUNK), b""):
-        hasher.update(chunk)
+    hasher = hashlib.sha256()
+    with contextlib.closing(LayerReader(f)) as reader:
+        for chunk in iter(lambda: reader.read(CHUNK), b""):
+            hasher.update(chunk)
     return Digest("sha256", hasher.hexdigest())
 
 
 def _opened(f: SourceFile) -> ContextManager[Readable]:
-    return contextlib.nullcontext(LayerReader(f))
+    return contextlib.closing(LayerReader(f))
 
 
 def files_as_image(args: Any, images: List[str], files: Optional[FileSet]
