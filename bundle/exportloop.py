@@ -14,7 +14,6 @@ No source module writes into the blob store (tests/test_architecture.py)."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import os
 import threading
@@ -65,6 +64,7 @@ from importer.format.platform import Platform, of_dict
 from importer.input.cudascan import CudaScan
 from importer.inventory.have import HaveLayers
 from importer.registry.referrers import FALLBACK_TAG, fallback_tag
+from importer.streams.gzipread import GzipReader
 from importer.streams.readers import HashingReader, Readable, Writable
 from importer.streams.signals import stop_requested
 from importer.streams.threads import each
@@ -299,10 +299,10 @@ def _externalize(image: SourceImage, store: BlobStore, have: HaveLayers) -> Sour
 
 
 def _decompressed(tee: HashingReader, compression: str) -> ContextManager[Readable]:
-    # a forward read calls read() alone (never seek): the stream is a file to gzip and zstandard
-    src = cast(IO[bytes], tee)
+    # a forward read calls read() alone (never seek): the stream is a file to zstandard
     if compression == "gzip":
-        return gzip.GzipFile(fileobj=src, mode="rb")
+        return GzipReader(tee)  # zlib over 1 MiB reads, GzipFile's semantics (issue 44)
+    src = cast(IO[bytes], tee)
     reader: ContextManager[Readable] = zstandard.ZstdDecompressor().stream_reader(
         src, read_size=CHUNK, read_across_frames=True, closefd=False)
     return reader

@@ -3,22 +3,23 @@
 zstd uses the ``zstandard`` module when importable, else ``compression.zstd`` (3.14+), else the
 ``zstd`` command-line tool, else the pure-Python decoder in :mod:`importer.streams.zstdpure` (slow, a few
 MB/s, but it needs nothing beyond python3: a bundle always imports). The first layer decoded by
-the pure-Python decoder prints one note on stderr with the expected time. gzip uses the stdlib.
+the pure-Python decoder prints one note on stderr with the expected time. gzip uses zlib through
+:class:`importer.streams.gzipread.GzipReader` (GzipFile's semantics, 1 MiB reads).
 Every reader stops one byte past the bound, so a decompression bomb cannot fill the disk.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import importlib
 import shutil
 import sys
-from typing import Any, BinaryIO, ContextManager, Iterator, List, Optional, cast
+from typing import Any, BinaryIO, ContextManager, Iterator, List, Optional
 
 from importer.errors import BundleError, DecompressFailed, LimitExceeded
 from importer.format.digest import CHUNK
 from importer.streams.commands import child_stdout
+from importer.streams.gzipread import GzipReader
 from importer.streams.progress import human_bytes
 from importer.streams.readers import Readable
 from importer.streams.zstdpure import PureZstdReader
@@ -119,7 +120,7 @@ def open_decompressed(
     if compression == "none":
         yield BoundedReader(raw, bound, what)
     elif compression == "gzip":
-        with gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") as gz:  # reading forward only calls read()
+        with GzipReader(raw) as gz:
             yield BoundedReader(gz, bound, what)
     elif compression == "zstd":
         mod = _zstd_module()
