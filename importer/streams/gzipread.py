@@ -16,10 +16,11 @@ GzipFile's semantics where a layer's reader depends on them, error types and mes
 - a source that ends early is ``EOFError`` (the header, the deflate data or the trailer);
 - damaged deflate data is ``zlib.error``.
 
-``read(n)`` returns exactly ``n`` bytes until the end (as GzipFile's ``read`` does), never holds
-more than ``n`` bytes of output: zlib's ``max_length`` stops the decoder, what it has not read
-waits in the source buffer (a decompression bomb is read in bounded steps; the caller's bound
-stops it). Memory: one source read (1 MiB) plus ``n``.
+``read(n)`` returns exactly ``n`` bytes until the end (as GzipFile's ``read`` does) and decodes
+at most ``max(n, FEED)`` bytes for it: zlib's ``max_length`` stops the decoder, what it has not
+read waits in the source buffer (a decompression bomb is read in bounded steps; the caller's bound
+stops it). A read of less than :data:`FEED` (a tar header's 512 bytes) decodes :data:`FEED` and
+keeps the rest for the next reads. Memory: one source read (1 MiB), ``n`` and :data:`FEED`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class GzipReader:
         self._inflate: Any = None  # the current member's decoder; None between members
         self._crc = 0
         self._size = 0
+        self._spare = b""  # decoded for a small read, not returned yet: from ``_spare_at`` on
+        self._spare_at = 0
         self._end = False
         self._closed = False
 
@@ -67,7 +70,7 @@ class GzipReader:
 
     def close(self) -> None:
         self._closed = True
-        self._buf, self._at, self._inflate = b"", 0, None
+        self._buf, self._at, self._inflate, self._spare, self._spare_at = b"", 0, None, b"", 0
 
     def read(self, n: Optional[int] = -1) -> bytes:
         if self._closed:
@@ -81,8 +84,17 @@ class GzipReader:
                 every.append(chunk)
         parts: List[bytes] = []
         want = n
+        if self._spare_at < len(self._spare):
+            part = self._spare[self._spare_at:self._spare_at + want]
+            self._spare_at += len(part)
+            parts.append(part)
+            want -= len(part)
         while want > 0:
-            part = self._decode(want)
+            if want < FEED:  # a small read (a tar header): decode FEED, keep the rest for the next reads
+                self._spare, self._spare_at = self._decode(FEED), want
+                part = self._spare[:want]
+            else:
+                part = self._decode(want)
             if not part:
                 break
             parts.append(part)
