@@ -158,6 +158,8 @@ SUPPLY = ("needs a registry holding signed images (tests/test_supply_chain.py si
           "cryptography, exports, inspects and imports with --require-signed)")
 SIGNED_FILES = ("needs a PEM signing key: tests/test_files_signed.py signs files with openssl's P-256 and Ed25519 "
                 "keys, imports them with --require-signed and checks the pushed and served ones with cosign verify")
+BENCH = ("a benchmark of tens of minutes to hours on a quiet machine (its results are the tables of "
+         "docs/benchmarks.md); tests/test_bench.py runs bench/run.py in --small mode with --layers and --cold")
 BOOTSTRAP = ("needs images.txt's registries; tests/test_bootstrap_formats.py exports --for k3s/rke2/apptainer from "
              "the kit's layout, imports the k3s archive with ctr and reads the apptainer files with skopeo")
 
@@ -176,6 +178,15 @@ NOT_COMMANDS: Dict[Tuple[str, str], str] = {
 }
 
 SPECS: Dict[str, Spec] = {
+    # docs/benchmarks.md: issue 44's cases (bench/run.py, not a test)
+    "python3 bench/run.py --size 10G --layers 80 --runs 1 --only export,import": skip(BENCH),
+    "python3 bench/run.py --size 10G --layers 80 --runs 1 --only export,import --recipe incompressible": skip(BENCH),
+    "python3 bench/run.py --size 1G --layers 100 --runs 3 --only export,import": skip(BENCH),
+    "python3 bench/run.py --size 1G --layers 100 --runs 3 --only export,import --recipe incompressible": skip(BENCH),
+    "python3 bench/run.py --size 10G --layers 80 --runs 3 --only import --stores containerd --cold "
+    "--cold-memory 1G": skip(BENCH),
+    "python3 bench/run.py --size 10G --layers 80 --runs 3 --only import --stores containerd --cold "
+    "--cold-memory 20G": skip(BENCH),
     # README.md: install (run as written, in a clean copy of the checkout: tests/test_install.py)
     "python3 -m venv .venv": skip(INSTALL),
     ".venv/bin/python3 -m pip install .": skip(INSTALL),
