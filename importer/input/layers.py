@@ -109,6 +109,23 @@ class ChunkCursor:
 
     _item: bytes = b""
     _pos: int = 0
+    _queue: queue.Queue[Optional[bytes]]
+    _ended: bool = False
+    _error: Optional[BaseException] = None
+
+    def _read_queued(self, n: Optional[int]) -> bytes:
+        """Up to ``n`` bytes: the next chunk taken from the queue (None: the filling thread ended;
+        what it raised is raised here, in the reader's thread) when the current one is handed out."""
+        if self._pos >= len(self._item) and not self._ended:
+            item = self._queue.get()
+            if item is None:
+                self._ended = True
+                self._item, self._pos = b"", 0
+                if self._error is not None:
+                    raise self._error
+            else:
+                self._item, self._pos = item, 0
+        return self._take(n)
 
     def _take(self, n: Optional[int]) -> bytes:
         """Up to ``n`` bytes of the current chunk: the chunk itself when all of it is asked for."""
@@ -153,16 +170,7 @@ class ReadAhead(HashingReader, ChunkCursor):
             self._queue.put(None)
 
     def read(self, n: Optional[int] = -1) -> bytes:
-        if self._pos >= len(self._item) and not self._ended:
-            item = self._queue.get()
-            if item is None:
-                self._ended = True
-                self._item, self._pos = b"", 0
-                if self._error is not None:
-                    raise self._error
-            else:
-                self._item, self._pos = item, 0
-        return self._take(n)
+        return self._read_queued(n)
 
     def readinto(self, b: Any) -> int:
         data = self.read(len(b))

@@ -163,16 +163,7 @@ class _LayerAhead(ChunkCursor):
             self._queue.put(_END)
 
     def read(self, n: Optional[int] = -1) -> bytes:
-        if self._pos >= len(self._item) and not self._ended:
-            item = self._queue.get()
-            if item is _END:
-                self._ended = True
-                self._item, self._pos = b"", 0
-                if self._error is not None:
-                    raise self._error
-            else:
-                self._item, self._pos = item, 0
-        return self._take(n)
+        return self._read_queued(n)
 
     def finish(self) -> None:
         """Every byte was sent but the last chunk: the rest drained (more than the recorded size is
