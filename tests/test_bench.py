@@ -180,3 +180,52 @@ def test_cold_reads_come_from_disk_twice_in_the_memory_cgroup(tmp_path: Path) ->
     finally:
         cgroup.close()
     assert not cgroup.path.exists()
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("docker_store", engines.DOCKER_STORES, indirect=True)
+def test_bench_image_load_gives_the_files_a_build_gives(tmp_path: Path, docker_store: str,
+                                                        docker_store_host: str, busybox: str) -> None:
+    """bench/imageload.py (--setup load): the context loaded without a build has one layer per COPY
+    line and the same files (names, modes, bytes) as `docker build` of it; in the containerd store
+    its layers are gzip blobs, as a build leaves them."""
+    import tarfile
+
+    from bench.imageload import copy_lines, load_context
+
+    ctx = write_context(tmp_path / "ctx", 3 << 20, busybox, small_files=12, layers=3)
+    env = engines.docker_env(docker_store_host)
+    tag = f"bench-load-{docker_store}"
+    image_id = load_context(ctx, f"{tag}:loaded", env, gzip=docker_store == "containerd")
+    assert not (ctx / ".load").exists()  # its temp layers are gone
+    engines.build_image(docker_store_host, ctx, f"{tag}:built")
+    found = {}
+    for kind in ("loaded", "built"):
+        info = json.loads(engines.docker(docker_store_host, "image", "inspect", f"{tag}:{kind}"))[0]
+        assert len(info["RootFS"]["Layers"]) == len(copy_lines(ctx)) == 3, info["RootFS"]
+        if kind == "loaded" and docker_store == "classic":  # (the containerd store's ID is the manifest's digest)
+            assert info["Id"] == image_id
+        box = engines.docker(docker_store_host, "create", f"{tag}:{kind}", "/bin/busybox").strip()
+        out = tmp_path / f"{kind}.tar"
+        engines.docker(docker_store_host, "export", "-o", str(out), box)
+        engines.docker(docker_store_host, "rm", box)
+        with tarfile.open(out) as t:
+            found[kind] = {m.name: (m.type, m.mode, m.size, t.extractfile(m).read() if m.isfile() else b"")  # type: ignore[union-attr]
+                           for m in t.getmembers() if not m.name.startswith(("dev", "etc", "proc", "sys", ".docker"))}
+    assert found["loaded"] == found["built"] and len(found["loaded"]) > 20
+    if docker_store == "containerd":
+        saved = tmp_path / "saved.tar"
+        engines.docker(docker_store_host, "save", "-o", str(saved), f"{tag}:loaded")
+        with tarfile.open(saved) as t:
+            manifest = json.loads(t.extractfile("manifest.json").read())  # type: ignore[union-attr]
+            heads = {t.extractfile(name).read(2) for name in manifest[0]["Layers"]}  # type: ignore[union-attr]
+        assert heads == {b"\x1f\x8b"}, heads
+    engines.docker(docker_store_host, "image", "rm", f"{tag}:loaded", f"{tag}:built")
+
+
+def test_bench_image_load_refuses_a_dockerfile_it_cannot_follow(tmp_path: Path) -> None:
+    from bench.imageload import copy_lines
+
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY a /a\nRUN rm /a\n")
+    with pytest.raises(ValueError, match=r"expected `COPY SRC /DST` or `FROM scratch`, found 'RUN rm /a'"):
+        copy_lines(tmp_path)
