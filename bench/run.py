@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark: sneakernet vs docker save/load, zstd, sha256sum and skopeo.
 
-Builds the synthetic image (bench/recipe.py) in a private dockerd, then runs each case
+Puts the synthetic image (bench/recipe.py) in a private dockerd (``docker load`` of its layers,
+bench/imageload.py; ``--setup build`` builds it), then runs each case
 alternating with its peers, ``--runs`` times, and records wall time, CPU time and peak RSS of
 the measured process tree (and the CPU time dockerd + containerd spent). Prints a table with
 ratios ours/peer and writes it to bench/results/. Not a test: a tool.
@@ -25,7 +26,7 @@ command above the larger of their use before and after it; every writer on them 
 
 Both Docker image stores by default (``--stores classic,containerd``): the classic one (overlay2)
 and the containerd image store (Debian 13's dockerd 26 with the containerd snapshotter,
-docker/scripts/dockerd.sh --containerd-store), the same image built in each. On the containerd
+docker/scripts/dockerd.sh --containerd-store), the same image loaded (or built) in each. On the containerd
 store ``bundle export`` is measured reading the engine's content store and, forced through the
 ``docker save`` stream (SNEAKERNET_DOCKER_CONTENT_STORE=0), beside ``docker save -o``; the import
 beside ``docker load -i`` of that store's own save. On the classic store ``bundle export`` is

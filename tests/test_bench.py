@@ -225,7 +225,8 @@ def test_bench_image_load_gives_the_files_a_build_gives(tmp_path: Path, docker_s
 
 def test_bench_image_load_refuses_a_dockerfile_it_cannot_follow(tmp_path: Path) -> None:
     from bench.imageload import copy_lines
+    from tests.kit.imagegen import layered_context
 
-    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY a /a\nRUN rm /a\n")
+    ctx = layered_context(tmp_path / "ctx", files={"/a": "x"}, steps=["RUN rm /a"])
     with pytest.raises(ValueError, match=r"expected `COPY SRC /DST` or `FROM scratch`, found 'RUN rm /a'"):
-        copy_lines(tmp_path)
+        copy_lines(ctx)

@@ -25,6 +25,7 @@ from importer.format.fileartifacts import FileArtifact
 from importer.format.identity import lookup_name
 from importer.format.manifest import BundleManifest, ImageRecord
 from importer.format.platform import parse_platform
+from importer.format.staging import new_run_id, staging_ref
 from importer.input.opened import BundleRoot, OpenedBundle
 from importer.pipeline.gpufit import host_fit
 from importer.pipeline.load import load_route
@@ -37,7 +38,6 @@ from importer.pipeline.preflight import (
     run_preflight,
     select_platform,
 )
-from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import cleanup, deep_or_raise, find_held
 from importer.pipeline.tagrule import TagConflict
 from importer.sinks import DeltaBase, Sink, delta_completing, file_artifact_keeping, layer_streaming, load_counting

@@ -35,12 +35,12 @@ from importer.format.identity import CLASSIC, CONTAINERD, DOCKER_ARCHIVE
 from importer.format.legacy import LegacyManifest
 from importer.format.manifest import ImageRecord
 from importer.format.refs import normalize
+from importer.format.staging import new_run_id, staging_ref
 from importer.input.opened import OpenedBundle
 from importer.pipeline.load import ProgressFactory, load_route
 from importer.pipeline.plan import ImportPlan
 from importer.pipeline.postload import ImageCheck, check_image
 from importer.pipeline.preflight import PreflightReport, run_preflight
-from importer.pipeline.staging import new_run_id, staging_ref
 from importer.pipeline.steps import cleanup, deep_or_raise, find_held
 from importer.sinks import Sink, docker_archive_loading
 from importer.streams import testhooks

@@ -4,31 +4,15 @@ A run loads each image as ``sneakernet-staging/<run id>:<n>`` and applies the us
 after the engine's copy matched bundle.json. A run killed hard (SIGKILL, power loss) can leave
 staging tags behind; the next successful import into that engine removes them, holding the
 engine lock, so no other import is running. Only names of exactly this form are ever removed,
-never a user's tag."""
+never a user's tag (the names: importer/format/staging.py)."""
 
 from __future__ import annotations
 
-import re
-import uuid
 from typing import Iterable, List, Sequence, Tuple
 
 from importer.errors import BundleError
+from importer.format.staging import STAGING_REPO, is_staging_ref
 from importer.sinks import Sink, tag_listing
-
-STAGING_REPO = "sneakernet-staging"
-_STAGING_RE = re.compile(r"sneakernet-staging/[0-9a-f]{12}:[0-9]{1,6}")
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def staging_ref(run_id: str, n: int) -> str:
-    return f"{STAGING_REPO}/{run_id}:{n}"
-
-
-def is_staging_ref(ref: str) -> bool:
-    return _STAGING_RE.fullmatch(ref) is not None
 
 
 def find_stale(sink: Sink, exclude: Iterable[str] = ()) -> List[str]:

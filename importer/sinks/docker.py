@@ -2,8 +2,10 @@
 inspect`` to read back what the engine holds.
 
 Classic image store (any storage driver): a docker-archive, each layer decompressed once into the
-stream and checked against its diff_id; image ID = config digest. Containerd image store (Docker
-25+ with the containerd snapshotter): an OCI archive of the bundle's own manifest, config and
+stream and checked against its diff_id; image ID = config digest. From 128 MiB on, in two loads
+that overlap (the engine registers the first third while the rest streams:
+importer/sinks/dockersplit.py). Containerd image store (Docker 25+ with the containerd
+snapshotter): an OCI archive of the bundle's own manifest, config and
 compressed layers byte for byte, each entry named as Docker names it
 (``io.containerd.image.name`` = ``docker.io/library/app:1``), so the engine keeps the bundle's
 manifest and the image ID is the bundle's manifest digest, compared exactly. A delta bundle
@@ -34,6 +36,7 @@ from importer.input.unpackcheck import UnpackCheck
 from importer.sinks import DeltaBase, ProgressFn, SinkBase, SinkCapabilities
 from importer.sinks.delta import copy_engine_blobs, image_holders, pick_holders, require_base, splice_engine_layers
 from importer.sinks.dockerarchive import archive_layers, write_docker_archive
+from importer.sinks.dockersplit import head_count, load_in_two
 from importer.sinks.ociarchive import archive_blobs, write_oci_archive
 from importer.streams.commands import FedCommand, StdinCommand, command_stdout, feed
 
@@ -119,8 +122,17 @@ class DockerSink(SinkBase):
         if external:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
                 return splice_engine_layers(tar, self.argv(), holders, on_bytes)
+        elif head_count(images):
+            load_in_two(cmd, lambda: self.archive_command("loading the bundle into Docker"), root, images,
+                        head_count(images), on_bytes, forget=self._forget)
+            return
         feed(cmd, lambda out: write_docker_archive(out, root, images, with_tags=True, on_bytes=on_bytes,
                                                    splice=splice))
+
+    def _forget(self, ref: str) -> None:
+        """Remove the name ``ref`` (a staging name) if the engine holds it."""
+        if self.lookup(ref) is not None:
+            self.remove(ref)
 
     def _load_checking_beside_unpack(self, cmd: FedCommand, root: BundleRoot, named: Sequence[Tuple[ImageRecord, str]],
                                      after: UnpackCheck, on_bytes: Optional[ProgressFn]) -> None:

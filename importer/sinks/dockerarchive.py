@@ -18,7 +18,7 @@ import queue
 import tarfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import BinaryIO, Callable, Collection, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from importer.errors import DigestMismatch
 from importer.format.digest import CHUNK, Digest
@@ -75,35 +75,72 @@ def write_docker_archive(
     with_tags: bool = False,
     on_bytes: Optional[ProgressFn] = None,
     splice: Optional[Callable[[tarfile.TarFile], Dict[Digest, str]]] = None,
+    sent: Collection[Digest] = (),
+    before_manifest: Optional[Callable[[], None]] = None,
 ) -> None:
     """Stream a docker-archive of ``images`` into ``out`` (e.g. the stdin of ``docker load``).
 
     Raises an IntegrityError if a layer is not what bundle.json pins; the caller must then
     abort the consumer rather than close the stream normally. ``splice`` (delta bundles) adds
-    the layers the bundle leaves out and returns where it put them."""
+    the layers the bundle leaves out and returns where it put them. ``sent``: diff_ids the engine
+    was given by an earlier load (importer/sinks/dockersplit.py): the manifest names them, no member
+    holds them (Docker 20.10 takes a layer it holds by its chain ID and reads no file for it).
+    ``before_manifest`` runs before the member that makes the engine create the images."""
     with writing_tar(out) as tar:
         # === the configs first: small
         written: Dict[Digest, bool] = {}
         for image in images:
             if image.config.digest in written:
                 continue
-            raw = read_bundle_file(root, image.config.digest.blob_path, MAX_CONFIG, "config")
-            if Digest.of_bytes(raw) != image.config.digest:
-                raise DigestMismatch(
-                    f"loading the config of {image.name}: expected {image.config.digest}, "
-                    f"found {Digest.of_bytes(raw)}",
-                    hint="the bundle changed after verification; re-copy it and import again",
-                )
+            raw = _read_config(root, image)
             tar.addfile(member_info(f"{image.config.digest.hex}.json", len(raw)), io.BytesIO(raw))
             written[image.config.digest] = True
         # === layers: decompress once into the stream, checking diff_id and size
-        _write_layers(tar, root, list(archive_layers(images)), on_bytes)
+        _write_layers(tar, root, [x for x in archive_layers(images) if x[2].diff_id not in sent], on_bytes)
         # === layers the delta leaves out, re-exported from the engine
         paths = splice(tar) if splice is not None else {}
+        if before_manifest is not None:
+            before_manifest()
         # === manifest.json last: `docker load` reads the whole archive before it
         raw_manifest = json.dumps(archive_manifest(images, with_tags=with_tags, paths=paths),
                                   separators=(",", ":")).encode()
         tar.addfile(member_info("manifest.json", len(raw_manifest)), io.BytesIO(raw_manifest))
+
+
+def write_partial_archive(out: BinaryIO, root: BundleRoot, image: ImageRecord, count: int, ref: str,
+                          on_bytes: Optional[ProgressFn] = None) -> None:
+    """The first ``count`` layers of ``image`` as an image of their own named ``ref`` (a staging
+    name): their members, checked as in :func:`write_docker_archive`, then a config of the
+    image's platform fields and those layers' diff_ids only, then ``manifest.json``
+    (importer/sinks/dockersplit.py loads the rest beside it)."""
+    try:
+        full = json.loads(_read_config(root, image))
+    except ValueError:  # (checked when verified; the full image's own load reports it)
+        full = None
+    if not isinstance(full, dict):
+        full = {}
+    config = {k: full[k] for k in ("architecture", "os", "os.version", "variant") if isinstance(full.get(k), str)}
+    config["rootfs"] = {"type": "layers", "diff_ids": [str(x.diff_id) for x in image.layers[:count]]}
+    head = {x.diff_id for x in image.layers[:count]}
+    with writing_tar(out) as tar:
+        _write_layers(tar, root, [x for x in archive_layers([image]) if x[2].diff_id in head], on_bytes)
+        partial = json.dumps(config, separators=(",", ":")).encode()
+        name = f"{Digest.of_bytes(partial).hex}.json"
+        tar.addfile(member_info(name, len(partial)), io.BytesIO(partial))
+        manifest = json.dumps([{"Config": name, "RepoTags": [ref], "Layers": [
+            f"{x.diff_id.hex}/layer.tar" for x in image.layers[:count]]}], separators=(",", ":")).encode()
+        tar.addfile(member_info("manifest.json", len(manifest)), io.BytesIO(manifest))
+
+
+def _read_config(root: BundleRoot, image: ImageRecord) -> bytes:
+    raw = read_bundle_file(root, image.config.digest.blob_path, MAX_CONFIG, "config")
+    if Digest.of_bytes(raw) != image.config.digest:
+        raise DigestMismatch(
+            f"loading the config of {image.name}: expected {image.config.digest}, "
+            f"found {Digest.of_bytes(raw)}",
+            hint="the bundle changed after verification; re-copy it and import again",
+        )
+    return raw
 
 
 def _write_layers(tar: tarfile.TarFile, root: BundleRoot, layers: List[Tuple[int, ImageRecord, LayerRecord]],
