@@ -184,6 +184,8 @@ SPECS: Dict[str, Spec] = {
     "--cold-memory 1G": skip(BENCH),
     "python3 bench/run.py --size 10G --layers 80 --runs 1 --only export,import --stores classic "
     "--recipe incompressible": skip(BENCH),
+    "python3 bench/run.py --size 10G --layers 80 --runs 1 --only export,import --stores containerd "
+    "--recipe incompressible": skip(BENCH),
     "python3 bench/run.py --size 1G --layers 100 --runs 3 --only export,import": skip(BENCH),
     "python3 bench/run.py --size 1G --layers 100 --runs 3 --only export,import --recipe incompressible": skip(BENCH),
     # README.md: install (run as written, in a clean copy of the checkout: tests/test_install.py)
