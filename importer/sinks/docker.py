@@ -119,12 +119,13 @@ class DockerSink(SinkBase):
                                                     external=blobs, check_layers=True))  # type: ignore[arg-type]
             return
         splice = None
+        head = 0 if external else head_count(images)
         if external:
             def splice(tar: tarfile.TarFile) -> Dict[Digest, str]:
                 return splice_engine_layers(tar, self.argv(), holders, on_bytes)
-        elif head_count(images):
-            load_in_two(cmd, lambda: self.archive_command("loading the bundle into Docker"), root, images,
-                        head_count(images), on_bytes, forget=self._forget)
+        elif head:
+            load_in_two(cmd, lambda: self.archive_command("loading the bundle into Docker"), root, images, head,
+                        on_bytes, forget=self._forget)
             return
         feed(cmd, lambda out: write_docker_archive(out, root, images, with_tags=True, on_bytes=on_bytes,
                                                    splice=splice))
